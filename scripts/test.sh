@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The whole test suite: install dependencies, build, run every test, run the fast unit tests
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, and fuzz the GGUF reader for a
+# bounded time. Ends with one summary line "summary: N passed, M failed".
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+jobs="$(nproc 2>/dev/null || echo 2)"
+logdir="$(mktemp -d)"
+passed=0
+failed=0
+status=0
+
+count() {  # count LOG: adds CTest's totals from LOG to passed/failed
+  local line total fails
+  line="$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -n 1)"
+  if [ -z "$line" ]; then
+    failed=$((failed + 1))
+    return
+  fi
+  fails="$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")"
+  total="$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")"
+  passed=$((passed + total - fails))
+  failed=$((failed + fails))
+}
+
+bash "$root/scripts/setup.sh" || exit 1
+
+echo "== build (Release)"
+bash "$root/scripts/build.sh" || exit 1
+echo "== tests"
+ctest --test-dir "$root/build" --output-on-failure -j"$jobs" 2>&1 | tee "$logdir/main.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+count "$logdir/main.log"
+
+echo "== unit tests under ASan + UBSan"
+cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DKVSERVE_SANITIZE=ON -DKVSERVE_BUILD_BENCH=OFF >/dev/null || exit 1
+cmake --build "$root/build-asan" -j"$jobs" || exit 1
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan" -L unit --output-on-failure \
+  -j"$jobs" 2>&1 | tee "$logdir/asan.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+count "$logdir/asan.log"
+
+if [ -f "$root/scripts/fuzz.sh" ] && command -v clang++ >/dev/null 2>&1; then
+  echo "== fuzzing the GGUF reader (${KVSERVE_FUZZ_SECONDS:-60} s)"
+  if bash "$root/scripts/fuzz.sh" "${KVSERVE_FUZZ_SECONDS:-60}"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    status=1
+  fi
+fi
+
+echo "summary: $passed passed, $failed failed"
+exit "$status"

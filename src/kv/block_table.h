@@ -1,0 +1,37 @@
+// BlockTable: the ordered KV blocks of one sequence; token slot i lives in block i / block_size
+// at offset i % block_size. NOTE: tables are append-only while a sequence runs (a slot never
+// moves), so the K/V already written stay valid and shared prefix blocks can be referenced by
+// many tables at once.
+#pragma once
+
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+class BlockTable {
+ public:
+  explicit BlockTable(int block_size) : block_size_(block_size) {}
+
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return static_cast<int>(blocks_.size()); }
+  int capacity_tokens() const { return num_blocks() * block_size_; }
+  // Blocks needed so that `num_tokens` slots exist, beyond those already held.
+  int BlocksNeededFor(int num_tokens) const {
+    const int need = (num_tokens + block_size_ - 1) / block_size_;
+    return need > num_blocks() ? need - num_blocks() : 0;
+  }
+  void Append(BlockId block) { blocks_.push_back(block); }
+  std::span<const BlockId> blocks() const { return blocks_; }
+  // Empties the table and returns the blocks (the caller releases them to the pool).
+  std::vector<BlockId> TakeAll() { return std::exchange(blocks_, {}); }
+
+ private:
+  int block_size_;
+  std::vector<BlockId> blocks_;
+};
+
+}  // namespace kvserve

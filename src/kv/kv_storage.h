@@ -1,0 +1,79 @@
+// KvStorage: the bytes of the paged KV cache. For every layer there is one K and one V arena:
+//   K[layer]: [num_blocks, num_kv_heads, block_size, head vector of k_dtype]
+//   V[layer]: [num_blocks, num_kv_heads, block_size, head vector of v_dtype]
+// so one (block, head) is a contiguous [block_size, head_dim] tile that attention streams through.
+// Which block belongs to which sequence is decided elsewhere (BlockPool + block tables);
+// attention reaches K and V only through block tables.
+//
+// Allocated once at construction; move-only. Not thread-safe for concurrent writes to the same
+// slot; kernels write disjoint slots in parallel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "quant/kv_dtype.h"
+#include "util/aligned_buffer.h"
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+struct KvLayout {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int block_size = 16;  // tokens per block
+  KvDtype k_dtype = KvDtype::kF16;
+  KvDtype v_dtype = KvDtype::kF16;
+
+  size_t k_head_bytes() const { return KvBytesPerHeadVector(k_dtype, head_dim); }
+  size_t v_head_bytes() const { return KvBytesPerHeadVector(v_dtype, head_dim); }
+  // Bytes of one block of one layer (K plus V).
+  size_t block_bytes_per_layer() const {
+    return static_cast<size_t>(num_kv_heads) * block_size * (k_head_bytes() + v_head_bytes());
+  }
+  // Bytes of KV for one token across all layers.
+  size_t bytes_per_token() const {
+    return static_cast<size_t>(num_layers) * num_kv_heads * (k_head_bytes() + v_head_bytes());
+  }
+  size_t bytes_per_block() const { return bytes_per_token() * block_size; }
+};
+
+class KvStorage {
+ public:
+  KvStorage(const KvLayout& layout, int num_blocks);
+  KvStorage(KvStorage&&) = default;
+  KvStorage& operator=(KvStorage&&) = default;
+
+  const KvLayout& layout() const { return layout_; }
+  int num_blocks() const { return num_blocks_; }
+  size_t total_bytes() const { return total_bytes_; }
+
+  // Start of the [block_size, head_dim] tile of (layer, block, kv_head).
+  uint8_t* KTile(int layer, BlockId block, int kv_head) {
+    return k_[layer].data() + TileOffset(block, kv_head, layout_.k_head_bytes());
+  }
+  uint8_t* VTile(int layer, BlockId block, int kv_head) {
+    return v_[layer].data() + TileOffset(block, kv_head, layout_.v_head_bytes());
+  }
+  const uint8_t* KTile(int layer, BlockId block, int kv_head) const {
+    return k_[layer].data() + TileOffset(block, kv_head, layout_.k_head_bytes());
+  }
+  const uint8_t* VTile(int layer, BlockId block, int kv_head) const {
+    return v_[layer].data() + TileOffset(block, kv_head, layout_.v_head_bytes());
+  }
+
+ private:
+  size_t TileOffset(BlockId block, int kv_head, size_t head_bytes) const {
+    return (static_cast<size_t>(block.value()) * layout_.num_kv_heads + kv_head) *
+           layout_.block_size * head_bytes;
+  }
+
+  KvLayout layout_;
+  int num_blocks_;
+  size_t total_bytes_ = 0;
+  std::vector<AlignedBuffer<uint8_t>> k_, v_;  // [num_layers]
+};
+
+}  // namespace kvserve

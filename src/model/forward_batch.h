@@ -1,0 +1,46 @@
+// ForwardBatch: the plain value the engine hands to Model::Forward each step. It holds the new
+// tokens of one or more sequences, where each sequence's KV lives (its block table) and which
+// rows need logits.
+//
+// Tokens of one sequence are contiguous in `tokens`. Token j of sequence s occupies KV slot
+// s.num_cached + j and attends to slots [0, s.num_cached + j]. `positions` carries each token's
+// RoPE position separately from its slot, so a later change may decouple them (attention sinks).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+struct ForwardSeq {
+  std::span<const BlockId> block_table;  // must cover num_cached + num_new slots
+  int32_t num_cached = 0;                // slots already holding K/V before this batch
+  int32_t num_new = 0;                   // tokens of this sequence in the batch
+  int32_t first_token = 0;               // index of its first token in ForwardBatch::tokens
+};
+
+struct ForwardBatch {
+  std::vector<TokenId> tokens;       // [num_tokens]
+  std::vector<int32_t> positions;    // [num_tokens]
+  std::vector<ForwardSeq> seqs;
+  std::vector<int32_t> logits_rows;  // token indices whose logits are wanted, in output order
+
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  // Appends a sequence's tokens with positions num_cached, num_cached + 1, ...
+  // If want_last_logits, its last token is added to logits_rows.
+  void AddSequence(std::span<const BlockId> block_table, int32_t num_cached,
+                   std::span<const TokenId> new_tokens, bool want_last_logits) {
+    ForwardSeq s{block_table, num_cached, static_cast<int32_t>(new_tokens.size()), num_tokens()};
+    for (size_t i = 0; i < new_tokens.size(); ++i) {
+      tokens.push_back(new_tokens[i]);
+      positions.push_back(num_cached + static_cast<int32_t>(i));
+    }
+    if (want_last_logits && !new_tokens.empty()) logits_rows.push_back(num_tokens() - 1);
+    seqs.push_back(s);
+  }
+};
+
+}  // namespace kvserve

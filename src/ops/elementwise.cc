@@ -1,0 +1,39 @@
+#include "ops/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/simd.h"
+
+namespace kvserve {
+
+void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  const float ss = simd::Dot(x, x, n);
+  const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void SwiGlu(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  const float mx = *std::max_element(x, x + n);
+  float sum = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace kvserve

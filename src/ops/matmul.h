@@ -1,0 +1,42 @@
+// Matrix products on weights stored in any supported GGUF type.
+//
+// Contract: pure functions over raw memory; the weight bytes are read-only and may be shared by
+// any number of threads. Work is split over the given ThreadPool; each call returns when done.
+// Scratch space is per thread and kept between calls (no allocation after warm-up).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+#include "util/thread_pool.h"
+
+namespace kvserve {
+
+// A 2-D weight as GGUF stores it: `rows` rows of `cols` elements (GGUF dims [cols, rows]),
+// each row `row_bytes` long, rows contiguous.
+struct WeightMatrix {
+  GgmlType type = GgmlType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;  // output features
+  int64_t cols = 0;  // input features
+  size_t row_bytes = 0;
+
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+// y[t, r] = sum_c w[r, c] * x[t, c]
+//   x: [num_tokens, w.cols] row-major, y: [num_tokens, w.rows] row-major.
+// NOTE: weights are read once per call whatever num_tokens is: rows are dequantized a tile at a
+// time into per-thread scratch and multiplied with every token before the next tile.
+// Batch invariance: y[t, :] is bit-identical whatever num_tokens is and whatever the other rows
+// of x hold (tests check it), so batching never changes a sequence's numbers.
+void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool);
+
+// Reference: dequantize every row and take plain dot products (tests compare against it).
+void MatMulReference(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y);
+
+// Dequantizes row r of w into out[0..cols).
+void DequantizeWeightRow(const WeightMatrix& w, int64_t r, float* out);
+
+}  // namespace kvserve

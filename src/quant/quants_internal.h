@@ -1,0 +1,40 @@
+// Per-format reference kernels behind DequantizeRow / QuantizeRow (types.h). Internal to quant/:
+// other modules call the dispatchers in types.h.
+//
+// Contract: pure functions; `n` is a multiple of the format's block size (REQUIRES, checked by
+// the dispatchers); `src` / `dst` point at n elements or n / block_elems blocks.
+#pragma once
+
+#include <cstdint>
+
+namespace kvserve::quant_internal {
+
+// Legacy 32-element block formats (legacy_quants.cc).
+void DequantizeQ4_0(const void* src, float* dst, int64_t n);
+void DequantizeQ4_1(const void* src, float* dst, int64_t n);
+void DequantizeQ5_0(const void* src, float* dst, int64_t n);
+void DequantizeQ5_1(const void* src, float* dst, int64_t n);
+void DequantizeQ8_0(const void* src, float* dst, int64_t n);
+void QuantizeQ4_0(const float* src, void* dst, int64_t n);
+void QuantizeQ4_1(const float* src, void* dst, int64_t n);
+void QuantizeQ5_0(const float* src, void* dst, int64_t n);
+void QuantizeQ5_1(const float* src, void* dst, int64_t n);
+void QuantizeQ8_0(const float* src, void* dst, int64_t n);
+
+// 256-element super-block K-quants (k_quants.cc).
+void DequantizeQ4_K(const void* src, float* dst, int64_t n);
+void DequantizeQ5_K(const void* src, float* dst, int64_t n);
+void DequantizeQ6_K(const void* src, float* dst, int64_t n);
+void DequantizeQ8_K(const void* src, float* dst, int64_t n);
+void QuantizeQ4_K(const float* src, void* dst, int64_t n);
+void QuantizeQ5_K(const float* src, void* dst, int64_t n);
+void QuantizeQ6_K(const float* src, void* dst, int64_t n);
+
+// Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes:
+//   bytes 0..3:  scale[0..3] low 6 bits, bits 6..7 = scale[4..7] bits 4..5
+//   bytes 4..7:  min[0..3]   low 6 bits, bits 6..7 = min[4..7]   bits 4..5
+//   bytes 8..11: low nibble = scale[4..7] bits 0..3, high nibble = min[4..7] bits 0..3
+void UnpackScaleMinK4(const uint8_t* packed, int j, uint8_t* scale, uint8_t* min);
+void PackScaleMinK4(const uint8_t* scales, const uint8_t* mins, uint8_t* packed);
+
+}  // namespace kvserve::quant_internal

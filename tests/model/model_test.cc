@@ -1,0 +1,177 @@
+// Model::Forward as a specification: batching and chunking never change the numbers, and bad
+// files or batches are clear errors.
+#include "model/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "engine/synthetic_model.h"
+#include "kv/block_pool.h"
+
+namespace kvserve {
+namespace {
+
+std::unique_ptr<Model> MakeModel(SyntheticModelSpec spec, int max_batch_tokens = 64) {
+  auto writer = BuildSyntheticModel(spec);
+  EXPECT_TRUE(writer.ok()) << writer.status().ToString();
+  auto file = GgufFile::FromBytes(*writer->WriteToBytes());
+  EXPECT_TRUE(file.ok()) << file.status().ToString();
+  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch_tokens, 0});
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return std::move(model).value();
+}
+
+SyntheticModelSpec SmallSpec(const char* arch) {
+  SyntheticModelSpec s;
+  s.arch = arch;
+  s.num_layers = 2;
+  s.hidden = 64;
+  s.num_heads = 4;
+  s.num_kv_heads = 2;
+  s.ffn = 96;
+  s.tokenizer = MakeSyntheticSpec(300);
+  return s;
+}
+
+std::vector<TokenId> Tokens(int n, int salt) {
+  std::vector<TokenId> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 37 + salt * 11 + 5) % 300;
+  return t;
+}
+
+double MaxRelDiff(const float* a, const float* b, size_t n) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < n; ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+    ref = std::max(ref, std::fabs(static_cast<double>(b[i])));
+  }
+  return err / ref;
+}
+
+struct Seq {
+  std::vector<BlockId> blocks;
+};
+
+class ForwardTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    model_ = MakeModel(SmallSpec(GetParam()));
+    const KvLayout layout = model_->MakeKvLayout(4, KvDtype::kF16, KvDtype::kF16);
+    kv_ = std::make_unique<KvStorage>(layout, 64);
+    pool_ = std::make_unique<BlockPool>(64);
+  }
+  std::vector<BlockId> Blocks(int tokens) {
+    std::vector<BlockId> b;
+    EXPECT_TRUE(pool_->AllocateN((tokens + 3) / 4, &b));
+    return b;
+  }
+  // Logits of the last token after feeding `ids` in chunks of `chunk`.
+  std::vector<float> RunAlone(const std::vector<TokenId>& ids, int chunk) {
+    std::vector<BlockId> blocks = Blocks(static_cast<int>(ids.size()));
+    std::vector<float> logits(model_->config().vocab);
+    for (size_t b = 0; b < ids.size(); b += chunk) {
+      const size_t e = std::min(ids.size(), b + chunk);
+      ForwardBatch batch;
+      batch.AddSequence(blocks, static_cast<int>(b),
+                        std::span<const TokenId>(ids).subspan(b, e - b), true);
+      EXPECT_TRUE(model_->Forward(batch, *kv_, threads_, logits.data()).ok());
+    }
+    for (BlockId blk : blocks) pool_->Release(blk);
+    return logits;
+  }
+
+  ThreadPool threads_{2};
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvStorage> kv_;
+  std::unique_ptr<BlockPool> pool_;
+};
+
+TEST_P(ForwardTest, ChunkedPrefillEqualsOneShot) {
+  const std::vector<TokenId> ids = Tokens(23, 1);
+  const std::vector<float> whole = RunAlone(ids, 23);
+  for (int chunk : {1, 4, 7}) {
+    const std::vector<float> parts = RunAlone(ids, chunk);
+    // Bit-identical: no kernel's result depends on how tokens are grouped into batches.
+    EXPECT_EQ(MaxRelDiff(parts.data(), whole.data(), whole.size()), 0.0) << "chunk " << chunk;
+  }
+}
+
+TEST_P(ForwardTest, OneBatchOfSeveralSequencesEqualsEachAlone) {
+  const int vocab = model_->config().vocab;
+  const std::vector<TokenId> a = Tokens(9, 2), b = Tokens(17, 3), c = Tokens(5, 4);
+  const std::vector<float> la = RunAlone(a, 9), lb = RunAlone(b, 17), lc = RunAlone(c, 5);
+  // Sequence b has its first 12 tokens cached already; a and c start fresh.
+  std::vector<BlockId> ba = Blocks(9), bb = Blocks(17), bc = Blocks(5);
+  {
+    ForwardBatch pre;
+    pre.AddSequence(bb, 0, std::span<const TokenId>(b).first(12), false);
+    std::vector<float> unused(vocab);
+    ASSERT_TRUE(model_->Forward(pre, *kv_, threads_, unused.data()).ok());
+  }
+  ForwardBatch batch;
+  batch.AddSequence(ba, 0, a, true);
+  batch.AddSequence(bb, 12, std::span<const TokenId>(b).subspan(12), true);
+  batch.AddSequence(bc, 0, c, true);
+  std::vector<float> logits(3 * vocab);
+  ASSERT_TRUE(model_->Forward(batch, *kv_, threads_, logits.data()).ok());
+  EXPECT_EQ(MaxRelDiff(logits.data(), la.data(), vocab), 0.0);
+  EXPECT_EQ(MaxRelDiff(logits.data() + vocab, lb.data(), vocab), 0.0);
+  EXPECT_EQ(MaxRelDiff(logits.data() + 2 * vocab, lc.data(), vocab), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest, ::testing::Values("llama", "qwen2", "qwen3"));
+
+TEST(ModelLoad, UnsupportedArchitectureIsNamed) {
+  GgufWriter w;
+  w.SetString("general.architecture", "mamba");
+  auto file = GgufFile::FromBytes(*w.WriteToBytes());
+  ASSERT_TRUE(file.ok());
+  auto model = Model::Load(std::move(file).value(), ModelOptions{});
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(model.status().message().find("'mamba'"), std::string::npos);
+  EXPECT_NE(model.status().message().find("qwen3"), std::string::npos);
+}
+
+TEST(ModelLoad, MissingTensorIsNamed) {
+  // A llama-shaped file relabelled qwen2 lacks the qwen2 Q/K/V biases.
+  auto writer = BuildSyntheticModel(SmallSpec("llama"));
+  ASSERT_TRUE(writer.ok());
+  writer->SetString("general.architecture", "qwen2");
+  const std::pair<const char*, uint32_t> keys[] = {
+      {"block_count", 2}, {"embedding_length", 64}, {"feed_forward_length", 96},
+      {"attention.head_count", 4}, {"attention.head_count_kv", 2}};
+  for (const auto& [key, value] : keys) writer->SetUint32(std::string("qwen2.") + key, value);
+  auto file = GgufFile::FromBytes(*writer->WriteToBytes());
+  ASSERT_TRUE(file.ok());
+  auto model = Model::Load(std::move(file).value(), ModelOptions{});
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(model.status().message().find("blk.0.attn_q.bias"), std::string::npos)
+      << model.status().ToString();
+}
+
+TEST(ModelForward, RejectsOutOfVocabularyTokensAndOverlongSequences) {
+  auto model = MakeModel(SmallSpec("llama"));
+  KvStorage kv(model->MakeKvLayout(4, KvDtype::kF16, KvDtype::kF16), 8);
+  ThreadPool threads(1);
+  std::vector<BlockId> blocks = {BlockId(0), BlockId(1)};
+  std::vector<float> logits(model->config().vocab);
+  ForwardBatch bad_token;
+  const std::vector<TokenId> ids = {1, 300};
+  bad_token.AddSequence(blocks, 0, ids, true);
+  Status st = model->Forward(bad_token, kv, threads, logits.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("300"), std::string::npos);
+
+  ForwardBatch uncovered;
+  const std::vector<TokenId> nine(9, 1);
+  uncovered.AddSequence(blocks, 0, nine, true);  // 9 slots, 2 blocks of 4
+  EXPECT_EQ(model->Forward(uncovered, kv, threads, logits.data()).code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvserve

@@ -1,0 +1,509 @@
+#!/usr/bin/python3
+"""kvserve's numerics against an independent float64 numpy reference (tools/reference/).
+
+Run by CTest (label `reference`):
+  /usr/bin/python3 tests/model/reference/test_reference.py --kvserve build/kvserve
+or with KVSERVE_BIN set. Without a kvserve binary only the reference self-tests run (the kvserve
+tests are skipped).
+
+What is checked:
+  * the reference's own GGUF reader and dequantizers (golden values recorded once from gguf-py,
+    and files written by llama.cpp's gguf-py GGUFWriter in tests/data/models/);
+  * the reference's own conventions: incremental (KV-cached) == full forward, and the llama
+    file convention (adjacent-pair rope on converter-permuted Q/K rows) == HF's rotate-half rope
+    on the un-permuted weights;
+  * kvserve `logits` vs the reference on synthetic models from `kvserve make-model` (MHA, GQA,
+    MQA, qwen2 biases, qwen3 q/k norms with head_dim != hidden/heads) x (F32, F16, Q8_0, Q4_K)
+    x (f32, default f16 KV cache), with the metric max|ours - ref| / max|ref| over all logits;
+  * `--chunk 1 / 5 / full` give the same logits; greedy `kvserve run` ids equal the reference's;
+  * kvserve and the reference on the gguf-py fixture files, and both against llama.cpp's own
+    logits for those files where tests/data/models/*.llamacpp_logits.npy exist.
+At the end a table (model, weights, kv dtype, max rel error, bound) is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tools" / "reference"))
+import gguf_ref  # noqa: E402
+import ref_model  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+FIXTURES = REPO / "tests" / "data" / "models"
+KVSERVE = os.environ.get("KVSERVE_BIN")  # replaced by --kvserve
+THREADS = "2"
+
+# Relative-error bounds, by weight type, for an f32 KV cache and for the default (f16) one.
+BOUND_F32_KV = {"F32": 1e-4, "F16": 1e-3, "Q8_0": 3e-2, "Q4_K": 3e-2, "mixed": 3e-2}
+BOUND_F16_KV = {"F32": 5e-3, "F16": 5e-3, "Q8_0": 3e-2, "Q4_K": 3e-2, "mixed": 3e-2}
+CHUNK_BOUND = 1e-5
+# llama.cpp (f32 KV cache) vs the float64 reference. On all-F32 files llama.cpp computes in f32
+# throughout, so the two must agree to float32 rounding; on the mixed Q8_0/F16 files llama.cpp
+# quantizes activations (q8_0 for Q8_0 weights, f16 for F16 weights): quantized-weights bound.
+LLAMACPP_BOUND = {"F32": 1e-5, "mixed": 3e-2}
+# ... and with the reference rounding matmul inputs as ggml does (Transformer(ggml_activations=
+# True)) the mixed files agree closely too (measured 4e-5 and 1e-7).
+LLAMACPP_GGML_ACT_BOUND = 1e-3
+
+
+def fixture_weights(path: Path) -> str:
+    """The weight class of a gguf-py fixture: "F32" (all tensors f32) or "mixed"."""
+    return "F32" if path.stem.endswith("-f32") else "mixed"
+
+RESULTS: list = []  # rows: (model, weights, kv, what, rel_err, bound)
+
+# Synthetic model shapes. hidden, ffn and q_dim are multiples of 256 so Q4_K applies everywhere.
+SYNTHETIC = {
+    "llama-mha": dict(arch="llama", layers=2, hidden=256, heads=4, kv_heads=4, ffn=512, vocab=384),
+    "llama-gqa": dict(arch="llama", layers=2, hidden=256, heads=8, kv_heads=2, ffn=512, vocab=384),
+    "llama-mqa": dict(arch="llama", layers=2, hidden=256, heads=8, kv_heads=1, ffn=512, vocab=384),
+    # Not tied: make-model's embeddings have std ~1, so tied logits are dominated by the input
+    # token's self-similarity (greedy repeats it). Tying is covered by the gguf-py fixtures.
+    "qwen2-bias": dict(arch="qwen2", layers=2, hidden=256, heads=8, kv_heads=2, ffn=512,
+                       vocab=320),
+    "qwen3-qknorm": dict(arch="qwen3", layers=2, hidden=256, heads=4, kv_heads=2, ffn=512,
+                         vocab=448, head_dim=128),
+}
+WEIGHT_TYPES = ["F32", "F16", "Q8_0", "Q4_K"]
+N_PROMPT = 32
+N_GREEDY = 16
+
+
+def rel_err(ours: np.ndarray, ref: np.ndarray) -> float:
+    """max |ours - ref| / max |ref| over all entries."""
+    return float(np.max(np.abs(ours.astype(np.float64) - ref)) / np.max(np.abs(ref)))
+
+
+def prompt_ids(vocab: int, seed: int, n: int = N_PROMPT) -> list:
+    rng = np.random.default_rng(seed)
+    return [int(t) for t in rng.integers(3, vocab, size=n)]
+
+
+def run_kvserve(*args, timeout=120) -> subprocess.CompletedProcess:
+    cmd = [KVSERVE, *[str(a) for a in args]]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise AssertionError(f"command failed (rc {p.returncode}): {' '.join(cmd)}\n"
+                             f"stdout: {p.stdout[-2000:]}\nstderr: {p.stderr[-2000:]}")
+    return p
+
+
+def kvserve_logits(model: Path, ids: list, vocab: int, out_dir: Path, *extra) -> np.ndarray:
+    out = out_dir / f"logits-{os.getpid()}-{time.monotonic_ns()}.bin"
+    run_kvserve("logits", "--model", model, "--ids", ",".join(map(str, ids)), "--out", out,
+                "--threads", THREADS, *extra)
+    raw = np.fromfile(out, dtype="<f4")
+    out.unlink()
+    if raw.size != len(ids) * vocab:
+        raise AssertionError(f"{out}: {raw.size} floats, expected {len(ids)} x {vocab}")
+    return raw.reshape(len(ids), vocab)
+
+
+def first_bad_position(ours: np.ndarray, ref: np.ndarray) -> str:
+    """Names the position where the per-row error is largest, to help diagnosis."""
+    per_row = np.max(np.abs(ours - ref), axis=1) / np.max(np.abs(ref))
+    worst = int(np.argmax(per_row))
+    return (f"worst position {worst} (row rel err {per_row[worst]:.3g}); row errors by position: "
+            + " ".join(f"{e:.2g}" for e in per_row[:12]) + (" ..." if len(per_row) > 12 else ""))
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference's own correctness.
+
+
+class ReaderTest(unittest.TestCase):
+    def test_dequantizers_match_golden_values(self):
+        golden = np.load(DATA / "dequant_golden.npz")
+        for name, t in gguf_ref.GGML_TYPE_BY_NAME.items():
+            with self.subTest(type=name):
+                raw, want = golden[name + "_raw"], golden[name + "_values"]
+                got = gguf_ref.dequantize(raw, t.type_id)
+                np.testing.assert_array_equal(got, want)
+
+    def test_reads_gguf_py_fixtures(self):
+        files = sorted(FIXTURES.glob("gguf-py-*.gguf"))
+        self.assertGreaterEqual(len(files), 3)
+        for path in files:
+            with self.subTest(file=path.name):
+                f = gguf_ref.GGUFFile(str(path))
+                arch = f.metadata["general.architecture"]
+                self.assertIn(arch, ("llama", "qwen2", "qwen3"))
+                self.assertEqual(f.version, 3)
+                self.assertEqual(f.metadata["tokenizer.ggml.model"], "llama")
+                n_vocab = len(f.metadata["tokenizer.ggml.tokens"])
+                self.assertEqual(len(f.metadata["tokenizer.ggml.scores"]), n_vocab)
+                self.assertEqual(f.tensors["token_embd.weight"].dims[1], n_vocab)
+                self.assertEqual(f.data_offset % f.alignment, 0)
+                for name in f.tensors:
+                    self.assertTrue(np.all(np.isfinite(f.tensor(name))), name)
+
+    def test_reads_every_value_type_nested_arrays_and_alignment(self):
+        """A GGUF v2 file assembled by hand, byte by byte, from the format description."""
+        def s(text):
+            b = text.encode()
+            return struct.pack("<Q", len(b)) + b
+
+        kvs = [  # (key, type id, encoded value, expected python value)
+            ("u8", 0, struct.pack("<B", 200), 200), ("i8", 1, struct.pack("<b", -5), -5),
+            ("u16", 2, struct.pack("<H", 65000), 65000), ("i16", 3, struct.pack("<h", -300), -300),
+            ("u32", 4, struct.pack("<I", 4000000000), 4000000000),
+            ("i32", 5, struct.pack("<i", -7), -7), ("f32", 6, struct.pack("<f", 0.5), 0.5),
+            ("bool", 7, b"\x01", True), ("str", 8, s("h\u00e9llo"), "h\u00e9llo"),
+            ("u64", 10, struct.pack("<Q", 2**40), 2**40), ("i64", 11, struct.pack("<q", -2**40),
+                                                           -2**40),
+            ("f64", 12, struct.pack("<d", 0.1), 0.1),
+            ("arr.i16", 9, struct.pack("<IQ", 3, 3) + struct.pack("<3h", 1, -2, 3), [1, -2, 3]),
+            ("arr.nested", 9, struct.pack("<IQ", 9, 2)
+             + struct.pack("<IQ", 8, 2) + s("a") + s("bc")
+             + struct.pack("<IQ", 8, 0), [["a", "bc"], []]),
+            ("general.alignment", 4, struct.pack("<I", 64), 64),
+        ]
+        blob = b"GGUF" + struct.pack("<IQQ", 2, 1, len(kvs))
+        for key, vtype, enc, _ in kvs:
+            blob += s(key) + struct.pack("<I", vtype) + enc
+        blob += s("w") + struct.pack("<I", 2) + struct.pack("<QQ", 32, 2)
+        blob += struct.pack("<IQ", 8, 0)  # Q8_0 at offset 0
+        blob += b"\0" * (-len(blob) % 64)
+        data_offset = len(blob)
+        want = np.arange(64, dtype=np.float32).reshape(2, 32) - 20  # exactly representable
+        for row in want:
+            blob += np.float16(1.0).tobytes() + row.astype(np.int8).tobytes()
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "hand.gguf"
+            path.write_bytes(blob)
+            f = gguf_ref.GGUFFile(str(path))
+        self.assertEqual(f.version, 2)
+        for key, vtype, _, value in kvs:
+            self.assertEqual(f.metadata_types[key], vtype, key)
+            if isinstance(value, float):
+                self.assertAlmostEqual(f.metadata[key], value, places=6)
+            else:
+                self.assertEqual(f.metadata[key], value, key)
+        self.assertEqual((f.alignment, f.data_offset), (64, data_offset))
+        self.assertEqual(f.tensors["w"].dims, (32, 2))
+        np.testing.assert_array_equal(f.tensor("w"), want)  # numpy shape (2, 32)
+
+    def test_rejects_bad_magic_and_truncation(self):
+        path = sorted(FIXTURES.glob("gguf-py-*.gguf"))[0]
+        blob = path.read_bytes()
+        with tempfile.TemporaryDirectory() as d:
+            bad = Path(d) / "bad.gguf"
+            bad.write_bytes(b"GGUG" + blob[4:])
+            with self.assertRaises(gguf_ref.GGUFError):
+                gguf_ref.GGUFFile(str(bad))
+            bad.write_bytes(blob[:1000])
+            with self.assertRaises(gguf_ref.GGUFError):
+                gguf_ref.GGUFFile(str(bad))
+
+
+class ReferenceModelTest(unittest.TestCase):
+    def test_incremental_forward_equals_full_forward(self):
+        for path in sorted(FIXTURES.glob("gguf-py-*.gguf")):
+            with self.subTest(file=path.name):
+                m = ref_model.Transformer(str(path))
+                ids = prompt_ids(m.config.vocab_size, 5, 12)
+                full = m.logits(ids)                                   # [12, vocab]
+                m.reset()
+                parts = [m.forward(ids[:5]), m.forward(ids[5:6]), m.forward(ids[6:])]
+                np.testing.assert_allclose(np.concatenate(parts), full, rtol=0, atol=1e-10)
+
+    def test_llama_rope_convention_equals_hf_rotate_half(self):
+        """The llama converter permutes Q/K rows so that adjacent-pair rope on the file's
+        weights equals HF's rotate-half (NEOX) rope on the original weights. Undo the
+        permutation and run NEOX rope: the logits must not change."""
+        m = ref_model.Transformer(str(FIXTURES / "gguf-py-llama-gqa.gguf"))
+        c = m.config
+        ids = prompt_ids(c.vocab_size, 6, 16)
+        want = m.logits(ids)
+
+        def unpermute(w, n_head):  # file row (h, i, c) <- HF row (h, c, i)
+            hd = w.shape[0] // n_head
+            return w.reshape(n_head, hd // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
+
+        for layer in m.weights.layers:
+            layer["wq"] = unpermute(layer["wq"], c.n_heads)
+            layer["wk"] = unpermute(layer["wk"], c.n_kv_heads)
+        c.rope_style = "neox"
+        got = m.logits(ids)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9 * np.abs(want).max())
+        # And the pairing matters: adjacent rope on un-permuted weights is a different model.
+        c.rope_style = "adjacent"
+        self.assertGreater(rel_err(m.logits(ids), want), 1e-3)
+
+
+class LlamaCppFixtureTest(unittest.TestCase):
+    """The reference against logits that llama.cpp itself computed for the fixture files."""
+
+    def test_reference_matches_llamacpp(self):
+        files = sorted(FIXTURES.glob("*.llamacpp_logits.npy"))
+        if not files:
+            self.skipTest("no llama.cpp logits recorded")
+        ids = json.loads((FIXTURES / "llamacpp_ids.json").read_text())["ids"]
+        for npy in files:
+            model = npy.with_name(npy.name.replace(".llamacpp_logits.npy", ".gguf"))
+            with self.subTest(file=model.name):
+                theirs = np.load(npy)
+                ref = ref_model.Transformer(str(model)).logits(ids)
+                err = rel_err(theirs, ref)
+                wclass = fixture_weights(model)
+                RESULTS.append((model.stem, wclass, "f32", "llama.cpp vs reference", err,
+                                LLAMACPP_BOUND[wclass]))
+                self.assertLessEqual(err, LLAMACPP_BOUND[wclass], first_bad_position(theirs, ref))
+                if wclass == "F32":
+                    np.testing.assert_array_equal(theirs.argmax(1), ref.argmax(1))
+                else:
+                    emu = ref_model.Transformer(str(model), ggml_activations=True).logits(ids)
+                    err = rel_err(theirs, emu)
+                    RESULTS.append((model.stem, wclass, "f32", "llama.cpp vs ref+ggml act.", err,
+                                    LLAMACPP_GGML_ACT_BOUND))
+                    self.assertLessEqual(err, LLAMACPP_GGML_ACT_BOUND,
+                                         first_bad_position(theirs, emu))
+
+
+# ----------------------------------------------------------------------------------------------
+# kvserve against the reference.
+
+
+def require_kvserve():
+    """KVSERVE is set by main() after import, so the skip is decided at run time."""
+    if not KVSERVE:
+        raise unittest.SkipTest("no kvserve binary (--kvserve or KVSERVE_BIN)")
+
+
+class KvserveSyntheticTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_kvserve()
+        cls.tmp = tempfile.TemporaryDirectory(prefix="kvserve-ref-")
+        cls.dir = Path(cls.tmp.name)
+        cls.models = {}  # (name, type) -> (path, Transformer)
+        for seed, (name, shape) in enumerate(SYNTHETIC.items()):
+            for wtype in WEIGHT_TYPES:
+                path = cls.dir / f"{name}-{wtype}.gguf"
+                args = ["make-model", "--out", path, "--arch", shape["arch"],
+                        "--layers", shape["layers"], "--hidden", shape["hidden"],
+                        "--heads", shape["heads"], "--kv-heads", shape["kv_heads"],
+                        "--ffn", shape["ffn"], "--vocab", shape["vocab"], "--type", wtype,
+                        "--seed", 100 + seed]
+                if "head_dim" in shape:
+                    args += ["--head-dim", shape["head_dim"]]
+                if shape.get("tie"):
+                    args += ["--tie-embeddings"]
+                try:
+                    run_kvserve(*args)
+                    cls.models[(name, wtype)] = path
+                except AssertionError as e:  # reported by each test that needs this model
+                    cls.models[(name, wtype)] = e
+        cls.ref_cache = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def model(self, name, wtype) -> Path:
+        path = self.models[(name, wtype)]
+        if isinstance(path, Exception):
+            self.fail(f"make-model failed for {name} {wtype}: {path}")
+        return path
+
+    def reference(self, name, wtype):
+        key = (name, wtype)
+        if key not in self.ref_cache:
+            self.ref_cache[key] = ref_model.Transformer(str(self.models[key]))
+        return self.ref_cache[key]
+
+    def test_make_model_writes_what_was_asked(self):
+        for name, wtype in self.models:
+            with self.subTest(model=name, type=wtype):
+                f = gguf_ref.GGUFFile(str(self.model(name, wtype)))
+                shape = SYNTHETIC[name]
+                c = ref_model.Config.from_gguf(f)
+                self.assertEqual(c.arch, shape["arch"])
+                self.assertEqual((c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.ffn_dim,
+                                  c.vocab_size),
+                                 (shape["layers"], shape["hidden"], shape["heads"],
+                                  shape["kv_heads"], shape["ffn"], shape["vocab"]))
+                self.assertEqual(c.head_dim, shape.get("head_dim", c.dim // c.n_heads))
+                self.assertEqual(f.tensors["blk.0.ffn_up.weight"].type_name, wtype)
+                self.assertEqual("output.weight" not in f.tensors, bool(shape.get("tie")))
+
+    def test_logits_match_reference(self):
+        for name, wtype in self.models:
+            vocab = SYNTHETIC[name]["vocab"]
+            ids = prompt_ids(vocab, 7)
+            for kv, flags, bounds in [("f32", ["--cache-type-k", "f32", "--cache-type-v", "f32"],
+                                       BOUND_F32_KV), ("f16 (default)", [], BOUND_F16_KV)]:
+                with self.subTest(model=name, type=wtype, kv=kv):
+                    path = self.model(name, wtype)
+                    ref = self.reference(name, wtype).logits(ids)          # [N, vocab]
+                    ours = kvserve_logits(path, ids, vocab, self.dir, *flags)
+                    err = rel_err(ours, ref)
+                    RESULTS.append((name, wtype, kv, "logits", err, bounds[wtype]))
+                    self.assertLessEqual(err, bounds[wtype], f"{name} {wtype} kv={kv}: "
+                                         + first_bad_position(ours, ref))
+
+    def test_chunked_prefill_gives_same_logits(self):
+        """Feeding the prompt in pieces (so later pieces read earlier ones from the paged KV
+        cache, across block boundaries) must not change the logits."""
+        variants = [("chunk 1", ["--chunk", 1]), ("chunk 5", ["--chunk", 5]),
+                    ("chunk 5, block 3", ["--chunk", 5, "--block-size", 3])]
+        for name, wtype in [("llama-gqa", "F32"), ("qwen3-qknorm", "Q4_K")]:
+            vocab = SYNTHETIC[name]["vocab"]
+            ids = prompt_ids(vocab, 8)
+            for kv, flags in [("f32", ["--cache-type-k", "f32", "--cache-type-v", "f32"]),
+                              ("f16 (default)", [])]:
+                full = None
+                for what, extra in variants:
+                    with self.subTest(model=name, type=wtype, kv=kv, variant=what):
+                        path = self.model(name, wtype)
+                        if full is None:  # the unchunked run, once per kv dtype
+                            full = kvserve_logits(path, ids, vocab, self.dir, *flags)
+                        full64 = full.astype(np.float64)
+                        got = kvserve_logits(path, ids, vocab, self.dir, *extra, *flags)
+                        err = rel_err(got, full64)
+                        RESULTS.append((name, wtype, kv, f"{what} vs one call", err,
+                                        CHUNK_BOUND))
+                        self.assertLessEqual(err, CHUNK_BOUND, first_bad_position(got, full64))
+
+    def test_greedy_generation_matches_reference(self):
+        for name in SYNTHETIC:
+            ids = prompt_ids(SYNTHETIC[name]["vocab"], 9, 24)
+            with self.subTest(model=name):
+                path = self.model(name, "F32")
+                m = self.reference(name, "F32")
+                base = ["run", "--model", path, "--prompt-ids", ",".join(map(str, ids)),
+                        "-n", N_GREEDY, "--temp", "0", "--ignore-eos", "--json",
+                        "--threads", THREADS]
+                p = subprocess.run([KVSERVE, *map(str, base), "--cache-type-k", "f32",
+                                    "--cache-type-v", "f32"], capture_output=True, text=True,
+                                   timeout=120)
+                kv = "f32"
+                if p.returncode != 0:  # `run` may not take cache-type flags: use its default
+                    p, kv = run_kvserve(*base), "f16 (default)"
+                lines = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("{")]
+                self.assertTrue(lines, f"no JSON object in output: {p.stdout[-1000:]}")
+                out = json.loads(lines[-1])
+                fed = [int(t) for t in out["prompt_ids"]]
+                self.assertEqual(fed[-len(ids):], ids, "prompt_ids are not the ids we sent")
+                got = [int(t) for t in out["ids"]]
+                want, margins = m.greedy(fed, N_GREEDY)
+                eos = m.file.get("tokenizer.ggml.eos_token_id")
+                if eos is not None and eos in want:  # generation may stop at EOS
+                    cut = want.index(eos)
+                    self.assertIn(got, (want[:cut], want[:cut + 1]))
+                else:
+                    self.assertEqual(len(got), N_GREEDY, f"ids: {got}")
+                    if got != want:
+                        k = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+                        self.fail(f"{name} (kv {kv}): greedy ids differ at step {k}: "
+                                  f"kvserve {got} vs reference {want}; reference top-2 margin "
+                                  f"at that step {margins[k]:.4g}")
+                RESULTS.append((name, "F32", kv, f"greedy {N_GREEDY} ids equal "
+                                f"(min margin {min(margins):.3g})", 0.0, 0.0))
+
+
+class KvserveForeignFileTest(unittest.TestCase):
+    """kvserve on GGUF files written by another tool (llama.cpp's gguf-py GGUFWriter)."""
+
+    @classmethod
+    def setUpClass(cls):
+        require_kvserve()
+
+    def test_logits_match_reference_on_gguf_py_files(self):
+        with tempfile.TemporaryDirectory(prefix="kvserve-ref-") as d:
+            for path in sorted(FIXTURES.glob("gguf-py-*.gguf")):
+                m = ref_model.Transformer(str(path))
+                vocab = m.config.vocab_size
+                ids = prompt_ids(vocab, 10, 28)
+                ref = m.logits(ids)
+                for kv, flags, bounds in [
+                        ("f32", ["--cache-type-k", "f32", "--cache-type-v", "f32"], BOUND_F32_KV),
+                        ("f16 (default)", [], BOUND_F16_KV)]:
+                    with self.subTest(file=path.name, kv=kv):
+                        ours = kvserve_logits(path, ids, vocab, Path(d), *flags)
+                        err = rel_err(ours, ref)
+                        bound = bounds[fixture_weights(path)]
+                        RESULTS.append((path.stem, fixture_weights(path), kv, "logits", err,
+                                        bound))
+                        self.assertLessEqual(err, bound, first_bad_position(ours, ref))
+
+    def test_greedy_run_on_gguf_py_files(self):
+        """`kvserve run` loads these files, tokenizer metadata included; on the all-F32 ones
+        its greedy ids equal the reference's."""
+        for path in sorted(FIXTURES.glob("gguf-py-*.gguf")):
+            with self.subTest(file=path.name):
+                m = ref_model.Transformer(str(path))
+                ids = prompt_ids(m.config.vocab_size, 11, 20)
+                p = run_kvserve("run", "--model", path, "--prompt-ids", ",".join(map(str, ids)),
+                                "-n", 8, "--temp", 0, "--ignore-eos", "--json",
+                                "--threads", THREADS, "--cache-type-k", "f32",
+                                "--cache-type-v", "f32")
+                out = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+                self.assertEqual(len(out["ids"]), 8)
+                if fixture_weights(path) == "F32":
+                    want, margins = m.greedy([int(t) for t in out["prompt_ids"]], 8)
+                    self.assertEqual(out["ids"], want, f"reference margins {margins}")
+
+    def test_logits_match_llamacpp_on_f32_files(self):
+        """On all-F32 files llama.cpp's logits are exact to float32 rounding, so kvserve with an
+        f32 KV cache must match them as closely as it matches the reference."""
+        files = sorted(FIXTURES.glob("*-f32.llamacpp_logits.npy"))
+        if not files:
+            self.skipTest("no llama.cpp logits recorded")
+        ids = json.loads((FIXTURES / "llamacpp_ids.json").read_text())["ids"]
+        with tempfile.TemporaryDirectory(prefix="kvserve-ref-") as d:
+            for npy in files:
+                model = npy.with_name(npy.name.replace(".llamacpp_logits.npy", ".gguf"))
+                with self.subTest(file=model.name):
+                    theirs = np.load(npy).astype(np.float64)
+                    ours = kvserve_logits(model, ids, theirs.shape[1], Path(d),
+                                          "--cache-type-k", "f32", "--cache-type-v", "f32")
+                    err = rel_err(ours, theirs)
+                    RESULTS.append((model.stem, "F32", "f32", "kvserve vs llama.cpp", err,
+                                    BOUND_F32_KV["F32"]))
+                    self.assertLessEqual(err, BOUND_F32_KV["F32"],
+                                         first_bad_position(ours, theirs))
+
+
+def print_table():
+    if not RESULTS:
+        return
+    print("\nnumerics vs the float64 reference (rel err = max|a-b| / max|b| over all logits)")
+    print(f"{'model':30s} {'weights':7s} {'kv':13s} {'check':34s} {'rel err':>9s} {'bound':>7s}")
+    for model, wtype, kv, what, err, bound in RESULTS:
+        ok = "" if err <= bound else "  FAIL"
+        print(f"{model:30s} {wtype:7s} {kv:13s} {what:34s} {err:9.2e} {bound:7.0e}{ok}")
+
+
+def main() -> int:
+    global KVSERVE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kvserve", default=KVSERVE, help="path of the kvserve binary")
+    ap.add_argument("--no-kvserve", action="store_true", help="run only the reference tests")
+    args, rest = ap.parse_known_args()
+    KVSERVE = None if args.no_kvserve else args.kvserve
+    if KVSERVE and not os.access(KVSERVE, os.X_OK):
+        print(f"kvserve binary {KVSERVE} is not executable", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    prog = unittest.main(argv=[sys.argv[0], *rest], exit=False, verbosity=2)
+    print_table()
+    print(f"\n{time.monotonic() - start:.1f} s")
+    return 0 if prog.result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

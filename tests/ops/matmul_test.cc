@@ -1,0 +1,103 @@
+#include "ops/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace kvserve {
+namespace {
+
+struct Quantized {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+Quantized MakeWeights(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> values(rows * cols);
+  for (float& v : values) v = u(rng);
+  Quantized q;
+  const uint64_t row_bytes = *RowBytes(type, cols);
+  q.bytes.resize(row_bytes * rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(QuantizeRow(type, values.data() + r * cols, q.bytes.data() + r * row_bytes, cols));
+  }
+  q.w = WeightMatrix{type, q.bytes.data(), rows, cols, row_bytes};
+  return q;
+}
+
+// Largest error relative to the magnitude of the terms summed: |got - want| / sum |w_rc x_tc|.
+// (Relative to |want| alone a single output near zero, after cancellation, would look huge.)
+double MaxRelError(const WeightMatrix& w, const float* x, int64_t tokens,
+                   const std::vector<float>& got, const std::vector<float>& want) {
+  std::vector<float> row(w.cols);
+  double worst = 0;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeWeightRow(w, r, row.data());
+    for (int64_t t = 0; t < tokens; ++t) {
+      double mag = 0;
+      for (int64_t c = 0; c < w.cols; ++c) mag += std::fabs(row[c] * x[t * w.cols + c]);
+      const double err = std::fabs(static_cast<double>(got[t * w.rows + r]) - want[t * w.rows + r]);
+      worst = std::max(worst, err / std::max(mag, 1e-30));
+    }
+  }
+  return worst;
+}
+
+class MatMulTest : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(MatMulTest, MatchesReferenceOverShapesAndThreadCounts) {
+  const GgmlType type = GetParam();
+  const int64_t block = Traits(type).block_elems;
+  std::mt19937 rng(42);
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t cols : {block, 2 * block, 5 * block, 256 * ((block + 255) / 256) * 3}) {
+      for (int64_t rows : {1, 3, 17, 64}) {
+        Quantized q = MakeWeights(type, rows, cols, rng);
+        for (int64_t tokens : {1, 2, 5, 9}) {
+          std::vector<float> x(tokens * cols);
+          std::uniform_real_distribution<float> u(-1.f, 1.f);
+          for (float& v : x) v = u(rng);
+          std::vector<float> got(tokens * rows), want(tokens * rows);
+          MatMul(q.w, x.data(), tokens, got.data(), pool);
+          MatMulReference(q.w, x.data(), tokens, want.data());
+          ASSERT_LT(MaxRelError(q.w, x.data(), tokens, got, want), 1e-6)
+              << Traits(type).name << " rows=" << rows << " cols=" << cols << " tokens=" << tokens
+              << " threads=" << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
+  const GgmlType type = GetParam();
+  const int64_t cols = 2 * 256, rows = 37, tokens = 9;
+  std::mt19937 rng(3);
+  Quantized q = MakeWeights(type, rows, cols, rng);
+  std::vector<float> x(tokens * cols);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (float& v : x) v = u(rng);
+  ThreadPool pool(2);
+  std::vector<float> batched(tokens * rows), alone(rows);
+  MatMul(q.w, x.data(), tokens, batched.data(), pool);
+  for (int64_t t = 0; t < tokens; ++t) {
+    MatMul(q.w, x.data() + t * cols, 1, alone.data(), pool);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(alone[r], batched[t * rows + r]) << "bit-identical expected, token " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
+                         ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
+                                           GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                           GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K,
+                                           GgmlType::kQ5_K, GgmlType::kQ6_K),
+                         [](const auto& p) { return std::string(Traits(p.param).name); });
+
+}  // namespace
+}  // namespace kvserve

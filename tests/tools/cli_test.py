@@ -1,0 +1,128 @@
+"""Black-box tests of the kvserve command: outputs have the promised shape, and bad input of
+every kind ends in a clear error message and a non-zero exit, never a crash."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+KVSERVE = None
+
+
+def run(*args, check=True):
+    proc = subprocess.run([KVSERVE, *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kvserve {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model = os.path.join(cls.tmp.name, "m.gguf")
+        run("make-model", "--out", cls.model, "--arch", "qwen2", "--layers", "2", "--hidden", "64",
+            "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--vocab", "400", "--type", "Q8_0")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def assert_clean_error(self, proc, *fragments):
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertLess(proc.returncode, 128, "killed by a signal: " + proc.stderr)
+        self.assertIn("error", proc.stderr.lower())
+        for f in fragments:
+            self.assertIn(f, proc.stderr)
+
+    def test_run_json_has_the_promised_fields(self):
+        out = json.loads(run("run", "--prompt", "Once upon a time", "-n", "8", "--temp", "0",
+                             "--json", "--threads", "2").stdout)
+        for key in ("prompt_ids", "ids", "text", "prompt_tokens_per_second",
+                    "generation_tokens_per_second", "finish_reason"):
+            self.assertIn(key, out)
+        self.assertEqual(len(out["ids"]), 8)
+        self.assertGreater(out["generation_tokens_per_second"], 0)
+
+    def test_greedy_run_is_deterministic_and_seeded_sampling_repeats(self):
+        a = json.loads(run("run", "--prompt", "hello", "-n", "6", "--temp", "0", "--json").stdout)
+        b = json.loads(run("run", "--prompt", "hello", "-n", "6", "--temp", "0", "--json",
+                           "--threads", "1").stdout)
+        self.assertEqual(a["ids"], b["ids"])
+        s1 = json.loads(run("run", "--prompt", "hello", "-n", "6", "--seed", "7", "--json").stdout)
+        s2 = json.loads(run("run", "--prompt", "hello", "-n", "6", "--seed", "7", "--json").stdout)
+        self.assertEqual(s1["ids"], s2["ids"])
+
+    def test_run_on_a_file_with_prompt_ids(self):
+        out = json.loads(run("run", "--model", self.model, "--prompt-ids", "1,5,9,13", "-n", "4",
+                             "--temp", "0", "--json").stdout)
+        self.assertEqual(out["prompt_ids"], [1, 5, 9, 13])
+        self.assertEqual(len(out["ids"]), 4)
+
+    def test_detokenize_of_run_output_matches_its_text(self):
+        out = json.loads(run("run", "--model", self.model, "--prompt", "the cat", "-n", "10",
+                             "--temp", "0", "--json").stdout)
+        ids = ",".join(str(i) for i in out["ids"])
+        text = json.loads(run("detokenize", "--model", self.model, "--ids", ids).stdout)["text"]
+        self.assertEqual(text, out["text"])
+
+    def test_inspect_lists_metadata_and_tensors(self):
+        out = run("inspect", self.model).stdout
+        self.assertIn("qwen2.block_count", out)
+        self.assertIn("blk.0.attn_q.bias", out)
+        self.assertIn("Q8_0", out)
+
+    def test_missing_file_is_a_clear_error(self):
+        self.assert_clean_error(run("run", "--model", "/nonexistent/m.gguf", "--prompt", "x",
+                                    check=False), "/nonexistent/m.gguf")
+
+    def test_garbage_file_is_a_clear_error(self):
+        path = os.path.join(self.tmp.name, "garbage.gguf")
+        with open(path, "wb") as f:
+            f.write(b"GGUF" + os.urandom(200))
+        self.assert_clean_error(run("run", "--model", path, "--prompt", "x", check=False))
+        self.assert_clean_error(run("inspect", path, check=False))
+
+    def test_prompt_longer_than_the_context_is_refused(self):
+        proc = run("run", "--model", self.model, "--ctx", "8", "--prompt-ids",
+                   ",".join(["3"] * 20), "-n", "4", check=False)
+        self.assert_clean_error(proc, "exceeds")
+
+    def test_out_of_vocabulary_prompt_id_is_refused(self):
+        proc = run("run", "--model", self.model, "--prompt-ids", "1,400000", check=False)
+        self.assert_clean_error(proc, "400000")
+
+    def test_bad_sampling_values_are_refused(self):
+        proc = run("run", "--prompt", "x", "--top-p", "0", check=False)
+        self.assert_clean_error(proc, "top_p")
+
+    def test_unknown_chat_template_names_the_known_ones(self):
+        proc = run("run", "--prompt", "x", "--chat", "--chat-template", "no-such-template",
+                   check=False)
+        self.assert_clean_error(proc, "chatml")
+
+    def test_bad_cache_type_is_refused(self):
+        self.assert_clean_error(run("run", "--prompt", "x", "--cache-type-k", "q3", check=False))
+
+    def test_invalid_utf8_prompt_does_not_crash(self):
+        path = os.path.join(self.tmp.name, "bad.txt")
+        with open(path, "wb") as f:
+            f.write(b"abc \xff\xfe \xc3( \xe2\x82 end")
+        out = json.loads(run("run", "--prompt-file", path, "-n", "3", "--json").stdout)
+        self.assertEqual(len(out["ids"]), 3)
+
+    def test_f32_and_f16_cache_give_the_same_greedy_start(self):
+        args = ["run", "--model", self.model, "--prompt", "a b c", "-n", "3", "--temp", "0", "--json"]
+        a = json.loads(run(*args, "--cache-type-k", "f32", "--cache-type-v", "f32").stdout)
+        b = json.loads(run(*args).stdout)
+        self.assertEqual(a["ids"][0], b["ids"][0])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kvserve", required=True)
+    args, rest = parser.parse_known_args()
+    KVSERVE = os.path.abspath(args.kvserve)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

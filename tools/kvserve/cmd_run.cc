@@ -1,0 +1,236 @@
+// kvserve run: generate text from a prompt. kvserve logits: dump prompt logits (reference checks).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "engine/generator.h"
+#include "model_source.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve::cli {
+namespace {
+
+struct EngineOptions {
+  std::string model;
+  int threads = 0;
+  std::string cache_type_k = "f16";
+  std::string cache_type_v = "f16";
+  int ctx = 0;
+  int block_size = 16;
+  int batch = 512;
+};
+
+struct RunOptions {
+  EngineOptions engine;
+  std::string prompt, prompt_file, prompt_ids, system, chat_template;
+  int n = 128;
+  float temp = 0.8f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
+  int top_k = 40;
+  int64_t seed = -1;
+  bool chat = false, json = false, ignore_eos = false;
+};
+
+void AddEngineOptions(CLI::App* cmd, EngineOptions& o) {
+  cmd->add_option("-m,--model", o.model, "GGUF model file (default: the embedded model)");
+  cmd->add_option("-t,--threads", o.threads, "Worker threads (default: all hardware threads)");
+  cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type of keys: f16 or f32");
+  cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type of values: f16 or f32");
+  cmd->add_option("-c,--ctx,--max-model-len", o.ctx, "Maximum tokens per sequence (default: model's)");
+  cmd->add_option("--block-size", o.block_size, "Tokens per KV block");
+  cmd->add_option("-b,--batch", o.batch, "Most tokens per forward pass (prefill chunk)");
+}
+
+struct Loaded {
+  std::unique_ptr<Generator> generator;
+  std::optional<Tokenizer> tokenizer;
+};
+
+Loaded Load(const EngineOptions& o, bool need_tokenizer) {
+  auto file = OpenModelFile(o.model);
+  if (!file.ok()) Fail(file.status().ToString());
+  Loaded out;
+  if (need_tokenizer) {
+    auto tok = Tokenizer::FromGguf(*file);
+    if (!tok.ok()) Fail(tok.status().ToString());
+    out.tokenizer.emplace(std::move(tok).value());
+  }
+  ModelOptions mo;
+  mo.max_batch_tokens = o.batch;
+  mo.max_context = o.ctx;
+  auto model = Model::Load(std::move(file).value(), mo);
+  if (!model.ok()) Fail(model.status().ToString());
+  GeneratorConfig gc;
+  gc.num_threads = o.threads;
+  gc.block_size = o.block_size;
+  const auto k = ParseKvDtype(o.cache_type_k);
+  const auto v = ParseKvDtype(o.cache_type_v);
+  if (!k || !v) Fail("--cache-type-k/--cache-type-v must be f16 or f32");
+  gc.k_dtype = *k;
+  gc.v_dtype = *v;
+  auto gen = Generator::Create(std::move(model).value(), gc);
+  if (!gen.ok()) Fail(gen.status().ToString());
+  out.generator = std::move(gen).value();
+  return out;
+}
+
+std::vector<TokenId> ParseIds(const std::string& s) {
+  std::vector<TokenId> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long v = std::stol(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+      ids.push_back(static_cast<TokenId>(v));
+    } catch (const std::exception&) {
+      Fail(fmt::format("'{}' is not a token id (expected comma-separated integers)", item));
+    }
+  }
+  return ids;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail(fmt::format("cannot read '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<TokenId> BuildPrompt(const RunOptions& o, const Tokenizer& tok) {
+  if (!o.prompt_ids.empty()) return ParseIds(o.prompt_ids);
+  std::string text = o.prompt_file.empty() ? o.prompt : ReadFile(o.prompt_file);
+  if (!o.chat) return tok.Encode(text, /*add_special=*/true, /*parse_special=*/false);
+  Result<ChatTemplate> tmpl = !o.chat_template.empty() ? ChatTemplate::FromName(o.chat_template)
+                              : tok.spec().chat_template.empty()
+                                  ? Result<ChatTemplate>(NotFound(
+                                        "the model has no chat template; pass --chat-template NAME"))
+                                  : ChatTemplate::Detect(tok.spec().chat_template);
+  if (!tmpl.ok()) Fail(tmpl.status().ToString());
+  std::vector<ChatMessage> msgs;
+  if (!o.system.empty()) msgs.push_back({"system", o.system});
+  msgs.push_back({"user", text});
+  const std::string bos = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
+  const std::string eos = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
+  auto rendered = tmpl->Render(msgs, /*add_generation_prompt=*/true, bos, eos);
+  if (!rendered.ok()) Fail(rendered.status().ToString());
+  const bool has_bos = !bos.empty() && rendered->rfind(bos, 0) == 0;
+  return tok.Encode(*rendered, /*add_special=*/!has_bos, /*parse_special=*/true);
+}
+
+void RunGenerate(const RunOptions& o) {
+  Loaded l = Load(o.engine, true);
+  const Tokenizer& tok = *l.tokenizer;
+  GenerateRequest req;
+  req.prompt = BuildPrompt(o, tok);
+  req.max_tokens = o.n;
+  req.sampling.temperature = o.temp;
+  req.sampling.top_k = o.top_k;
+  req.sampling.top_p = o.top_p;
+  req.sampling.min_p = o.min_p;
+  req.sampling.repetition_penalty = o.repeat_penalty;
+  if (o.seed >= 0) {
+    req.sampling.seed = static_cast<uint64_t>(o.seed);
+    req.sampling.has_seed = true;
+  }
+  if (!o.ignore_eos) req.stop_ids = tok.spec().eog_ids;
+  StreamingDetokenizer detok(tok);
+  std::string text;
+  auto on_token = [&](TokenId id, const SampleOutput&) {
+    const std::string piece = detok.Push(id);
+    text += piece;
+    if (!o.json) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  auto result = l.generator->Generate(req, on_token);
+  if (!result.ok()) Fail(result.status().ToString());
+  const std::string tail = detok.Flush();
+  text += tail;
+  const double pp = result->prefill_seconds > 0 ? result->prompt_tokens / result->prefill_seconds : 0;
+  const size_t decoded = result->ids.empty() ? 0 : result->ids.size() - 1;
+  const double tg = result->decode_seconds > 0 ? decoded / result->decode_seconds : 0;
+  if (o.json) {
+    nlohmann::json j;
+    j["prompt_ids"] = req.prompt;
+    j["ids"] = result->ids;
+    j["text"] = text;
+    j["finish_reason"] = FinishReasonName(result->finish_reason);
+    j["prompt_tokens"] = result->prompt_tokens;
+    j["generated_tokens"] = result->ids.size();
+    j["prompt_tokens_per_second"] = pp;
+    j["generation_tokens_per_second"] = tg;
+    j["threads"] = l.generator->num_threads();
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    fmt::print("{}\n", tail);
+    fmt::print(stderr, "\n[{} prompt tokens at {:.1f} tok/s, {} generated at {:.1f} tok/s, {}]\n",
+               result->prompt_tokens, pp, result->ids.size(), tg,
+               FinishReasonName(result->finish_reason));
+  }
+}
+
+struct LogitsOptions {
+  EngineOptions engine;
+  std::string ids, out;
+  int chunk = 0;
+};
+
+void RunLogits(const LogitsOptions& o) {
+  Loaded l = Load(o.engine, false);
+  const std::vector<TokenId> ids = ParseIds(o.ids);
+  auto logits = l.generator->PromptLogits(ids, o.chunk);
+  if (!logits.ok()) Fail(logits.status().ToString());
+  std::ofstream f(o.out, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(logits->data()),
+          static_cast<std::streamsize>(logits->size() * sizeof(float)));
+  if (!f) Fail(fmt::format("cannot write '{}'", o.out));
+  fmt::print("{{\"tokens\": {}, \"vocab\": {}}}\n", ids.size(), l.generator->model().config().vocab);
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  AddEngineOptions(cmd, o->engine);
+  auto* p = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  auto* pf = cmd->add_option("-f,--prompt-file", o->prompt_file, "Read the prompt from a file");
+  auto* pi = cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids");
+  p->excludes(pf)->excludes(pi);
+  pf->excludes(pi);
+  cmd->add_option("-n,--n-predict", o->n, "Tokens to generate");
+  cmd->add_option("--temp", o->temp, "Temperature (0 = greedy)");
+  cmd->add_option("--top-k", o->top_k, "Top-k (0 = off)");
+  cmd->add_option("--top-p", o->top_p, "Top-p (1 = off)");
+  cmd->add_option("--min-p", o->min_p, "Min-p (0 = off)");
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1 = off)");
+  cmd->add_option("-s,--seed", o->seed, "Random seed (default: random)");
+  cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message in the chat template");
+  cmd->add_option("--system", o->system, "System message (with --chat)");
+  cmd->add_option("--chat-template", o->chat_template, "Chat template name (overrides the model's)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
+  cmd->callback([o] { RunGenerate(*o); });
+}
+
+void AddLogitsCommand(CLI::App& app) {
+  auto o = std::make_shared<LogitsOptions>();
+  CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every prompt position (float32, [n, vocab])");
+  AddEngineOptions(cmd, o->engine);
+  cmd->add_option("--ids", o->ids, "Comma-separated token ids")->required();
+  cmd->add_option("--out", o->out, "Output file")->required();
+  cmd->add_option("--chunk", o->chunk, "Tokens per forward pass (0 = as many as fit)");
+  cmd->callback([o] { RunLogits(*o); });
+}
+
+}  // namespace kvserve::cli
