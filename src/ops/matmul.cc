@@ -1,8 +1,12 @@
 #include "ops/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
+#include "ops/act_quant.h"
+#include "ops/matmul_kernels.h"
 #include "ops/simd.h"
 
 namespace kvserve {
@@ -15,6 +19,28 @@ using simd::VecF;
 constexpr int64_t kRowTile = 16;   // rows dequantized together
 constexpr int64_t kMicroRows = 4;  // micro-kernel: 4 rows x 4 tokens
 constexpr int64_t kMicroTokens = 4;
+
+kernels::KernelTable MakeTable(std::string_view isa) {
+  kernels::KernelTable t;
+  if (isa == "generic") return t;
+  if (isa != "avx2" && kernels::InitAvx512(t)) return t;
+  kernels::InitAvx2(t);
+  return t;
+}
+
+kernels::KernelTable& Table() {
+  static kernels::KernelTable table = [] {
+    const char* env = std::getenv("KVSERVE_ISA");
+    return MakeTable(env != nullptr ? env : "best");
+  }();
+  return table;
+}
+
+template <typename T>
+T* ScratchOf(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
 
 std::vector<float>& ThreadScratch(size_t n) {
   thread_local std::vector<float> scratch;
@@ -57,7 +83,7 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t num_tokens, float
     if (w.type == GgmlType::kF32) {
       rows = reinterpret_cast<const float*>(w.row(rt));
     } else {
-      for (int64_t i = 0; i < nrows; ++i) DequantizeRow(w.type, w.row(rt + i), tile + i * w.cols, w.cols);
+      for (int64_t i = 0; i < nrows; ++i) DequantizeWeightRow(w, rt + i, tile + i * w.cols);
       rows = tile;
     }
     for (int64_t t = 0; t < num_tokens; t += kMicroTokens) {
@@ -73,11 +99,71 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t num_tokens, float
 
 }  // namespace
 
+std::string_view MatMulIsa() { return Table().isa; }
+
+bool SetMatMulIsa(std::string_view isa) {
+  if (isa != "generic" && isa != "avx2" && isa != "avx512" && isa != "best") return false;
+  kernels::KernelTable t = MakeTable(isa);
+  if (isa == "avx512" && std::string_view(t.isa) != "avx512-vnni") return false;
+  if (isa == "avx2" && std::string_view(t.isa) != "avx2") return false;
+  Table() = t;
+  return true;
+}
+
 void DequantizeWeightRow(const WeightMatrix& w, int64_t r, float* out) {
+  if (w.type == GgmlType::kF16 && Table().f16_to_f32 != nullptr) {
+    Table().f16_to_f32(reinterpret_cast<const uint16_t*>(w.row(r)), out, w.cols);
+    return;
+  }
   DequantizeRow(w.type, w.row(r), out, w.cols);
 }
 
+namespace {
+
+// Integer paths: quantize the activations once, then each thread takes a share of the rows.
+bool MatMulQ8_0(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
+                ThreadPool& pool) {
+  const kernels::KernelTable& k = Table();
+  if (k.q8_0 == nullptr || w.cols % 32 != 0) return false;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d;
+  ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 32), w.cols};
+  QuantizeActQ8_0(x, num_tokens, act);
+  const kernels::PanelArgs args{&w, num_tokens, y};
+  pool.ParallelFor(w.rows, [&](int64_t r0, int64_t r1) { k.q8_0(args, act, r0, r1); }, 4);
+  return true;
+}
+
+bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, const float* x,
+               int64_t num_tokens, float* y, ThreadPool& pool) {
+  if (panel == nullptr || w.cols % 256 != 0) return false;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d;
+  thread_local std::vector<int32_t> bsum;
+  ActQ8K act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 256),
+             ScratchOf(bsum, num_tokens * w.cols / 32), w.cols};
+  QuantizeActQ8K(x, num_tokens, act);
+  const kernels::PanelArgs args{&w, num_tokens, y};
+  pool.ParallelFor(w.rows, [&](int64_t r0, int64_t r1) { panel(args, act, r0, r1); }, 4);
+  return true;
+}
+
+}  // namespace
+
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
+  switch (w.type) {
+    case GgmlType::kQ8_0:
+      if (MatMulQ8_0(w, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kQ4_K:
+      if (MatMulQ8K(w, Table().q4_k, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kQ6_K:
+      if (MatMulQ8K(w, Table().q6_k, x, num_tokens, y, pool)) return;
+      break;
+    default:
+      break;
+  }
   pool.ParallelFor(
       w.rows, [&](int64_t r0, int64_t r1) { MatMulRows(w, x, num_tokens, y, r0, r1); }, kRowTile);
 }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "quant/types.h"
 #include "util/thread_pool.h"
@@ -32,6 +33,18 @@ struct WeightMatrix {
 // Batch invariance: y[t, :] is bit-identical whatever num_tokens is and whatever the other rows
 // of x hold (tests check it), so batching never changes a sequence's numbers.
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool);
+
+// Q8_0, Q4_K and Q6_K weights take an integer path: the activations are quantized per token
+// (ActQ8_0 / ActQ8K, see act_quant.h) and multiplied in integer arithmetic with SIMD kernels
+// chosen at run time (AVX-512 VNNI, AVX2, or the portable float path). Other types, and CPUs
+// without those instructions, dequantize tiles of rows to floats.
+
+// The instruction set in use: "avx512-vnni", "avx2" or "generic". The KVSERVE_ISA environment
+// variable (generic, avx2, avx512) caps it at start-up.
+std::string_view MatMulIsa();
+// Switches the kernels ("generic", "avx2", "avx512", "best"); false if the CPU lacks it. For
+// tests and benchmarks; not thread-safe against running matmuls.
+bool SetMatMulIsa(std::string_view isa);
 
 // Reference: dequantize every row and take plain dot products (tests compare against it).
 void MatMulReference(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y);

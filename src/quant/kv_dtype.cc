@@ -7,6 +7,11 @@
 
 #include "util/fp16.h"
 
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#define KVSERVE_KV_F16C 1
+#endif
+
 namespace kvserve {
 
 std::string_view KvDtypeName(KvDtype dtype) {
@@ -41,7 +46,14 @@ void StoreKvVector(KvDtype dtype, const float* src, int head_dim, void* dst) {
       return;
     case KvDtype::kF16: {
       auto* out = static_cast<uint16_t*>(dst);
-      for (int i = 0; i < head_dim; ++i) out[i] = F32ToF16(src[i]);
+      int i = 0;
+#ifdef KVSERVE_KV_F16C
+      for (; i + 8 <= head_dim; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+      }
+#endif
+      for (; i < head_dim; ++i) out[i] = F32ToF16(src[i]);
       return;
     }
   }
@@ -54,7 +66,14 @@ void LoadKvVector(KvDtype dtype, const void* src, int head_dim, float* dst) {
       return;
     case KvDtype::kF16: {
       const auto* in = static_cast<const uint16_t*>(src);
-      for (int i = 0; i < head_dim; ++i) dst[i] = F16ToF32(in[i]);
+      int i = 0;
+#ifdef KVSERVE_KV_F16C
+      for (; i + 8 <= head_dim; i += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+      }
+#endif
+      for (; i < head_dim; ++i) dst[i] = F16ToF32(in[i]);
       return;
     }
   }

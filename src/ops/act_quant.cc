@@ -1,0 +1,49 @@
+#include "ops/act_quant.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvserve {
+namespace {
+
+// Quantizes n values with scale amax / 127; returns the scale. Round half away from zero.
+float QuantizeBlock(const float* x, int64_t n, int8_t* q) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.f;
+  const float id = d > 0.f ? 1.f / d : 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::clamp(std::round(x[i] * id), -127.f, 127.f);
+    q[i] = static_cast<int8_t>(v);
+  }
+  return d;
+}
+
+}  // namespace
+
+void QuantizeActQ8_0(const float* x, int64_t num_tokens, ActQ8_0& out) {
+  const int64_t nb = out.cols / 32;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t off = t * out.cols + b * 32;
+      out.d[t * nb + b] = QuantizeBlock(x + off, 32, out.q + off);
+    }
+  }
+}
+
+void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out) {
+  const int64_t nsb = out.cols / 256;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t s = 0; s < nsb; ++s) {
+      const int64_t off = t * out.cols + s * 256;
+      out.d[t * nsb + s] = QuantizeBlock(x + off, 256, out.q + off);
+      for (int j = 0; j < 8; ++j) {
+        int32_t sum = 0;
+        for (int k = 0; k < 32; ++k) sum += out.q[off + j * 32 + k];
+        out.bsum[(t * nsb + s) * 8 + j] = sum;
+      }
+    }
+  }
+}
+
+}  // namespace kvserve

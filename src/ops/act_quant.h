@@ -1,0 +1,30 @@
+// Activations quantized on the fly for integer dot products with quantized weights.
+//
+// ActQ8_0 pairs with Q8_0 weights: per token, blocks of 32 int8 with one float scale
+// (x ≈ d * q, q in [-127, 127]). ActQ8K pairs with K-quant weights: super-blocks of 256 int8 with
+// one float scale, plus the integer sum of every 32 values (for the weights' min terms).
+// Quantization is per token, so a token's result never depends on the rest of the batch.
+#pragma once
+
+#include <cstdint>
+
+namespace kvserve {
+
+struct ActQ8_0 {
+  int8_t* q = nullptr;  // [num_tokens, cols]
+  float* d = nullptr;   // [num_tokens, cols / 32]
+  int64_t cols = 0;
+};
+
+struct ActQ8K {
+  int8_t* q = nullptr;      // [num_tokens, cols]
+  float* d = nullptr;       // [num_tokens, cols / 256]
+  int32_t* bsum = nullptr;  // [num_tokens, cols / 32] sum of each 32 q values
+  int64_t cols = 0;
+};
+
+// REQUIRES: cols % 32 == 0 (ActQ8_0), cols % 256 == 0 (ActQ8K); buffers sized as above.
+void QuantizeActQ8_0(const float* x, int64_t num_tokens, ActQ8_0& out);
+void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out);
+
+}  // namespace kvserve

@@ -1,0 +1,258 @@
+// AVX2 + FMA + F16C matmul panels. Compiled with those target flags; only called after a
+// run-time CPU check (InitAvx2).
+#include <immintrin.h>
+
+#include "ops/matmul_kernels.h"
+
+namespace kvserve::kernels {
+namespace {
+
+constexpr int kRows = 4;
+constexpr int kTokens = 4;
+
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+inline float HorizontalSum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+// --- Q8_0 ------------------------------------------------------------------------------------
+// NOTE: maddubs multiplies unsigned by signed bytes into saturating int16 pairs; |w| times
+// x carrying w's sign keeps every pair under 2 * 127 * 127 < 32767, so nothing saturates
+// (Q8_0 values lie in [-127, 127]).
+
+template <int NR, int NT>
+void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
+              int64_t y_stride) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT][NR];
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) acc[t][i] = _mm256_setzero_ps();
+  const int64_t xnb = x.cols / 32;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i w[NR], aw[NR];
+    float dw[NR];
+    for (int i = 0; i < NR; ++i) {
+      w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i][b].qs));
+      aw[i] = _mm256_sign_epi8(w[i], w[i]);
+      dw[i] = Half(rows[i][b].d);
+    }
+    for (int t = 0; t < NT; ++t) {
+      const __m256i xv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t0 + t) * x.cols + b * 32));
+      const float dx = x.d[(t0 + t) * xnb + b];
+      for (int i = 0; i < NR; ++i) {
+        const __m256i p16 = _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(xv, w[i]));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        acc[t][i] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw[i] * dx), acc[t][i]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = HorizontalSum(acc[t][i]);
+}
+
+template <int NR>
+void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
+  const WeightMatrix& w = *a.w;
+  const BlockQ8_0* rows[NR];
+  for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ8_0*>(w.row(r + i));
+  const int64_t nb = w.cols / 32;
+  int64_t t = 0;
+  for (; t + kTokens <= a.num_tokens; t += kTokens) {
+    Q8_0Tile<NR, kTokens>(rows, nb, x, t, a.y + t * w.rows + r, w.rows);
+  }
+  for (; t < a.num_tokens; ++t) Q8_0Tile<NR, 1>(rows, nb, x, t, a.y + t * w.rows + r, w.rows);
+}
+
+void Q8_0PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + kRows <= r1; r += kRows) Q8_0Rows<kRows>(a, x, r);
+  for (; r < r1; ++r) Q8_0Rows<1>(a, x, r);
+}
+
+// --- Q4_K ------------------------------------------------------------------------------------
+
+inline void Q4KScales(const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    m[j] = s[j + 4] & 63;
+    sc[j + 4] = (s[j + 8] & 0xF) | ((s[j] >> 6) << 4);
+    m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+  }
+}
+
+struct Q4KSuper {
+  __m256i lo[4], hi[4];       // unpacked 4-bit values of each 64-value chunk
+  __m256i sc_lo[4], sc_hi[4];  // their sub-block scales as int16
+  float d;
+  float min_terms[8];
+};
+
+inline void LoadQ4K(const BlockQ4_K& blk, Q4KSuper& s) {
+  uint8_t sc[8], m[8];
+  Q4KScales(blk.scales, sc, m);
+  s.d = Half(blk.d);
+  const float dmin = Half(blk.dmin);
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
+    s.lo[c] = _mm256_and_si256(raw, low);
+    s.hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+    s.sc_lo[c] = _mm256_set1_epi16(sc[2 * c]);
+    s.sc_hi[c] = _mm256_set1_epi16(sc[2 * c + 1]);
+  }
+  for (int j = 0; j < 8; ++j) s.min_terms[j] = dmin * m[j];
+}
+
+template <int NR, int NT>
+void Q4KTile(const BlockQ4_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+             int64_t y_stride) {
+  __m256 acc[NT][NR];
+  float mins[NT][NR] = {};
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) acc[t][i] = _mm256_setzero_ps();
+  Q4KSuper sup[NR];
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int i = 0; i < NR; ++i) LoadQ4K(rows[i][s], sup[i]);
+    for (int t = 0; t < NT; ++t) {
+      const int64_t tok = t0 + t;
+      const int8_t* xq = x.q + tok * x.cols + s * 256;
+      const float dx = x.d[tok * nsb + s];
+      const int32_t* bsum = x.bsum + (tok * nsb + s) * 8;
+      for (int i = 0; i < NR; ++i) {
+        __m256i isum = _mm256_setzero_si256();
+        for (int c = 0; c < 4; ++c) {
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * c));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * c + 32));
+          const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(sup[i].lo[c], x0), sup[i].sc_lo[c]);
+          const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(sup[i].hi[c], x1), sup[i].sc_hi[c]);
+          isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+        }
+        acc[t][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sup[i].d * dx), acc[t][i]);
+        float m = 0.f;
+        for (int j = 0; j < 8; ++j) m += sup[i].min_terms[j] * static_cast<float>(bsum[j]);
+        mins[t][i] += m * dx;
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = HorizontalSum(acc[t][i]) - mins[t][i];
+}
+
+template <int NR>
+void Q4KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
+  const WeightMatrix& w = *a.w;
+  const BlockQ4_K* rows[NR];
+  for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ4_K*>(w.row(r + i));
+  const int64_t nsb = w.cols / 256;
+  int64_t t = 0;
+  for (; t + 2 <= a.num_tokens; t += 2) {
+    Q4KTile<NR, 2>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+  }
+  for (; t < a.num_tokens; ++t) Q4KTile<NR, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+}
+
+void Q4KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) Q4KRows<1>(a, x, r);
+}
+
+// Q6_K: see matmul_avx512.cc. Each 32-value group holds two 16-value sub-blocks, so after
+// maddubs (pairs -> int16) the first 8 lanes take one scale and the last 8 the next.
+struct Q6KSuper {
+  __m256i q[8];   // 32 unsigned 6-bit values per group, element order
+  __m256i sc[8];  // int16 scales: lanes 0-7 first sub-block, 8-15 second
+  float d;
+};
+
+inline void LoadQ6K(const BlockQ6_K& blk, Q6KSuper& s) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = blk.ql + 64 * h;
+    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+    auto high = [&](int shift) {
+      return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), m2), 4);
+    };
+    s.q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0));
+    s.q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2));
+    s.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4));
+    s.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
+    for (int g = 0; g < 4; ++g) {
+      const int8_t a = blk.scales[8 * h + 2 * g], b = blk.scales[8 * h + 2 * g + 1];
+      s.sc[4 * h + g] = _mm256_setr_epi16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+    }
+  }
+  s.d = Half(blk.d);
+}
+
+template <int NR, int NT>
+void Q6KTile(const BlockQ6_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+             int64_t y_stride) {
+  const __m256i k32 = _mm256_set1_epi8(32);
+  __m256 acc[NT][NR];
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) acc[t][i] = _mm256_setzero_ps();
+  Q6KSuper sup[NR];
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int i = 0; i < NR; ++i) LoadQ6K(rows[i][s], sup[i]);
+    for (int t = 0; t < NT; ++t) {
+      const int64_t tok = t0 + t;
+      const int8_t* xq = x.q + tok * x.cols + s * 256;
+      const float dx = x.d[tok * nsb + s];
+      for (int i = 0; i < NR; ++i) {
+        __m256i isum = _mm256_setzero_si256();
+        for (int g = 0; g < 8; ++g) {
+          // Group g covers elements 128 * (g / 4) + 32 * (g % 4) .. + 32.
+          const __m256i xv = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(xq + 128 * (g / 4) + 32 * (g % 4)));
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(sup[i].q[g], xv), sup[i].sc[g]);
+          const __m256i e = _mm256_madd_epi16(_mm256_maddubs_epi16(k32, xv), sup[i].sc[g]);
+          isum = _mm256_add_epi32(isum, _mm256_sub_epi32(p, e));
+        }
+        acc[t][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sup[i].d * dx),
+                                    acc[t][i]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = HorizontalSum(acc[t][i]);
+}
+
+void Q6KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
+  const WeightMatrix& w = *a.w;
+  const int64_t nsb = w.cols / 256;
+  for (int64_t r = r0; r < r1; ++r) {
+    const BlockQ6_K* rows[1] = {reinterpret_cast<const BlockQ6_K*>(w.row(r))};
+    int64_t t = 0;
+    for (; t + 2 <= a.num_tokens; t += 2) Q6KTile<1, 2>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+    for (; t < a.num_tokens; ++t) Q6KTile<1, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+  }
+}
+
+void F16ToF32Avx2(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = Half(src[i]);
+}
+
+}  // namespace
+
+bool InitAvx2(KernelTable& table) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+  table.isa = "avx2";
+  table.q8_0 = &Q8_0PanelAvx2;
+  table.q4_k = &Q4KPanelAvx2;
+  table.q6_k = &Q6KPanelAvx2;
+  table.f16_to_f32 = &F16ToF32Avx2;
+  return true;
+}
+
+}  // namespace kvserve::kernels

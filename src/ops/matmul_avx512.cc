@@ -1,0 +1,315 @@
+// AVX-512 (F, BW, VL, VNNI) matmul panels. Compiled with those target flags; only called after
+// a run-time CPU check (InitAvx512).
+// GCC 12's AVX-512 headers build "undefined" vectors from uninitialised locals
+// (_mm512_castsi256_si512, _mm512_reduce_add_ps), which -Wuninitialized reports.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/matmul_kernels.h"
+
+namespace kvserve::kernels {
+namespace {
+
+constexpr int kRows = 4;    // weight rows per tile
+constexpr int kTokens = 4;  // tokens per tile
+constexpr int kPrefetchBytes = 2048;
+
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+// Lanes 0-7 = a, lanes 8-15 = b.
+inline __m512 SplitScale(float a, float b) {
+  return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+}
+
+// --- Q8_0 ------------------------------------------------------------------------------------
+// NOTE: VNNI multiplies unsigned by signed bytes. Activations are shifted to unsigned
+// (x + 128, an xor of the sign bit) and the excess 128 * sum(w) is subtracted by starting each
+// dot product from -128 * sum(w), computed once per weight block pair and reused by every token.
+
+template <int NR, int NT>
+void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_t t0,
+              float* y, int64_t y_stride) {
+  const __m512i sign_bit = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[NT][NR];
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_setzero_ps();
+  const int64_t xnb = x.cols / 32;
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool pair = b + 1 < nb;
+    __m512i w[NR], neg_corr[NR];
+    __m512 dw[NR];
+    for (int i = 0; i < NR; ++i) {
+      const BlockQ8_0* blk = rows[i] + b;
+      // Decode streams every weight once: prefetch well ahead (rows are contiguous, so running
+      // past a row's end prefetches the next tile's start).
+      _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk) + kPrefetchBytes + 64, _MM_HINT_T0);
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
+      const __m256i hi = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
+                              : _mm256_setzero_si256();
+      w[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      neg_corr[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), sign_bit, w[i]));
+      dw[i] = SplitScale(Half(blk[0].d), pair ? Half(blk[1].d) : 0.f);
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* xq = x.q + (t0 + t) * x.cols + b * 32;
+      const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+      const __m256i xhi = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32))
+                               : _mm256_setzero_si256();
+      const __m512i xu = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(xlo), xhi, 1),
+                                          sign_bit);
+      const float* xd = x.d + (t0 + t) * xnb + b;
+      const __m512 dx = SplitScale(xd[0], pair ? xd[1] : 0.f);
+      for (int i = 0; i < NR; ++i) {
+        const __m512i p = _mm512_dpbusd_epi32(neg_corr[i], xu, w[i]);
+        acc[t][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[i], dx), acc[t][i]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[t][i]);
+}
+
+template <int NR>
+void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
+  const WeightMatrix& w = *a.w;
+  const BlockQ8_0* rows[NR];
+  for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ8_0*>(w.row(r + i));
+  const int64_t nb = w.cols / 32;
+  int64_t t = 0;
+  for (; t + kTokens <= a.num_tokens; t += kTokens) {
+    Q8_0Tile<NR, kTokens>(rows, nb, x, t, a.y + t * w.rows + r, w.rows);
+  }
+  for (; t < a.num_tokens; ++t) Q8_0Tile<NR, 1>(rows, nb, x, t, a.y + t * w.rows + r, w.rows);
+}
+
+void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  if (a.num_tokens < kTokens) {  // decode: more rows in flight hide memory latency
+    for (; r + 2 * kRows <= r1; r += 2 * kRows) Q8_0Rows<2 * kRows>(a, x, r);
+  }
+  for (; r + kRows <= r1; r += kRows) Q8_0Rows<kRows>(a, x, r);
+  for (; r < r1; ++r) Q8_0Rows<1>(a, x, r);
+}
+
+// --- K-quants --------------------------------------------------------------------------------
+
+// Q4_K's 12 scale bytes -> bytes 0-7: the eight 6-bit scales, bytes 8-15: the eight 6-bit mins.
+inline __m128i Q4KScalesAndMins(const uint8_t* s) {
+  uint32_t u[4];
+  std::memcpy(u, s, 12);
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const uint32_t mins_lo = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = mins_lo;
+  u[0] &= kLow6;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
+// Per row and super-block: the 4-bit values unpacked to bytes (one vector per 64 values: lanes
+// 0-7 = first 32-value sub-block, 8-15 = second), their scales times d in the same lane layout,
+// and -dmin * min_j in lanes 0-7 of `neg_min` (lanes 8-15 zero).
+struct Q4KSuper {
+  __m512 scale[4];
+  __m512i q[4];
+  __m512 neg_min;
+};
+
+inline void LoadQ4K(const BlockQ4_K& blk, Q4KSuper& s) {
+  const __m128i sm = Q4KScalesAndMins(blk.scales);
+  const __m512 sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm)),
+                                  _mm512_set1_ps(Half(blk.d)));  // lanes 0-7 scales, 8-15 mins
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
+    const __m256i lo = _mm256_and_si256(raw, low);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+    s.q[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * c),
+                                           _mm256_set1_epi32(2 * c + 1), 1);
+    s.scale[c] = _mm512_permutexvar_ps(idx, sc);
+  }
+  const __m512 mins = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
+  s.neg_min = _mm512_maskz_mul_ps(0x00FF, mins, _mm512_set1_ps(-Half(blk.dmin)));
+}
+
+template <int NR, int NT>
+void Q4KTile(const BlockQ4_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+             int64_t y_stride) {
+  __m512 acc[NT][NR];
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_setzero_ps();
+  Q4KSuper sup[NR];
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int i = 0; i < NR; ++i) {
+      const char* next = reinterpret_cast<const char*>(rows[i] + s) + kPrefetchBytes;
+      for (int l = 0; l < 3; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      LoadQ4K(rows[i][s], sup[i]);
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int64_t tok = t0 + t;
+      const int8_t* xq = x.q + tok * x.cols + s * 256;
+      const __m512 vdx = _mm512_set1_ps(x.d[tok * nsb + s]);
+      // Sums of each 32 activations, times dx, in lanes 0-7.
+      const __m512 bsum = _mm512_maskz_mul_ps(
+          0x00FF,
+          _mm512_cvtepi32_ps(_mm512_castsi256_si512(_mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(x.bsum + (tok * nsb + s) * 8)))),
+          vdx);
+      for (int c = 0; c < 4; ++c) {
+        const __m512i xv = _mm512_loadu_si512(xq + 64 * c);
+        for (int i = 0; i < NR; ++i) {
+          const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), sup[i].q[c], xv);
+          acc[t][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sup[i].scale[c], vdx),
+                                      acc[t][i]);
+        }
+      }
+      for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_fmadd_ps(sup[i].neg_min, bsum, acc[t][i]);
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[t][i]);
+}
+
+template <int NR>
+void Q4KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
+  const WeightMatrix& w = *a.w;
+  const BlockQ4_K* rows[NR];
+  for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ4_K*>(w.row(r + i));
+  const int64_t nsb = w.cols / 256;
+  int64_t t = 0;
+  for (; t + kTokens <= a.num_tokens; t += kTokens) {
+    Q4KTile<NR, kTokens>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+  }
+  for (; t < a.num_tokens; ++t) Q4KTile<NR, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+}
+
+void Q4KPanelAvx512(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) Q4KRows<2>(a, x, r);
+  for (; r < r1; ++r) Q4KRows<1>(a, x, r);
+}
+
+// Q6_K: per half (128 values) the 6-bit values q1..q4 of elements l, l+32, l+64, l+96 are
+// assembled from ql (low nibbles) and qh (2 high bits). Values are unsigned 0..63 meaning q-32:
+// the 32 * sum(x) excess is computed once per token and chunk and subtracted.
+struct Q6KSuper {
+  __m512i q[4];      // 64 unsigned 6-bit values per chunk, in element order
+  __m512i scale[4];  // int32 scale per lane: each 16 values share one scale
+  float d;
+};
+
+inline void LoadQ6K(const BlockQ6_K& blk, Q6KSuper& s) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+  // Byte i of the shuffle picks scale i / 4: four lanes share each of 4 scales.
+  const __m128i pick = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = blk.ql + 64 * h;
+    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+    auto high = [&](int shift) {
+      return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), m2), 4);
+    };
+    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0));
+    const __m256i q2 = _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2));
+    const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4));
+    const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
+    s.q[2 * h] = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
+    s.q[2 * h + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(q3), q4, 1);
+    for (int k = 0; k < 2; ++k) {
+      const __m128i sc = _mm_loadu_si32(blk.scales + 8 * h + 4 * k);
+      s.scale[2 * h + k] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, pick));
+    }
+  }
+  s.d = Half(blk.d);
+}
+
+template <int NR, int NT>
+void Q6KTile(const BlockQ6_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+             int64_t y_stride) {
+  const __m512i k32 = _mm512_set1_epi8(32);
+  __m512 acc[NT][NR];
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_setzero_ps();
+  Q6KSuper sup[NR];
+  for (int64_t s = 0; s < nsb; ++s) {
+    for (int i = 0; i < NR; ++i) LoadQ6K(rows[i][s], sup[i]);
+    for (int t = 0; t < NT; ++t) {
+      const int64_t tok = t0 + t;
+      const int8_t* xq = x.q + tok * x.cols + s * 256;
+      __m512i isum[NR];
+      for (int i = 0; i < NR; ++i) isum[i] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m512i xv = _mm512_loadu_si512(xq + 64 * c);
+        const __m512i excess = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, xv);
+        for (int i = 0; i < NR; ++i) {
+          const __m512i p = _mm512_sub_epi32(
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(), sup[i].q[c], xv), excess);
+          isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(p, sup[i].scale[c]));
+        }
+      }
+      const float dx = x.d[tok * nsb + s];
+      for (int i = 0; i < NR; ++i) {
+        acc[t][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i]), _mm512_set1_ps(sup[i].d * dx),
+                                    acc[t][i]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t)
+    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[t][i]);
+}
+
+template <int NR>
+void Q6KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
+  const WeightMatrix& w = *a.w;
+  const BlockQ6_K* rows[NR];
+  for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ6_K*>(w.row(r + i));
+  const int64_t nsb = w.cols / 256;
+  int64_t t = 0;
+  for (; t + kTokens <= a.num_tokens; t += kTokens) {
+    Q6KTile<NR, kTokens>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+  }
+  for (; t < a.num_tokens; ++t) Q6KTile<NR, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+}
+
+void Q6KPanelAvx512(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) Q6KRows<2>(a, x, r);
+  for (; r < r1; ++r) Q6KRows<1>(a, x, r);
+}
+
+void F16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = Half(src[i]);
+}
+
+}  // namespace
+
+bool InitAvx512(KernelTable& table) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni") ||
+      !__builtin_cpu_supports("avx512dq")) {
+    return false;
+  }
+  table.isa = "avx512-vnni";
+  table.q8_0 = &Q8_0PanelAvx512;
+  table.q4_k = &Q4KPanelAvx512;
+  table.q6_k = &Q6KPanelAvx512;
+  table.f16_to_f32 = &F16ToF32Avx512;
+  return true;
+}
+
+}  // namespace kvserve::kernels

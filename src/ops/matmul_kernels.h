@@ -1,0 +1,38 @@
+// Instruction-set specific matmul panels, chosen once at run time (see matmul.cc).
+//
+// A panel computes y[t, r] for rows [r0, r1) of one weight matrix and every token t in
+// [0, num_tokens). Each (row, token) output is always summed in the same order, whatever tile it
+// falls in, so results are bit-identical however tokens are batched.
+// Internal to ops/.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/act_quant.h"
+#include "ops/matmul.h"
+
+namespace kvserve::kernels {
+
+struct PanelArgs {
+  const WeightMatrix* w;
+  int64_t num_tokens;
+  float* y;  // [num_tokens, w->rows]
+};
+
+using Q8_0Panel = void (*)(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1);
+using Q8KPanel = void (*)(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1);
+using F16RowToF32 = void (*)(const uint16_t* src, float* dst, int64_t n);
+
+struct KernelTable {
+  const char* isa = "generic";
+  Q8_0Panel q8_0 = nullptr;  // Q8_0 weights x ActQ8_0
+  Q8KPanel q4_k = nullptr;   // Q4_K weights x ActQ8K
+  Q8KPanel q6_k = nullptr;   // Q6_K weights x ActQ8K
+  F16RowToF32 f16_to_f32 = nullptr;
+};
+
+// Each returns false (and leaves the table) when the CPU or the compiler lacks the ISA.
+bool InitAvx512(KernelTable& table);
+bool InitAvx2(KernelTable& table);
+
+}  // namespace kvserve::kernels
