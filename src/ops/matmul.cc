@@ -128,7 +128,10 @@ bool MatMulQ8_0(const WeightMatrix& w, const float* x, int64_t num_tokens, float
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 32), w.cols};
-  QuantizeActQ8_0(x, num_tokens, act);
+  pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
+    ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * (w.cols / 32), w.cols};
+    QuantizeActQ8_0(x + t0 * w.cols, t1 - t0, part);
+  });
   const kernels::PanelArgs args{&w, num_tokens, y};
   pool.ParallelFor(w.rows, [&](int64_t r0, int64_t r1) { k.q8_0(args, act, r0, r1); }, 4);
   return true;
@@ -142,7 +145,11 @@ bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, const float* x,
   thread_local std::vector<int32_t> bsum;
   ActQ8K act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 256),
              ScratchOf(bsum, num_tokens * w.cols / 32), w.cols};
-  QuantizeActQ8K(x, num_tokens, act);
+  pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
+    ActQ8K part{act.q + t0 * w.cols, act.d + t0 * (w.cols / 256), act.bsum + t0 * (w.cols / 32),
+                w.cols};
+    QuantizeActQ8K(x + t0 * w.cols, t1 - t0, part);
+  });
   const kernels::PanelArgs args{&w, num_tokens, y};
   pool.ParallelFor(w.rows, [&](int64_t r0, int64_t r1) { panel(args, act, r0, r1); }, 4);
   return true;

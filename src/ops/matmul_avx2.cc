@@ -2,6 +2,7 @@
 // run-time CPU check (InitAvx2).
 #include <immintrin.h>
 
+#include "ops/kquant_unpack.h"
 #include "ops/matmul_kernels.h"
 
 namespace kvserve::kernels {
@@ -75,15 +76,6 @@ void Q8_0PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1)
 
 // --- Q4_K ------------------------------------------------------------------------------------
 
-inline void Q4KScales(const uint8_t* s, uint8_t* sc, uint8_t* m) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 63;
-    m[j] = s[j + 4] & 63;
-    sc[j + 4] = (s[j + 8] & 0xF) | ((s[j] >> 6) << 4);
-    m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-  }
-}
-
 struct Q4KSuper {
   __m256i lo[4], hi[4];       // unpacked 4-bit values of each 64-value chunk
   __m256i sc_lo[4], sc_hi[4];  // their sub-block scales as int16
@@ -92,8 +84,10 @@ struct Q4KSuper {
 };
 
 inline void LoadQ4K(const BlockQ4_K& blk, Q4KSuper& s) {
-  uint8_t sc[8], m[8];
-  Q4KScales(blk.scales, sc, m);
+  uint8_t sm[16];  // 8 scales, then 8 mins
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(sm), Q4KScalesAndMins(blk.scales));
+  const uint8_t* sc = sm;
+  const uint8_t* m = sm + 8;
   s.d = Half(blk.d);
   const float dmin = Half(blk.dmin);
   const __m256i low = _mm256_set1_epi8(0x0F);
@@ -168,19 +162,8 @@ struct Q6KSuper {
 };
 
 inline void LoadQ6K(const BlockQ6_K& blk, Q6KSuper& s) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
   for (int h = 0; h < 2; ++h) {
-    const uint8_t* ql = blk.ql + 64 * h;
-    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
-    auto high = [&](int shift) {
-      return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), m2), 4);
-    };
-    s.q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0));
-    s.q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2));
-    s.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4));
-    s.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
+    Q6KUnpackHalf(blk, h, s.q + 4 * h);
     for (int g = 0; g < 4; ++g) {
       const int8_t a = blk.scales[8 * h + 2 * g], b = blk.scales[8 * h + 2 * g + 1];
       s.sc[4 * h + g] = _mm256_setr_epi16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);

@@ -9,7 +9,9 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
+#include "ops/kquant_unpack.h"
 #include "ops/matmul_kernels.h"
 
 namespace kvserve::kernels {
@@ -76,17 +78,29 @@ void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_
     for (int i = 0; i < NR; ++i) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[t][i]);
 }
 
+// Calls tile(std::integral_constant<int, NT>, t) over tokens in tiles of kTokens, then one tile
+// of the remaining 1-3 tokens, so small batches also read each weight tile only once.
+template <typename TileCall>
+void ForTokenTiles(int64_t num_tokens, TileCall&& tile) {
+  int64_t t = 0;
+  for (; t + kTokens <= num_tokens; t += kTokens) tile(std::integral_constant<int, kTokens>{}, t);
+  switch (num_tokens - t) {
+    case 3: tile(std::integral_constant<int, 3>{}, t); break;
+    case 2: tile(std::integral_constant<int, 2>{}, t); break;
+    case 1: tile(std::integral_constant<int, 1>{}, t); break;
+    default: break;
+  }
+}
+
 template <int NR>
 void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
   const WeightMatrix& w = *a.w;
   const BlockQ8_0* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ8_0*>(w.row(r + i));
-  const int64_t nb = w.cols / 32;
-  int64_t t = 0;
-  for (; t + kTokens <= a.num_tokens; t += kTokens) {
-    Q8_0Tile<NR, kTokens>(rows, nb, x, t, a.y + t * w.rows + r, w.rows);
-  }
-  for (; t < a.num_tokens; ++t) Q8_0Tile<NR, 1>(rows, nb, x, t, a.y + t * w.rows + r, w.rows);
+  const int64_t n = w.cols / 32;
+  ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+    Q8_0Tile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows);
+  });
 }
 
 void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
@@ -99,19 +113,6 @@ void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r
 }
 
 // --- K-quants --------------------------------------------------------------------------------
-
-// Q4_K's 12 scale bytes -> bytes 0-7: the eight 6-bit scales, bytes 8-15: the eight 6-bit mins.
-inline __m128i Q4KScalesAndMins(const uint8_t* s) {
-  uint32_t u[4];
-  std::memcpy(u, s, 12);
-  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
-  const uint32_t mins_lo = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
-  u[2] = mins_lo;
-  u[0] &= kLow6;
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
-}
 
 // Per row and super-block: the 4-bit values unpacked to bytes (one vector per 64 values: lanes
 // 0-7 = first 32-value sub-block, 8-15 = second), their scales times d in the same lane layout,
@@ -183,12 +184,10 @@ void Q4KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
   const WeightMatrix& w = *a.w;
   const BlockQ4_K* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ4_K*>(w.row(r + i));
-  const int64_t nsb = w.cols / 256;
-  int64_t t = 0;
-  for (; t + kTokens <= a.num_tokens; t += kTokens) {
-    Q4KTile<NR, kTokens>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
-  }
-  for (; t < a.num_tokens; ++t) Q4KTile<NR, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+  const int64_t n = w.cols / 256;
+  ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+    Q4KTile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows);
+  });
 }
 
 void Q4KPanelAvx512(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
@@ -207,23 +206,13 @@ struct Q6KSuper {
 };
 
 inline void LoadQ6K(const BlockQ6_K& blk, Q6KSuper& s) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
   // Byte i of the shuffle picks scale i / 4: four lanes share each of 4 scales.
   const __m128i pick = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   for (int h = 0; h < 2; ++h) {
-    const uint8_t* ql = blk.ql + 64 * h;
-    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
-    auto high = [&](int shift) {
-      return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), m2), 4);
-    };
-    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0));
-    const __m256i q2 = _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2));
-    const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4));
-    const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
-    s.q[2 * h] = _mm512_inserti64x4(_mm512_castsi256_si512(q1), q2, 1);
-    s.q[2 * h + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(q3), q4, 1);
+    __m256i g[4];
+    Q6KUnpackHalf(blk, h, g);
+    s.q[2 * h] = _mm512_inserti64x4(_mm512_castsi256_si512(g[0]), g[1], 1);
+    s.q[2 * h + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(g[2]), g[3], 1);
     for (int k = 0; k < 2; ++k) {
       const __m128i sc = _mm_loadu_si32(blk.scales + 8 * h + 4 * k);
       s.scale[2 * h + k] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, pick));
@@ -272,12 +261,10 @@ void Q6KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
   const WeightMatrix& w = *a.w;
   const BlockQ6_K* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ6_K*>(w.row(r + i));
-  const int64_t nsb = w.cols / 256;
-  int64_t t = 0;
-  for (; t + kTokens <= a.num_tokens; t += kTokens) {
-    Q6KTile<NR, kTokens>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
-  }
-  for (; t < a.num_tokens; ++t) Q6KTile<NR, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+  const int64_t n = w.cols / 256;
+  ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+    Q6KTile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows);
+  });
 }
 
 void Q6KPanelAvx512(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
