@@ -16,15 +16,6 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 }  // namespace
 
-const char* FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-  }
-  return "?";
-}
-
 Generator::Generator(std::unique_ptr<Model> model, KvStorage kv, int max_model_len,
                      int num_threads)
     : model_(std::move(model)),

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/request.h"
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
 #include "kv/kv_storage.h"
@@ -39,9 +40,7 @@ struct GenerateRequest {
   std::vector<TokenId> stop_ids;  // generation ends after emitting one of these (e.g. EOG ids)
 };
 
-enum class FinishReason { kStop, kLength, kCancelled };
-const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled"
-
+// FinishReason and FinishReasonName live in engine/request.h (shared with the Engine).
 struct GenerateResult {
   std::vector<TokenId> ids;            // generated tokens (a stop token included)
   std::vector<SampleOutput> samples;   // per generated token, when logprobs were asked

@@ -5,7 +5,10 @@
 namespace kvserve {
 
 BlockPool::BlockPool(int num_blocks)
-    : ref_counts_(num_blocks, 0), prev_(num_blocks, -1), next_(num_blocks, -1) {
+    : ref_counts_(num_blocks, 0),
+      cached_(num_blocks, 0),
+      prev_(num_blocks, -1),
+      next_(num_blocks, -1) {
   KV_CHECK_GE(num_blocks, 0);
   for (int32_t b = 0; b < num_blocks; ++b) PushBack(b);
 }
@@ -42,7 +45,8 @@ bool BlockPool::AllocateN(int n, std::vector<BlockId>* out) {
 void BlockPool::AddRef(BlockId block) {
   const int32_t b = block.value();
   KV_CHECK(b >= 0 && b < num_blocks(), "block {} out of range", b);
-  KV_CHECK_GT(ref_counts_[b], 0);
+  KV_CHECK(ref_counts_[b] > 0 || cached_[b], "AddRef of free block {}", b);
+  if (ref_counts_[b] == 0) --num_cached_;
   ++ref_counts_[b];
 }
 
@@ -50,7 +54,35 @@ void BlockPool::Release(BlockId block) {
   const int32_t b = block.value();
   KV_CHECK(b >= 0 && b < num_blocks(), "block {} out of range", b);
   KV_CHECK(ref_counts_[b] > 0, "release of free block {}", b);
-  if (--ref_counts_[b] == 0) PushBack(b);
+  if (--ref_counts_[b] > 0) return;
+  if (cached_[b]) {
+    ++num_cached_;
+  } else {
+    PushBack(b);
+  }
+}
+
+void BlockPool::MarkCached(BlockId block) {
+  const int32_t b = block.value();
+  KV_CHECK(b >= 0 && b < num_blocks(), "block {} out of range", b);
+  KV_CHECK(ref_counts_[b] > 0 && !cached_[b], "MarkCached of block {} (ref {}, cached {})", b,
+           ref_counts_[b], cached_[b]);
+  cached_[b] = 1;
+}
+
+void BlockPool::Evict(BlockId block) {
+  const int32_t b = block.value();
+  KV_CHECK(b >= 0 && b < num_blocks(), "block {} out of range", b);
+  KV_CHECK(ref_counts_[b] == 0 && cached_[b], "evict of block {} (ref {}, cached {})", b,
+           ref_counts_[b], cached_[b]);
+  cached_[b] = 0;
+  --num_cached_;
+  PushBack(b);
+}
+
+bool BlockPool::is_cached(BlockId block) const {
+  KV_CHECK(block.value() >= 0 && block.value() < num_blocks());
+  return cached_[block.value()] != 0;
 }
 
 int BlockPool::ref_count(BlockId block) const {
@@ -70,18 +102,21 @@ void BlockPool::CheckInvariants() const {
   for (int32_t b = head_; b >= 0; b = next_[b]) {
     KV_CHECK_EQ(prev_[b], prev);
     KV_CHECK(ref_counts_[b] == 0, "block {} on the free list has ref {}", b, ref_counts_[b]);
+    KV_CHECK(!cached_[b], "block {} on the free list is cached", b);
     ++on_list;
     KV_CHECK_LE(on_list, num_blocks());
     prev = b;
   }
   KV_CHECK_EQ(tail_, prev);
   KV_CHECK_EQ(on_list, num_free_);
-  int zero_refs = 0;
-  for (int32_t r : ref_counts_) {
-    KV_CHECK_GE(r, 0);
-    if (r == 0) ++zero_refs;
+  int free_refs = 0, cached_refs = 0;
+  for (int32_t b = 0; b < num_blocks(); ++b) {
+    KV_CHECK_GE(ref_counts_[b], 0);
+    if (ref_counts_[b] == 0) ++(cached_[b] ? cached_refs : free_refs);
   }
-  KV_CHECK_EQ(zero_refs, num_free_);
+  KV_CHECK_EQ(free_refs, num_free_);
+  KV_CHECK_EQ(cached_refs, num_cached_);
+  KV_CHECK_EQ(num_free_ + num_cached_ + num_in_use(), num_blocks());
 }
 
 }  // namespace kvserve

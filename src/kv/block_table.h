@@ -25,6 +25,9 @@ class BlockTable {
     return need > num_blocks() ? need - num_blocks() : 0;
   }
   void Append(BlockId block) { blocks_.push_back(block); }
+  // Swaps block i for another holding bytes identical to it (the prefix cache's copy of the same
+  // tokens). The caller moves the references. Slots never move, so the NOTE above still holds.
+  void ReplaceBlock(int i, BlockId block) { blocks_[static_cast<size_t>(i)] = block; }
   std::span<const BlockId> blocks() const { return blocks_; }
   // Empties the table and returns the blocks (the caller releases them to the pool).
   std::vector<BlockId> TakeAll() { return std::exchange(blocks_, {}); }

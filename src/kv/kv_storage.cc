@@ -1,5 +1,7 @@
 #include "kv/kv_storage.h"
 
+#include <cstring>
+
 #include "util/check.h"
 
 namespace kvserve {
@@ -15,6 +17,19 @@ KvStorage::KvStorage(const KvLayout& layout, int num_blocks)
     k_.emplace_back(tiles * layout.k_head_bytes());
     v_.emplace_back(tiles * layout.v_head_bytes());
     total_bytes_ += tiles * (layout.k_head_bytes() + layout.v_head_bytes());
+  }
+}
+
+void KvStorage::CopyBlock(BlockId src, BlockId dst) {
+  KV_CHECK(src != dst && src.value() >= 0 && dst.value() >= 0 && src.value() < num_blocks_ &&
+               dst.value() < num_blocks_,
+           "bad block copy {} -> {}", src.value(), dst.value());
+  const size_t k_bytes = static_cast<size_t>(layout_.block_size) * layout_.k_head_bytes();
+  const size_t v_bytes = static_cast<size_t>(layout_.block_size) * layout_.v_head_bytes();
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    // The heads of one block are contiguous: [num_kv_heads, block_size, head vector].
+    std::memcpy(KTile(l, dst, 0), KTile(l, src, 0), k_bytes * layout_.num_kv_heads);
+    std::memcpy(VTile(l, dst, 0), VTile(l, src, 0), v_bytes * layout_.num_kv_heads);
   }
 }
 

@@ -50,6 +50,10 @@ class KvStorage {
   int num_blocks() const { return num_blocks_; }
   size_t total_bytes() const { return total_bytes_; }
 
+  // Copies every layer's K and V of block `src` into block `dst` (copy-on-write of a shared
+  // partial block). REQUIRES: src != dst, both in range.
+  void CopyBlock(BlockId src, BlockId dst);
+
   // Start of the [block_size, head_dim] tile of (layer, block, kv_head).
   uint8_t* KTile(int layer, BlockId block, int kv_head) {
     return k_[layer].data() + TileOffset(block, kv_head, layout_.k_head_bytes());

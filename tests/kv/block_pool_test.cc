@@ -59,6 +59,33 @@ TEST(BlockPool, ExhaustionIsAnOrdinaryResult) {
   pool.CheckInvariants();
 }
 
+TEST(BlockPool, ACachedBlockIsNeitherFreeNorInUseUntilEvicted) {
+  BlockPool pool(3);
+  const BlockId a = *pool.Allocate();  // 0
+  pool.MarkCached(a);
+  pool.Release(a);  // cached-evictable: off the free list, ref 0
+  pool.CheckInvariants();
+  EXPECT_EQ(pool.num_cached(), 1);
+  EXPECT_EQ(pool.num_free(), 2);
+  EXPECT_EQ(pool.num_in_use(), 0);
+  EXPECT_EQ(Ids(pool.FreeListOrder()), (std::vector<int>{1, 2}));
+  pool.AddRef(a);  // reused by a request that hit the prefix cache
+  EXPECT_EQ(pool.num_cached(), 0);
+  EXPECT_EQ(pool.num_in_use(), 1);
+  pool.Release(a);
+  pool.Evict(a);  // the prefix cache lets it go: it joins the free list's tail
+  pool.CheckInvariants();
+  EXPECT_FALSE(pool.is_cached(a));
+  EXPECT_EQ(Ids(pool.FreeListOrder()), (std::vector<int>{1, 2, 0}));
+}
+
+TEST(BlockPoolDeathTest, EvictingABlockInUseIsACheckFailure) {
+  BlockPool pool(1);
+  const BlockId a = *pool.Allocate();
+  pool.MarkCached(a);
+  EXPECT_DEATH(pool.Evict(a), "evict of block 0");
+}
+
 TEST(BlockPoolDeathTest, DoubleReleaseIsACheckFailure) {
   BlockPool pool(1);
   const BlockId a = *pool.Allocate();

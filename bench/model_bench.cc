@@ -1,0 +1,239 @@
+// kvserve_model_bench: speed of the forward pass against the machine's measured limits.
+//
+// For each GGUF model given it prints prompt processing (pp, one batch of N tokens) and token
+// generation (tg, one token per step) in tokens/s, the decode bound (measured memory bandwidth /
+// weight bytes) and the achieved fraction, prefill GFLOP/s against the measured peak, batched
+// decode throughput at several batch sizes, and decode speed at a short and a long context.
+// Every number is the median of --reps runs.
+//
+//   kvserve_model_bench --model A.gguf [--model B.gguf] [--threads 2] [--reps 3]
+//       [--pp 512] [--tg 128] [--batches 1,2,4,8,16] [--long-context 4096]
+#include <immintrin.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fmt/format.h>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "kv/kv_storage.h"
+#include "model/model.h"
+#include "ops/matmul.h"
+#include "util/aligned_buffer.h"
+#include "util/check.h"
+#include "util/thread_pool.h"
+
+namespace kvserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Read bandwidth of all threads streaming over a buffer much larger than the caches (GB/s).
+double MeasureBandwidth(ThreadPool& pool, int reps) {
+  const size_t bytes = size_t{1} << 30;
+  AlignedBuffer<uint8_t> buf(bytes);
+  std::memset(buf.data(), 1, bytes);
+  std::vector<double> runs;
+  std::vector<uint64_t> sink(pool.num_threads());
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = Clock::now();
+    pool.Run([&](int t, int nt) {
+      const size_t b = bytes / nt * t, e = bytes / nt * (t + 1);
+      uint64_t s = 0;
+      for (size_t i = b; i < e; i += 64) {
+        uint64_t v;
+        std::memcpy(&v, buf.data() + i, 8);
+        s += v;
+      }
+      sink[t] = s;
+    });
+    if (r > 0) runs.push_back(bytes / SecondsSince(t0) / 1e9);  // first run warms up
+  }
+  return Median(runs);
+}
+
+// Peak f32 FMA throughput of all threads with register-resident operands (GFLOP/s).
+double MeasureFmaPeak(ThreadPool& pool, int reps) {
+  constexpr int kIters = 20'000'000;
+  std::vector<double> runs;
+  std::vector<float> sink(pool.num_threads());
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    pool.Run([&](int t, int) {
+      __m256 a[8];
+      for (int k = 0; k < 8; ++k) a[k] = _mm256_set1_ps(1.0f + k * 1e-7f);
+      const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+      for (int i = 0; i < kIters; ++i) {
+        for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(a[k], m, c);
+      }
+      float out[8];
+      __m256 s = a[0];
+      for (int k = 1; k < 8; ++k) s = _mm256_add_ps(s, a[k]);
+      _mm256_storeu_ps(out, s);
+      sink[t] = out[0];
+    });
+    const double flops = 2.0 * 8 * 8 * kIters * pool.num_threads();
+    runs.push_back(flops / SecondsSince(t0) / 1e9);
+  }
+  return Median(runs);
+}
+
+struct Bench {
+  Model* model;
+  ThreadPool* pool;
+  std::unique_ptr<KvStorage> kv;
+  std::vector<BlockId> blocks;  // one sequence's table per batch slot, concatenated
+  int blocks_per_seq = 0;
+
+  std::span<const BlockId> Table(int seq) const {
+    return std::span<const BlockId>(blocks).subspan(static_cast<size_t>(seq) * blocks_per_seq,
+                                                    blocks_per_seq);
+  }
+};
+
+std::vector<TokenId> Tokens(int n, int vocab, int salt) {
+  std::vector<TokenId> t(n);
+  for (int i = 0; i < n; ++i) t[i] = static_cast<TokenId>((i * 7919 + salt * 104729 + 3) % vocab);
+  return t;
+}
+
+// Feeds `n` tokens of sequence `seq` starting at slot `start`, in batches of at most max_batch.
+void Prefill(Bench& b, int seq, int start, int n, std::vector<float>& logits) {
+  const int vocab = b.model->config().vocab;
+  const std::vector<TokenId> ids = Tokens(n, vocab, seq);
+  for (int i = 0; i < n; i += b.model->max_batch_tokens()) {
+    const int m = std::min(n - i, b.model->max_batch_tokens());
+    ForwardBatch batch;
+    batch.AddSequence(b.Table(seq), start + i, std::span<const TokenId>(ids).subspan(i, m), true);
+    KV_CHECK(b.model->Forward(batch, *b.kv, *b.pool, logits.data()).ok());
+  }
+}
+
+// One decode step for each of `num_seqs` sequences holding `context` tokens; tokens/s.
+double DecodeSteps(Bench& b, int num_seqs, int context, int steps, std::vector<float>& logits) {
+  const auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    ForwardBatch batch;
+    std::vector<TokenId> tok(num_seqs);
+    for (int q = 0; q < num_seqs; ++q) {
+      tok[q] = static_cast<TokenId>((s * 31 + q) % b.model->config().vocab);
+      batch.AddSequence(b.Table(q), context + s, std::span<const TokenId>(&tok[q], 1), true);
+    }
+    KV_CHECK(b.model->Forward(batch, *b.kv, *b.pool, logits.data()).ok());
+  }
+  return static_cast<double>(num_seqs) * steps / SecondsSince(t0);
+}
+
+double MatmulFlopsPerToken(const Model& m) {
+  const ModelConfig& c = m.config();
+  const double per_layer = 2.0 * c.hidden * (c.q_dim() + 2.0 * c.kv_dim()) + 2.0 * c.q_dim() * c.hidden +
+                           3.0 * 2.0 * c.hidden * c.ffn;
+  return per_layer * c.num_layers + 2.0 * c.hidden * c.vocab;
+}
+
+struct Options {
+  std::vector<std::string> models;
+  int threads = 0, reps = 3, pp = 512, tg = 128, long_context = 4096;
+  std::vector<int> batches = {1, 2, 4, 8, 16};
+};
+
+void RunModel(const std::string& path, const Options& o, ThreadPool& pool, double bandwidth,
+              double peak) {
+  auto file = GgufFile::Open(path);
+  if (!file.ok()) {
+    fmt::print(stderr, "{}: {}\n", path, file.status().ToString());
+    return;
+  }
+  const int max_batch = std::max(o.pp, *std::max_element(o.batches.begin(), o.batches.end()));
+  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch, 0});
+  if (!model.ok()) {
+    fmt::print(stderr, "{}: {}\n", path, model.status().ToString());
+    return;
+  }
+  Bench b{model->get(), &pool, nullptr, {}, 0};
+  const int max_seqs = *std::max_element(o.batches.begin(), o.batches.end());
+  const int ctx = std::max(o.pp + o.tg, o.long_context + o.tg) + 16;
+  b.blocks_per_seq = (ctx + 15) / 16;
+  const int num_blocks = b.blocks_per_seq * max_seqs;
+  b.kv = std::make_unique<KvStorage>((*model)->MakeKvLayout(16, KvDtype::kF16, KvDtype::kF16),
+                                     num_blocks);
+  for (int i = 0; i < num_blocks; ++i) b.blocks.emplace_back(i);
+  std::vector<float> logits(static_cast<size_t>(max_batch) * (*model)->config().vocab);
+
+  std::vector<double> pp, tg;
+  for (int r = 0; r < o.reps; ++r) {
+    auto t0 = Clock::now();
+    Prefill(b, 0, 0, o.pp, logits);
+    pp.push_back(o.pp / SecondsSince(t0));
+    tg.push_back(DecodeSteps(b, 1, o.pp, o.tg, logits));
+  }
+  const double weight_gb = (*model)->weight_bytes() / 1e9;
+  const double bound = bandwidth / weight_gb;
+  const double pp_med = Median(pp), tg_med = Median(tg);
+  const double gflops = MatmulFlopsPerToken(**model) * pp_med / 1e9;
+  fmt::print("{:<28} {:>8.2f} GB  pp{} {:>7.1f} t/s ({:>6.1f} GFLOP/s, {:>4.1f}% of peak)  "
+             "tg{} {:>6.2f} t/s  bound {:>6.2f} t/s ({:>4.1f}%)\n",
+             path.substr(path.find_last_of('/') + 1), weight_gb, o.pp, pp_med, gflops,
+             100 * gflops / peak, o.tg, tg_med, bound, 100 * tg_med / bound);
+
+  // Batched decode: num_seqs sequences of 128 tokens, one step each for 16 steps.
+  std::string line = "    batched decode t/s:";
+  double base = 0;
+  for (int q = 0; q < max_seqs; ++q) Prefill(b, q, 0, 128, logits);
+  for (int n : o.batches) {
+    std::vector<double> runs;
+    for (int r = 0; r < o.reps; ++r) runs.push_back(DecodeSteps(b, n, 128, 16, logits));
+    const double med = Median(runs);
+    if (n == 1) base = med;
+    line += fmt::format("  b{}={:.1f} ({:.2f}x)", n, med, base > 0 ? med / base : 0);
+  }
+  fmt::print("{}\n", line);
+
+  // Decode with a short and a long context already cached.
+  Prefill(b, 0, 0, o.long_context, logits);
+  std::vector<double> short_runs, long_runs;
+  for (int r = 0; r < o.reps; ++r) {
+    short_runs.push_back(DecodeSteps(b, 1, 128, 32, logits));
+    long_runs.push_back(DecodeSteps(b, 1, o.long_context, 32, logits));
+  }
+  const double s = Median(short_runs), l = Median(long_runs);
+  fmt::print("    decode at 128 cached: {:.2f} t/s, at {} cached: {:.2f} t/s ({:.1f}%)\n", s,
+             o.long_context, l, 100 * l / s);
+}
+
+}  // namespace
+}  // namespace kvserve
+
+int main(int argc, char** argv) {
+  using namespace kvserve;
+  Options o;
+  CLI::App app{"kvserve_model_bench: forward-pass speed against measured machine limits"};
+  app.add_option("--model", o.models, "GGUF model(s)")->required();
+  app.add_option("--threads", o.threads, "Threads (default: all)");
+  app.add_option("--reps", o.reps, "Runs per measurement (median reported)");
+  app.add_option("--pp", o.pp, "Prompt tokens per prefill");
+  app.add_option("--tg", o.tg, "Generated tokens per decode run");
+  app.add_option("--batches", o.batches, "Batch sizes for batched decode")->delimiter(',');
+  app.add_option("--long-context", o.long_context, "Cached tokens for the long-context decode");
+  CLI11_PARSE(app, argc, argv);
+  ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::DefaultThreads());
+  const double bw = MeasureBandwidth(pool, o.reps);
+  const double peak = MeasureFmaPeak(pool, o.reps);
+  fmt::print("threads {}  kernels {}  memory bandwidth {:.1f} GB/s  f32 FMA peak {:.1f} GFLOP/s\n",
+             pool.num_threads(), MatMulIsa(), bw, peak);
+  for (const std::string& m : o.models) RunModel(m, o, pool, bw, peak);
+  return 0;
+}

@@ -1,0 +1,27 @@
+// EngineConfig: the knobs of the serving engine (continuous batching over the paged, prefix-
+// cached KV). The command-line flags map onto these one to one.
+#pragma once
+
+#include <cstdint>
+
+#include "prefix/eviction_policy.h"
+#include "quant/kv_dtype.h"
+
+namespace kvserve {
+
+struct EngineConfig {
+  int num_threads = 0;                // compute threads; 0 = one per hardware thread
+  int block_size = 16;                // tokens per KV block
+  KvDtype k_dtype = KvDtype::kF16;
+  KvDtype v_dtype = KvDtype::kF16;
+  int max_model_len = 0;              // prompt + generated per request; 0 = model context
+  uint64_t kv_cache_memory_bytes = 0;  // KV budget (--kv-cache-memory); 0 = not set
+  int num_blocks = 0;                 // overrides the budget when > 0
+  bool enable_prefix_caching = true;
+  int max_num_seqs = 64;              // running sequences per step
+  int max_num_batched_tokens = 0;     // tokens per step; 0 = the model's max batch
+  EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;
+  double max_pinned_fraction = 0.25;  // share of the cache Pin may hold
+};
+
+}  // namespace kvserve

@@ -1,0 +1,300 @@
+#include "engine/engine_core.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "quant/kv_dtype.h"
+#include "util/check.h"
+
+namespace kvserve {
+namespace {
+
+double Seconds(EngineCore::Clock::time_point a, EngineCore::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// What makes two models' K/V differ for the same tokens, as far as the metadata tells.
+std::string ModelFingerprint(const Model& model, const KvLayout& layout) {
+  const ModelConfig& c = model.config();
+  return fmt::format(
+      "{}|{}|l{} h{} nh{} kv{} hd{} ffn{} v{} eps{} rope{}:{}:{}:{} w{}|k{} v{} bs{}",
+      c.arch ? c.arch->name : "?", c.name, c.num_layers, c.hidden, c.num_heads, c.num_kv_heads,
+      c.head_dim, c.ffn, c.vocab, c.rms_eps, c.rope.freq_base, c.rope.rotary_dim,
+      static_cast<int>(c.rope.scaling), c.rope.scaling_factor, model.weight_bytes(),
+      KvDtypeName(layout.k_dtype), KvDtypeName(layout.v_dtype), layout.block_size);
+}
+
+}  // namespace
+
+Result<int> ResolveNumBlocks(const EngineConfig& config, const KvLayout& layout,
+                             int max_model_len) {
+  int64_t blocks = config.num_blocks;
+  if (blocks <= 0 && config.kv_cache_memory_bytes > 0) {
+    blocks = static_cast<int64_t>(config.kv_cache_memory_bytes / layout.bytes_per_block());
+    if (blocks <= 0) {
+      return InvalidArgument(fmt::format(
+          "a KV cache of {} bytes holds no block of {} bytes; raise --kv-cache-memory",
+          config.kv_cache_memory_bytes, layout.bytes_per_block()));
+    }
+  }
+  if (blocks <= 0) {
+    const int64_t per_seq = (max_model_len + layout.block_size - 1) / layout.block_size;
+    blocks = per_seq * std::clamp(config.max_num_seqs, 1, 4);
+  }
+  if (blocks > (1 << 24)) {
+    return InvalidArgument(fmt::format("a KV cache of {} blocks is too large", blocks));
+  }
+  return static_cast<int>(blocks);
+}
+
+EngineCore::EngineCore(std::unique_ptr<Model> model, KvStorage kv, const EngineConfig& config,
+                       const Tokenizer* tokenizer)
+    : config_(config), model_(std::move(model)), kv_(std::move(kv)), tokenizer_(tokenizer) {}
+
+EngineCore::~EngineCore() = default;
+
+Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> model,
+                                                       const EngineConfig& config_in,
+                                                       const Tokenizer* tokenizer) {
+  EngineConfig config = config_in;
+  if (config.block_size <= 0 || config.block_size > 1024) {
+    return InvalidArgument(fmt::format("block size {} must be in [1, 1024]", config.block_size));
+  }
+  const int ctx = model->max_context();
+  if (config.max_model_len <= 0) config.max_model_len = ctx;
+  if (config.max_model_len > ctx) {
+    return InvalidArgument(fmt::format("max_model_len {} exceeds the model's context of {}",
+                                       config.max_model_len, ctx));
+  }
+  if (config.max_num_batched_tokens <= 0) config.max_num_batched_tokens = model->max_batch_tokens();
+  if (config.max_num_batched_tokens > model->max_batch_tokens()) {
+    return InvalidArgument(fmt::format(
+        "max_num_batched_tokens {} exceeds the {} tokens the model was loaded for",
+        config.max_num_batched_tokens, model->max_batch_tokens()));
+  }
+  if (config.max_num_seqs <= 0) return InvalidArgument("max_num_seqs must be at least 1");
+  config.max_num_seqs = std::min(config.max_num_seqs, config.max_num_batched_tokens);
+  const KvLayout layout = model->MakeKvLayout(config.block_size, config.k_dtype, config.v_dtype);
+  KV_ASSIGN_OR_RETURN(const int num_blocks, ResolveNumBlocks(config, layout, config.max_model_len));
+  KvStorage kv(layout, num_blocks);
+  std::unique_ptr<EngineCore> core(new EngineCore(std::move(model), std::move(kv), config,
+                                                  tokenizer));
+  core->kv_manager_ = std::make_unique<KvCacheManager>(
+      KvCacheConfig{num_blocks, config.block_size, config.enable_prefix_caching,
+                    config.eviction_policy, config.max_pinned_fraction});
+  core->scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len},
+      core->kv_manager_.get());
+  core->pool_ = std::make_unique<ThreadPool>(
+      config.num_threads > 0 ? config.num_threads : ThreadPool::DefaultThreads());
+  core->model_fingerprint_ = ModelFingerprint(*core->model_, layout);
+  const size_t vocab = static_cast<size_t>(core->model_->config().vocab);
+  core->logits_.resize(static_cast<size_t>(config.max_num_seqs) * vocab);
+  core->scratch_.resize(vocab);
+  return core;
+}
+
+CacheNamespace EngineCore::NamespaceFor(const std::string& cache_salt) const {
+  return MakeCacheNamespace({model_fingerprint_, cache_salt});
+}
+
+Status EngineCore::Validate(const EngineRequest& r) const {
+  if (r.prompt.empty()) return InvalidArgument("the prompt is empty");
+  const int vocab = model_->config().vocab;
+  for (TokenId t : r.prompt) {
+    if (t < 0 || t >= vocab) {
+      return InvalidArgument(fmt::format("token id {} is outside the vocabulary [0, {})", t, vocab));
+    }
+  }
+  if (r.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (r.n < 1 || r.n > config_.max_num_seqs) {
+    return InvalidArgument(fmt::format("n = {} must be in [1, max_num_seqs = {}]", r.n,
+                                       config_.max_num_seqs));
+  }
+  KV_RETURN_IF_ERROR(r.sampling.Validate());
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  if (total > config_.max_model_len) {
+    return OutOfRange(fmt::format(
+        "prompt of {} tokens plus {} to generate exceeds the maximum model length of {}",
+        r.prompt.size(), r.max_tokens, config_.max_model_len));
+  }
+  return Status::Ok();
+}
+
+Result<EngineCore::SeqCtx> EngineCore::MakeSeq(RequestId id, const EngineRequest& r,
+                                               int index) const {
+  SamplingParams params = r.sampling;
+  if (params.has_seed) params.seed += static_cast<uint64_t>(index);  // distinct streams
+  KV_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(params, model_->config().vocab));
+  sampler.SetPrompt(r.prompt);
+  SeqCtx s{id, index, std::move(sampler), nullptr, 0};
+  if (tokenizer_) s.detok = std::make_unique<StreamingDetokenizer>(*tokenizer_);
+  return s;
+}
+
+Status EngineCore::Add(RequestId id, EngineRequest request, Clock::time_point arrival) {
+  KV_RETURN_IF_ERROR(Validate(request));
+  KV_CHECK(!requests_.count(id), "request {} added twice", id.value());
+  KV_RETURN_IF_ERROR(scheduler_->CheckAdmission(static_cast<int>(request.prompt.size()),
+                                                request.max_tokens));
+  KV_ASSIGN_OR_RETURN(SeqCtx seq, MakeSeq(id, request, 0));
+  const SeqId sid = NewSeqId();
+  const CacheNamespace ns = NamespaceFor(request.cache_salt);
+  KV_RETURN_IF_ERROR(scheduler_->Add(
+      SeqSpec{sid, ns, request.prompt, request.max_tokens, request.priority}));
+  seqs_.emplace(sid, std::move(seq));
+  RequestCtx ctx{std::move(request), ns, arrival, {sid}};
+  requests_.emplace(id, std::move(ctx));
+  return Status::Ok();
+}
+
+void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
+                           std::vector<RequestOutput>* out, RequestOutput* event) {
+  SeqCtx& s = seqs_.at(seq);
+  RequestCtx& r = requests_.at(s.request);
+  RequestOutput own;
+  RequestOutput& e = event ? *event : own;
+  e.id = s.request;
+  e.index = s.index;
+  if (s.detok) e.text += s.detok->Flush();
+  e.finished = true;
+  e.finish_reason = reason;
+  e.error = std::move(error);
+  e.metrics.prompt_tokens = static_cast<int>(r.request.prompt.size());
+  e.metrics.cached_tokens = scheduler_->num_cached_tokens(seq);
+  e.metrics.computed_tokens = scheduler_->num_computed_total(seq);
+  e.metrics.generated_tokens = s.num_generated;
+  e.metrics.ttft_seconds = r.ttft_seconds;
+  e.metrics.e2e_seconds = Seconds(r.arrival, Clock::now());
+  scheduler_->Remove(seq);
+  seqs_.erase(seq);
+  r.seqs.erase(std::find(r.seqs.begin(), r.seqs.end(), seq));
+  // Before the first sampling a request has one sequence even when n > 1: it ends whole.
+  e.request_finished = r.seqs.empty();
+  if (e.request_finished) requests_.erase(e.id);
+  if (!event) out->push_back(std::move(own));
+}
+
+void EngineCore::Cancel(RequestId id, std::vector<RequestOutput>* out) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  const std::vector<SeqId> seqs = it->second.seqs;
+  for (SeqId s : seqs) FinishSeq(s, FinishReason::kCancelled, Status::Ok(), out, nullptr);
+}
+
+ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
+  ForwardBatch batch;
+  batch.tokens.reserve(static_cast<size_t>(so.num_batched_tokens));
+  batch.positions.reserve(static_cast<size_t>(so.num_batched_tokens));
+  for (const ScheduledSeq& s : so.seqs) {
+    const std::span<const TokenId> tokens = scheduler_->tokens(s.seq);
+    batch.AddSequence(kv_manager_->block_table(s.seq), s.num_computed,
+                      tokens.subspan(static_cast<size_t>(s.num_computed), s.num_new_tokens),
+                      s.wants_logits);
+  }
+  return batch;
+}
+
+Status EngineCore::Step(std::vector<RequestOutput>* out) {
+  ScheduleOutput so = scheduler_->Schedule();
+  ++num_steps_;
+  for (SeqId s : so.failed) {
+    FinishSeq(s, FinishReason::kError,
+              ResourceExhausted("the request does not fit in the KV cache next to the pinned "
+                                "prefixes; unpin some or raise --kv-cache-memory"),
+              out, nullptr);
+  }
+  if (so.empty()) return Status::Ok();
+  const ForwardBatch batch = BuildBatch(so);
+  Status st = model_->Forward(batch, kv_, *pool_, logits_.data());
+  if (!st.ok()) {  // a broken batch: end its requests with the error rather than loop on it
+    for (const ScheduledSeq& s : so.seqs) {
+      if (seqs_.count(s.seq)) FinishSeq(s.seq, FinishReason::kError, st, out, nullptr);
+    }
+    return st;
+  }
+  scheduler_->OnStepDone(so);
+  const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  size_t row = 0;
+  for (const ScheduledSeq& s : so.seqs) {
+    if (!s.wants_logits) continue;
+    SampleFromRow(s.seq, logits_.data() + row * vocab, out);
+    ++row;
+  }
+  return Status::Ok();
+}
+
+void EngineCore::SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out) {
+  const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  RequestCtx& r = requests_.at(seqs_.at(seq).request);
+  if (r.request.n > 1 && !r.forked) {
+    r.forked = true;
+    ForkSamples(seq, row, out);
+  }
+  SampleOne(seq, std::span<float>(row, vocab), out);
+}
+
+void EngineCore::ForkSamples(SeqId parent, const float* row, std::vector<RequestOutput>* out) {
+  const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  const RequestId id = seqs_.at(parent).request;
+  for (int i = 1; i < requests_.at(id).request.n; ++i) {
+    auto seq = MakeSeq(id, requests_.at(id).request, i);
+    KV_CHECK(seq.ok(), "sampler for a validated request: {}", seq.status().ToString());
+    const SeqId child = NewSeqId();
+    const std::optional<BlockCopy> copy = scheduler_->Fork(parent, child);
+    if (copy) kv_.CopyBlock(copy->src, copy->dst);
+    seqs_.emplace(child, std::move(seq).value());
+    requests_.at(id).seqs.push_back(child);
+    std::memcpy(scratch_.data(), row, vocab * sizeof(float));
+    SampleOne(child, scratch_, out);
+  }
+}
+
+void EngineCore::SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out) {
+  SeqCtx& s = seqs_.at(seq);
+  RequestCtx& r = requests_.at(s.request);
+  SampleOutput sample;
+  s.sampler.Sample(logits, &sample);
+  const TokenId token = sample.token;
+  s.sampler.Accept(token);
+  scheduler_->AppendToken(seq, token);
+  ++s.num_generated;
+  if (!r.got_first_token) {
+    r.got_first_token = true;
+    r.ttft_seconds = Seconds(r.arrival, Clock::now());
+  }
+  RequestOutput e;
+  e.id = s.request;
+  e.index = s.index;
+  e.new_tokens.push_back(token);
+  if (s.detok) e.text = s.detok->Push(token);
+  const auto& stops = r.request.stop_ids;
+  const bool stop = std::find(stops.begin(), stops.end(), token) != stops.end() ||
+                    (!r.request.ignore_eos && tokenizer_ && tokenizer_->IsEog(token));
+  if (stop || s.num_generated >= r.request.max_tokens) {
+    FinishSeq(seq, stop ? FinishReason::kStop : FinishReason::kLength, Status::Ok(), out, &e);
+  }
+  out->push_back(std::move(e));
+}
+
+Result<int> EngineCore::Pin(std::span<const TokenId> prompt, const std::string& cache_salt) {
+  return kv_manager_->Pin(NamespaceFor(cache_salt), prompt);
+}
+
+Status EngineCore::Unpin(std::span<const TokenId> prompt, const std::string& cache_salt) {
+  return kv_manager_->Unpin(NamespaceFor(cache_salt), prompt);
+}
+
+EngineStats EngineCore::stats() const {
+  EngineStats st;
+  st.kv = kv_manager_->stats();
+  st.num_preemptions = scheduler_->num_preemptions();
+  st.num_running = scheduler_->num_running();
+  st.num_waiting = scheduler_->num_waiting();
+  st.num_steps = num_steps_;
+  return st;
+}
+
+}  // namespace kvserve

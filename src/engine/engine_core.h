@@ -1,0 +1,126 @@
+// EngineCore: the step loop's body, single-threaded and deterministic: requests in, one step at
+// a time, output events out. Engine (engine.h) runs it on its own thread; tests and benchmarks
+// may drive it directly.
+//
+// Owns: the Model, KvStorage (the bytes), the KvCacheManager (blocks, prefix cache), the
+// Scheduler, a ThreadPool for the kernels, and per-sequence Samplers and detokenizers.
+//
+// NOTE (one step): Schedule() -> one ForwardBatch of every scheduled chunk (decodes of running
+// sequences and prefill chunks, each with its block table) -> Model::Forward -> OnStepDone
+// (num_computed advances, full blocks are committed to the prefix cache, so a request that
+// arrives next step already hits them) -> for each sequence whose chunk reached its last token:
+// sample, append, stop checks; a finished sequence is removed and releases its blocks. For
+// n > 1 the first sampling forks n - 1 children that share the prompt's full blocks; the shared
+// partial block is copied (copy-on-write) right away, before the next Forward.
+//
+// Thread safety: none; one thread calls everything.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "engine/request.h"
+#include "kv/kv_storage.h"
+#include "kvserve/status.h"
+#include "model/model.h"
+#include "prefix/kv_cache_manager.h"
+#include "sample/sampler.h"
+#include "sched/scheduler.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "util/thread_pool.h"
+
+namespace kvserve {
+
+class EngineCore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `tokenizer` (may be null; must outlive the core) gives end-of-generation ids and text.
+  // REQUIRES: model->max_batch_tokens() >= config.max_num_batched_tokens.
+  static Result<std::unique_ptr<EngineCore>> Create(std::unique_ptr<Model> model,
+                                                    const EngineConfig& config,
+                                                    const Tokenizer* tokenizer = nullptr);
+  ~EngineCore();
+
+  // Checks that depend only on fixed settings (prompt ids, lengths, sampling params); safe to
+  // call from any thread while another thread runs steps.
+  Status Validate(const EngineRequest& request) const;
+  // Queues a request (Validate first, then whether it could ever fit in the cache).
+  Status Add(RequestId id, EngineRequest request, Clock::time_point arrival = Clock::now());
+  // Ends every sample of the request now, releasing its blocks; no-op for unknown ids.
+  void Cancel(RequestId id, std::vector<RequestOutput>* out);
+  bool HasWork() const { return scheduler_->HasWork(); }
+  // Runs one step; appends its events to *out.
+  Status Step(std::vector<RequestOutput>* out);
+
+  // Pins / unpins the cached full-block prefix of `prompt` (see KvCacheManager::Pin).
+  Result<int> Pin(std::span<const TokenId> prompt, const std::string& cache_salt = {});
+  Status Unpin(std::span<const TokenId> prompt, const std::string& cache_salt = {});
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return config_; }
+  const Model& model() const { return *model_; }
+  const KvCacheManager& kv_manager() const { return *kv_manager_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
+  int num_live_requests() const { return static_cast<int>(requests_.size()); }
+  void CheckInvariants() const { kv_manager_->CheckInvariants(); }
+
+ private:
+  struct SeqCtx {
+    RequestId request;
+    int index = 0;
+    Sampler sampler;
+    std::unique_ptr<StreamingDetokenizer> detok;
+    int num_generated = 0;
+  };
+  struct RequestCtx {
+    EngineRequest request;
+    CacheNamespace ns;
+    Clock::time_point arrival;
+    std::vector<SeqId> seqs;  // live samples
+    bool forked = false;
+    bool got_first_token = false;
+    double ttft_seconds = 0;
+  };
+
+  EngineCore(std::unique_ptr<Model> model, KvStorage kv, const EngineConfig& config,
+             const Tokenizer* tokenizer);
+  CacheNamespace NamespaceFor(const std::string& cache_salt) const;
+  Result<SeqCtx> MakeSeq(RequestId id, const EngineRequest& request, int index) const;
+  ForwardBatch BuildBatch(const ScheduleOutput& so) const;
+  void SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out);
+  void ForkSamples(SeqId parent, const float* row, std::vector<RequestOutput>* out);
+  void SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out);
+  void FinishSeq(SeqId seq, FinishReason reason, Status error, std::vector<RequestOutput>* out,
+                 RequestOutput* event);
+  SeqId NewSeqId() { return SeqId(next_seq_++); }
+
+  EngineConfig config_;
+  std::unique_ptr<Model> model_;
+  KvStorage kv_;
+  const Tokenizer* tokenizer_;
+  std::unique_ptr<KvCacheManager> kv_manager_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::string model_fingerprint_;
+  std::unordered_map<RequestId, RequestCtx> requests_;
+  std::unordered_map<SeqId, SeqCtx> seqs_;
+  int64_t next_seq_ = 0;
+  int64_t num_steps_ = 0;
+  std::vector<float> logits_;   // [max_num_seqs, vocab]
+  std::vector<float> scratch_;  // [vocab] a row copy for each parallel sample
+};
+
+// Resolves the KV block count from the config and the model (num_blocks, else the memory
+// budget, else room for min(max_num_seqs, 4) sequences of max_model_len). Errors name the fix.
+Result<int> ResolveNumBlocks(const EngineConfig& config, const KvLayout& layout,
+                             int max_model_len);
+
+}  // namespace kvserve

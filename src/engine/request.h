@@ -1,0 +1,64 @@
+// The engine's boundary types: what a caller submits (EngineRequest), what streams back
+// (RequestOutput, one event per generated token and one at the end), and how requests end.
+// Plain values; safe to move between threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvserve/status.h"
+#include "prefix/kv_cache_manager.h"
+#include "sample/sampling_params.h"
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+struct RequestIdTag {};
+using RequestId = StrongId<RequestIdTag, int64_t>;
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct EngineRequest {
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+  int max_tokens = 128;           // >= 1
+  int n = 1;                      // parallel samples sharing the prompt's KV blocks
+  std::vector<TokenId> stop_ids;  // generation ends after emitting one of these
+  bool ignore_eos = false;        // if false, the tokenizer's end-of-generation ids stop too
+  int32_t priority = 0;           // higher = admitted first, preempted and evicted last
+  std::string cache_salt;         // requests share cached KV only with the same salt
+};
+
+// Per-sample accounting, final when `finished`.
+struct RequestMetrics {
+  int prompt_tokens = 0;
+  int cached_tokens = 0;        // prompt tokens found in the prefix cache at admission
+  int64_t computed_tokens = 0;  // tokens this sample ran through the model (recompute included)
+  int generated_tokens = 0;
+  double ttft_seconds = 0;      // arrival to the request's first token
+  double e2e_seconds = 0;       // arrival to this sample's end
+};
+
+struct RequestOutput {
+  RequestId id;
+  int index = 0;                    // which parallel sample, 0..n-1
+  std::vector<TokenId> new_tokens;  // usually one; empty on a final event without a token
+  std::string text;                 // complete UTF-8 text that became available
+  bool finished = false;            // this sample ended
+  bool request_finished = false;    // every sample ended: the last event of the request
+  FinishReason finish_reason = FinishReason::kLength;
+  Status error;                     // set when finish_reason == kError
+  RequestMetrics metrics;
+};
+
+struct EngineStats {
+  KvCacheStats kv;
+  int64_t num_preemptions = 0;
+  int num_running = 0;
+  int num_waiting = 0;
+  int64_t num_steps = 0;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,260 @@
+#include "prefix/kv_cache_manager.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "util/check.h"
+
+namespace kvserve {
+
+KvCacheManager::KvCacheManager(const KvCacheConfig& config)
+    : config_(config),
+      pool_(config.num_blocks),
+      max_pinned_blocks_(static_cast<int>(config.max_pinned_fraction * config.num_blocks)) {
+  KV_CHECK_GT(config.block_size, 0);
+  if (config.enable_prefix_caching) {
+    tree_ = std::make_unique<RadixTree>(config.block_size,
+                                        MakeEvictionPolicy(config.eviction_policy), &pool_);
+  }
+}
+
+KvCacheManager::Seq& KvCacheManager::Get(SeqId seq) {
+  auto it = seqs_.find(seq);
+  KV_CHECK(it != seqs_.end(), "sequence {} is not live", seq.value());
+  return it->second;
+}
+
+const KvCacheManager::Seq& KvCacheManager::Get(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  KV_CHECK(it != seqs_.end(), "sequence {} is not live", seq.value());
+  return it->second;
+}
+
+int KvCacheManager::max_blocks_for_one_sequence() const {
+  return config_.num_blocks - (tree_ ? tree_->num_pinned() : 0);
+}
+
+int KvCacheManager::PeekCachedTokens(CacheNamespace ns, std::span<const TokenId> tokens) const {
+  if (!tree_ || tokens.empty()) return 0;
+  const int max_blocks = (static_cast<int>(tokens.size()) - 1) / config_.block_size;
+  return static_cast<int>(tree_->Match(ns, tokens, max_blocks).size()) * config_.block_size;
+}
+
+int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens,
+                                  int32_t priority) {
+  KV_CHECK(!seqs_.count(seq), "sequence {} is already live", seq.value());
+  Seq& s = seqs_.emplace(seq, Seq{ns, priority, BlockTable(config_.block_size)}).first->second;
+  if (!tree_) return 0;
+  s.query_tokens = static_cast<int>(tokens.size());
+  if (tokens.empty()) return 0;
+  // At least the last token is computed: its logits are what the request needs next.
+  const int max_blocks = (static_cast<int>(tokens.size()) - 1) / config_.block_size;
+  const std::vector<RadixTree::Node*> path = tree_->Match(ns, tokens, max_blocks);
+  if (path.empty()) return 0;
+  for (RadixTree::Node* n : path) {
+    pool_.AddRef(RadixTree::block(n));
+    s.table.Append(RadixTree::block(n));
+  }
+  tree_->Lock(path.back());
+  tree_->Touch(path.back(), priority);
+  s.node = path.back();
+  s.num_committed = static_cast<int>(path.size());
+  s.hit_tokens = s.num_committed * config_.block_size;
+  return s.hit_tokens;
+}
+
+bool KvCacheManager::MakeRoom(int n) {
+  if (pool_.num_free() >= n) return true;
+  const int deficit = n - pool_.num_free();
+  if (!tree_ || tree_->num_evictable() < deficit) return false;
+  const int evicted = tree_->Evict(deficit);
+  KV_CHECK_EQ(evicted, deficit);
+  return true;
+}
+
+bool KvCacheManager::Allocate(SeqId seq, int num_tokens) {
+  Seq& s = Get(seq);
+  const int need = s.table.BlocksNeededFor(num_tokens);
+  if (need > 0) {
+    if (!MakeRoom(need)) return false;
+    std::vector<BlockId> got;
+    KV_CHECK(pool_.AllocateN(need, &got));
+    for (BlockId b : got) s.table.Append(b);
+  }
+  if (!s.counted) {
+    s.counted = true;
+    query_tokens_ += s.query_tokens;
+    hit_tokens_ += s.hit_tokens;
+  }
+  return true;
+}
+
+std::span<const BlockId> KvCacheManager::block_table(SeqId seq) const {
+  return Get(seq).table.blocks();
+}
+
+// NOTE (commit): the blocks [num_committed, full) are walked down from the node the sequence
+// already locks. Each is either new to the tree (inserted with the sequence's own block) or was
+// cached meanwhile by another sequence that computed the same tokens; then the sequence adopts
+// the cached block (bit-identical K/V: same namespace, same token path) and frees its duplicate,
+// which keeps "the first num_committed blocks are the locked path" true. The lock then moves
+// from the old deepest node to the new one (lock first, so the shared path never looks
+// evictable in between).
+void KvCacheManager::Commit(SeqId seq, std::span<const TokenId> tokens, int num_computed) {
+  if (!tree_) return;
+  Seq& s = Get(seq);
+  const int bs = config_.block_size;
+  const int full = std::min({num_computed, static_cast<int>(tokens.size()),
+                             s.table.capacity_tokens()}) / bs;
+  RadixTree::Node* node = s.node;
+  int committed = s.num_committed;
+  for (int i = committed; i < full; ++i) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(i) * bs, bs);
+    const BlockId mine = s.table.blocks()[i];
+    RadixTree::Node* next = tree_->FindChild(s.ns, node, block_tokens);
+    if (next) {
+      const BlockId cached = RadixTree::block(next);
+      if (cached != mine) {
+        pool_.AddRef(cached);
+        s.table.ReplaceBlock(i, cached);
+        pool_.Release(mine);
+      }
+    } else {
+      next = tree_->AddChild(s.ns, node, block_tokens, mine);
+      if (!next) break;  // token-hash collision with a different block: stop sharing here
+    }
+    node = next;
+    committed = i + 1;
+  }
+  if (node == s.node) return;
+  tree_->Lock(node);
+  tree_->Touch(node, s.priority, /*hits=*/0);
+  if (s.node) tree_->Unlock(s.node);
+  s.node = node;
+  s.num_committed = committed;
+}
+
+void KvCacheManager::EndSequence(SeqId seq) {
+  Seq& s = Get(seq);
+  if (s.node) tree_->Unlock(s.node);
+  for (BlockId b : s.table.TakeAll()) pool_.Release(b);
+  seqs_.erase(seq);
+}
+
+Result<std::optional<BlockCopy>> KvCacheManager::Fork(SeqId parent, SeqId child,
+                                                      int num_computed) {
+  KV_CHECK(!seqs_.count(child), "sequence {} is already live", child.value());
+  const int bs = config_.block_size;
+  const int full = num_computed / bs;
+  const bool partial = num_computed % bs != 0;
+  {
+    const Seq& p = Get(parent);
+    KV_CHECK_GE(p.table.capacity_tokens(), num_computed);
+    if (partial && !MakeRoom(1)) {
+      return ResourceExhausted("no KV block free for the copy-on-write of a parallel sample");
+    }
+  }
+  const Seq& p = Get(parent);  // MakeRoom does not touch sequences; re-fetch for clarity
+  Seq c{p.ns, p.priority, BlockTable(bs), p.node, p.num_committed, 0, 0, true};
+  for (int i = 0; i < full; ++i) {
+    pool_.AddRef(p.table.blocks()[i]);
+    c.table.Append(p.table.blocks()[i]);
+  }
+  std::optional<BlockCopy> copy;
+  if (partial) {
+    const BlockId dst = *pool_.Allocate();
+    c.table.Append(dst);
+    copy = BlockCopy{p.table.blocks()[full], dst};
+  }
+  if (c.node) tree_->Lock(c.node);
+  seqs_.emplace(child, std::move(c));
+  return copy;
+}
+
+uint64_t KvCacheManager::PinKey(CacheNamespace ns, std::span<const TokenId> tokens) {
+  uint64_t h = ns.value ^ 0x51ed270b27a3f1c5ull;
+  for (TokenId t : tokens) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  return h;
+}
+
+Result<int> KvCacheManager::Pin(CacheNamespace ns, std::span<const TokenId> tokens) {
+  if (!tree_) return FailedPrecondition("pinning needs prefix caching enabled");
+  const int max_blocks = static_cast<int>(tokens.size()) / config_.block_size;
+  const std::vector<RadixTree::Node*> path = tree_->Match(ns, tokens, max_blocks);
+  if (path.empty()) {
+    return NotFound("no full block of this prefix is cached; run a request with it first");
+  }
+  int newly_pinned = 0;
+  for (const RadixTree::Node* n : path) newly_pinned += RadixTree::pin_ref(n) == 0;
+  if (tree_->num_pinned() + newly_pinned > max_pinned_blocks_) {
+    return ResourceExhausted(fmt::format(
+        "pinning {} more blocks would exceed the pinned share of {} blocks ({}% of the cache); "
+        "unpin something or raise the pinned fraction",
+        newly_pinned, max_pinned_blocks_, config_.max_pinned_fraction * 100));
+  }
+  tree_->Pin(path.back());
+  pins_.emplace(PinKey(ns, tokens), path.back());
+  return static_cast<int>(path.size()) * config_.block_size;
+}
+
+Status KvCacheManager::Unpin(CacheNamespace ns, std::span<const TokenId> tokens) {
+  auto it = pins_.find(PinKey(ns, tokens));
+  if (it == pins_.end()) return NotFound("this prefix is not pinned");
+  tree_->Unpin(it->second);
+  pins_.erase(it);
+  return Status::Ok();
+}
+
+KvCacheStats KvCacheManager::stats() const {
+  KvCacheStats st;
+  st.num_blocks = pool_.num_blocks();
+  st.num_free = pool_.num_free();
+  st.num_cached = pool_.num_cached();
+  st.num_in_use = pool_.num_in_use();
+  if (tree_) {
+    st.num_pinned = tree_->num_pinned();
+    st.num_tree_blocks = tree_->num_nodes();
+    st.evicted_blocks = tree_->num_evicted();
+  }
+  st.query_tokens = query_tokens_;
+  st.hit_tokens = hit_tokens_;
+  return st;
+}
+
+void KvCacheManager::CheckInvariants() const {
+  pool_.CheckInvariants();
+  std::unordered_map<int32_t, int> refs;  // block -> tables holding it
+  for (const auto& [id, s] : seqs_) {
+    for (BlockId b : s.table.blocks()) ++refs[b.value()];
+    const std::vector<BlockId> path = RadixTree::PathBlocks(s.node);
+    KV_CHECK_EQ(static_cast<int>(path.size()), s.num_committed);
+    for (int i = 0; i < s.num_committed; ++i) {
+      KV_CHECK(path[i] == s.table.blocks()[i], "seq {} block {} is not its locked path",
+               id.value(), i);
+    }
+  }
+  for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
+    const int held = refs.count(b) ? refs[b] : 0;
+    KV_CHECK(pool_.ref_count(BlockId(b)) == held, "block {} has ref {} but {} tables hold it", b,
+             pool_.ref_count(BlockId(b)), held);
+  }
+  if (!tree_) {
+    KV_CHECK_EQ(pool_.num_cached(), 0);
+    return;
+  }
+  tree_->CheckInvariants();
+  int tree_unlocked = 0;
+  tree_->ForEachNode([&](const RadixTree::Node* n) {
+    const bool in_use = pool_.ref_count(RadixTree::block(n)) > 0;
+    KV_CHECK(in_use == (RadixTree::lock_ref(n) > 0), "block {} ref {} but lock_ref {}",
+             RadixTree::block(n).value(), pool_.ref_count(RadixTree::block(n)),
+             RadixTree::lock_ref(n));
+    tree_unlocked += !in_use;
+  });
+  KV_CHECK_EQ(tree_unlocked, pool_.num_cached());
+  KV_CHECK_LE(tree_->num_pinned(), max_pinned_blocks_);
+}
+
+}  // namespace kvserve

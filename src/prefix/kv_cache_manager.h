@@ -1,0 +1,141 @@
+// KvCacheManager: the KV side as the scheduler sees it. It owns the BlockPool (block ids and
+// ref counts), the RadixTree of cached full blocks, and every live sequence's block table.
+// Nothing here touches K/V bytes: where the engine must copy bytes (copy-on-write after Fork)
+// the manager returns a BlockCopy for the engine to perform in KvStorage.
+//
+// A sequence's life: BeginSequence (match + lock the longest cached prefix) -> Allocate before
+// each step (evicting cached blocks as needed; false = the caller must preempt someone) ->
+// Commit after each step (full computed blocks join the tree) -> EndSequence (locks released,
+// private blocks freed, committed blocks stay cached until memory is needed).
+//
+// Invariants (CheckInvariants):
+//   - every block is free, cached-evictable or in use: free + cached + in_use == total;
+//   - a block's ref count equals the number of block tables that hold it;
+//   - a sequence's first num_committed blocks are exactly the tree path it locks, so a tree
+//     node is locked iff its block is in use (lock_ref > 0 <=> ref_count > 0);
+//   - only full blocks are shared; a sequence's last partial block is private to it.
+// With prefix caching disabled the facade is the same, but nothing is matched or inserted.
+//
+// Thread safety: none; the engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+
+#include "kv/block_pool.h"
+#include "kv/block_table.h"
+#include "kvserve/status.h"
+#include "prefix/cache_namespace.h"
+#include "prefix/eviction_policy.h"
+#include "prefix/radix_tree.h"
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+struct KvCacheConfig {
+  int num_blocks = 0;
+  int block_size = 16;
+  bool enable_prefix_caching = true;
+  EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;
+  double max_pinned_fraction = 0.25;  // share of all blocks that Pin may hold
+};
+
+struct KvCacheStats {
+  int num_blocks = 0;
+  int num_free = 0;
+  int num_cached = 0;  // cached-evictable (ref 0, in the tree; pinned ones included)
+  int num_in_use = 0;
+  int num_pinned = 0;
+  int num_tree_blocks = 0;   // all blocks in the tree, in use or not
+  int64_t query_tokens = 0;  // prompt tokens looked up by BeginSequence
+  int64_t hit_tokens = 0;    // of which found cached
+  int64_t evicted_blocks = 0;
+};
+
+// The engine copies every layer's K/V of `src` into `dst` before the next forward pass.
+struct BlockCopy {
+  BlockId src;
+  BlockId dst;
+};
+
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheConfig& config);
+  KvCacheManager(const KvCacheManager&) = delete;
+  KvCacheManager& operator=(const KvCacheManager&) = delete;
+
+  const KvCacheConfig& config() const { return config_; }
+  int block_size() const { return config_.block_size; }
+  int num_blocks() const { return config_.num_blocks; }
+  bool prefix_caching() const { return tree_ != nullptr; }
+  // Blocks one sequence could get if every evictable block were evicted and nothing else ran.
+  int max_blocks_for_one_sequence() const;
+
+  // Starts a sequence over `tokens` (its prompt, or prompt + generated when resuming after a
+  // preemption): finds the longest cached full-block prefix, capped so that at least the last
+  // token is computed (its logits are needed), takes it into the block table and locks it.
+  // Counts tokens.size() query tokens and the returned number of hit tokens once the sequence
+  // gets its first successful Allocate (an admission that fails and is retried counts once).
+  // Returns the number of cached tokens (a multiple of block_size). REQUIRES: seq not live.
+  int BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens,
+                    int32_t priority);
+  // Cached tokens BeginSequence would find now, without side effects.
+  int PeekCachedTokens(CacheNamespace ns, std::span<const TokenId> tokens) const;
+  // Makes the block table cover `num_tokens` slots, evicting cached blocks when the free list
+  // is short. All or nothing: false (and no change) when even eviction cannot make room.
+  bool Allocate(SeqId seq, int num_tokens);
+  std::span<const BlockId> block_table(SeqId seq) const;
+  // Inserts the full blocks among tokens[0, num_computed) that are not in the tree yet. A block
+  // whose tokens are already cached (computed twice concurrently) is swapped for the cached one
+  // (identical bytes) and the duplicate freed. No-op without prefix caching.
+  void Commit(SeqId seq, std::span<const TokenId> tokens, int num_computed);
+  // Releases the sequence's locks and blocks. Committed blocks stay cached.
+  void EndSequence(SeqId seq);
+  // Starts `child` as a copy of `parent` whose first num_computed slots hold K/V: full blocks
+  // are shared (ref counted); a partial last block is copied into a new block, returned for the
+  // engine to copy. ResourceExhausted (and no child) when no block can be had for the copy.
+  Result<std::optional<BlockCopy>> Fork(SeqId parent, SeqId child, int num_computed);
+
+  // Pins the cached full-block prefix of `tokens` until Unpin; returns the pinned tokens.
+  // NotFound when no block of it is cached; ResourceExhausted when pinning would exceed
+  // max_pinned_fraction of the cache.
+  Result<int> Pin(CacheNamespace ns, std::span<const TokenId> tokens);
+  // Unpins what Pin(ns, tokens) pinned. NotFound if that prefix is not pinned.
+  Status Unpin(CacheNamespace ns, std::span<const TokenId> tokens);
+
+  KvCacheStats stats() const;
+  const BlockPool& pool() const { return pool_; }
+  const RadixTree* tree() const { return tree_.get(); }
+  bool is_live(SeqId seq) const { return seqs_.count(seq) != 0; }
+  int num_live_sequences() const { return static_cast<int>(seqs_.size()); }
+  void CheckInvariants() const;
+
+ private:
+  struct Seq {
+    CacheNamespace ns;
+    int32_t priority = 0;
+    BlockTable table;
+    RadixTree::Node* node = nullptr;  // deepest committed node, locked by this sequence
+    int num_committed = 0;            // blocks of `table` that are the path to `node`
+    int query_tokens = 0, hit_tokens = 0;  // counted at the first successful Allocate
+    bool counted = false;
+  };
+  Seq& Get(SeqId seq);
+  const Seq& Get(SeqId seq) const;
+  // Makes `n` free blocks available, evicting if needed. False (nothing evicted) if impossible.
+  bool MakeRoom(int n);
+  static uint64_t PinKey(CacheNamespace ns, std::span<const TokenId> tokens);
+
+  KvCacheConfig config_;
+  BlockPool pool_;
+  std::unique_ptr<RadixTree> tree_;  // null when prefix caching is off
+  std::unordered_map<SeqId, Seq> seqs_;
+  std::unordered_multimap<uint64_t, RadixTree::Node*> pins_;  // by hash of (ns, tokens)
+  int max_pinned_blocks_;
+  int64_t query_tokens_ = 0, hit_tokens_ = 0;
+};
+
+}  // namespace kvserve

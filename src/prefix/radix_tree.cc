@@ -1,0 +1,246 @@
+#include "prefix/radix_tree.h"
+
+#include <algorithm>
+
+#include "util/check.h"
+
+namespace kvserve {
+
+struct RadixTree::Node {
+  Node* parent = nullptr;  // nullptr only for a namespace root (which holds no block)
+  BlockId block;           // invalid for a root
+  std::vector<TokenId> tokens;
+  std::unordered_map<uint64_t, std::unique_ptr<Node>> children;  // by token hash
+  int lock_ref = 0;
+  int pin_ref = 0;
+  NodeUsage usage;
+  uint64_t serial = 0;
+  bool in_candidates = false;
+  EvictionKey key{};  // key it was inserted into the candidate set with
+};
+
+RadixTree::RadixTree(int block_size, std::unique_ptr<EvictionPolicy> policy, BlockPool* pool)
+    : block_size_(block_size), policy_(std::move(policy)), pool_(pool) {
+  KV_CHECK_GT(block_size, 0);
+}
+
+RadixTree::~RadixTree() = default;
+
+RadixTree::Node* RadixTree::FindRoot(CacheNamespace ns) const {
+  auto it = roots_.find(ns.value);
+  return it == roots_.end() ? nullptr : it->second.get();
+}
+
+RadixTree::Node* RadixTree::Root(CacheNamespace ns) {
+  auto& root = roots_[ns.value];
+  if (!root) root = std::make_unique<Node>();
+  return root.get();
+}
+
+uint64_t RadixTree::HashTokens(std::span<const TokenId> tokens) const {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (TokenId t : tokens) {
+    h ^= static_cast<uint32_t>(t) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  }
+  return h;
+}
+
+RadixTree::Node* RadixTree::FindChild(CacheNamespace ns, Node* parent,
+                                      std::span<const TokenId> block_tokens) const {
+  KV_CHECK_EQ(static_cast<int>(block_tokens.size()), block_size_);
+  const Node* p = parent ? parent : FindRoot(ns);
+  if (!p) return nullptr;
+  auto it = p->children.find(HashTokens(block_tokens));
+  if (it == p->children.end()) return nullptr;
+  Node* c = it->second.get();
+  return std::equal(c->tokens.begin(), c->tokens.end(), block_tokens.begin()) ? c : nullptr;
+}
+
+std::vector<RadixTree::Node*> RadixTree::Match(CacheNamespace ns, std::span<const TokenId> tokens,
+                                               int max_blocks) const {
+  std::vector<Node*> path;
+  Node* cur = nullptr;
+  const int limit = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / block_size_);
+  for (int i = 0; i < limit; ++i) {
+    Node* next = FindChild(ns, cur, tokens.subspan(static_cast<size_t>(i) * block_size_,
+                                                   block_size_));
+    if (!next) break;
+    path.push_back(next);
+    cur = next;
+  }
+  return path;
+}
+
+RadixTree::Node* RadixTree::AddChild(CacheNamespace ns, Node* parent,
+                                     std::span<const TokenId> block_tokens, BlockId block) {
+  KV_CHECK_EQ(static_cast<int>(block_tokens.size()), block_size_);
+  Node* p = parent ? parent : Root(ns);
+  const uint64_t h = HashTokens(block_tokens);
+  if (p->children.count(h)) return nullptr;  // same tokens (caller's bug) or a collision
+  auto node = std::make_unique<Node>();
+  node->parent = p;
+  node->block = block;
+  node->tokens.assign(block_tokens.begin(), block_tokens.end());
+  node->serial = next_serial_++;
+  node->usage.last_access = ++clock_;
+  Node* n = node.get();
+  p->children.emplace(h, std::move(node));
+  pool_->MarkCached(block);
+  ++num_nodes_;
+  ++num_evictable_;
+  if (p->parent) Refresh(p);
+  Refresh(n);
+  return n;
+}
+
+void RadixTree::Touch(Node* node, int32_t priority, int hits) {
+  const int64_t now = ++clock_;
+  for (Node* n = node; n && n->parent; n = n->parent) {
+    n->usage.last_access = now;
+    n->usage.hit_count += hits;
+    n->usage.priority = std::max(n->usage.priority, priority);
+    Refresh(n);
+  }
+}
+
+void RadixTree::AddLockRef(Node* n, int delta) {
+  const bool was_locked = n->lock_ref > 0;
+  const bool was_evictable = n->lock_ref == 0 && n->pin_ref == 0;
+  n->lock_ref += delta;
+  KV_CHECK(n->lock_ref >= 0, "lock_ref of block {} below zero", n->block.value());
+  num_locked_ += (n->lock_ref > 0) - was_locked;
+  num_evictable_ += (n->lock_ref == 0 && n->pin_ref == 0) - was_evictable;
+  Refresh(n);
+}
+
+void RadixTree::AddPinRef(Node* n, int delta) {
+  const bool was_pinned = n->pin_ref > 0;
+  const bool was_evictable = n->lock_ref == 0 && n->pin_ref == 0;
+  n->pin_ref += delta;
+  KV_CHECK(n->pin_ref >= 0, "pin_ref of block {} below zero", n->block.value());
+  num_pinned_ += (n->pin_ref > 0) - was_pinned;
+  num_evictable_ += (n->lock_ref == 0 && n->pin_ref == 0) - was_evictable;
+  Refresh(n);
+}
+
+void RadixTree::Lock(Node* node) {
+  for (Node* n = node; n && n->parent; n = n->parent) AddLockRef(n, +1);
+}
+
+void RadixTree::Unlock(Node* node) {
+  const int64_t now = ++clock_;
+  for (Node* n = node; n && n->parent; n = n->parent) {
+    n->usage.last_access = now;  // the release is the last use
+    AddLockRef(n, -1);
+  }
+}
+
+void RadixTree::Pin(Node* node) {
+  for (Node* n = node; n && n->parent; n = n->parent) AddPinRef(n, +1);
+}
+
+void RadixTree::Unpin(Node* node) {
+  for (Node* n = node; n && n->parent; n = n->parent) AddPinRef(n, -1);
+}
+
+bool RadixTree::IsCandidate(const Node* n) const {
+  return n->lock_ref == 0 && n->pin_ref == 0 && n->children.empty();
+}
+
+void RadixTree::Refresh(Node* n) {
+  const bool want = IsCandidate(n);
+  const EvictionKey key = policy_->Key(n->usage);
+  if (n->in_candidates && (!want || key != n->key)) {
+    candidates_.erase(Candidate{n->key, n->serial, n});
+    n->in_candidates = false;
+  }
+  if (want && !n->in_candidates) {
+    n->key = key;
+    candidates_.insert(Candidate{key, n->serial, n});
+    n->in_candidates = true;
+  }
+}
+
+void RadixTree::RemoveLeaf(Node* n) {
+  KV_CHECK(IsCandidate(n), "evicting a node that is not an evictable leaf");
+  candidates_.erase(Candidate{n->key, n->serial, n});
+  pool_->Evict(n->block);
+  --num_nodes_;
+  --num_evictable_;
+  ++num_evicted_;
+  Node* parent = n->parent;
+  parent->children.erase(HashTokens(n->tokens));  // destroys n
+  if (parent->parent) Refresh(parent);
+}
+
+int RadixTree::Evict(int num_blocks) {
+  int evicted = 0;
+  while (evicted < num_blocks && !candidates_.empty()) {
+    RemoveLeaf(candidates_.begin()->node);
+    ++evicted;
+  }
+  return evicted;
+}
+
+BlockId RadixTree::block(const Node* node) { return node->block; }
+int RadixTree::lock_ref(const Node* node) { return node->lock_ref; }
+int RadixTree::pin_ref(const Node* node) { return node->pin_ref; }
+const NodeUsage& RadixTree::usage(const Node* node) { return node->usage; }
+
+std::vector<BlockId> RadixTree::PathBlocks(const Node* node) {
+  std::vector<BlockId> blocks;
+  for (const Node* n = node; n && n->parent; n = n->parent) blocks.push_back(n->block);
+  std::reverse(blocks.begin(), blocks.end());
+  return blocks;
+}
+
+std::vector<BlockId> RadixTree::EvictionOrder() const {
+  std::vector<BlockId> order;
+  for (const Candidate& c : candidates_) order.push_back(c.node->block);
+  return order;
+}
+
+void RadixTree::ForEachNode(const std::function<void(const Node*)>& fn) const {
+  std::vector<const Node*> stack;
+  for (const auto& [ns, root] : roots_) {
+    for (const auto& [h, child] : root->children) stack.push_back(child.get());
+  }
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    fn(n);
+    for (const auto& [h, child] : n->children) stack.push_back(child.get());
+  }
+}
+
+void RadixTree::CheckInvariants() const {
+  int nodes = 0, locked = 0, evictable = 0, pinned = 0, candidates = 0;
+  ForEachNode([&](const Node* n) {
+    ++nodes;
+    locked += n->lock_ref > 0;
+    pinned += n->pin_ref > 0;
+    evictable += n->lock_ref == 0 && n->pin_ref == 0;
+    KV_CHECK(pool_->is_cached(n->block), "tree block {} not marked cached", n->block.value());
+    int child_locks = 0, child_pins = 0;
+    for (const auto& [h, c] : n->children) {
+      KV_CHECK(c->parent == n, "broken parent link at block {}", c->block.value());
+      KV_CHECK(c->block.valid(), "node without a block");
+      KV_CHECK_EQ(h, HashTokens(c->tokens));
+      child_locks += c->lock_ref;
+      child_pins += c->pin_ref;
+    }
+    KV_CHECK(n->lock_ref >= child_locks, "block {} lock_ref {} < children's {}",
+             n->block.value(), n->lock_ref, child_locks);
+    KV_CHECK(n->pin_ref >= child_pins, "block {} pin_ref {} < children's {}", n->block.value(),
+             n->pin_ref, child_pins);
+    KV_CHECK_EQ(n->in_candidates, IsCandidate(n));
+    candidates += n->in_candidates;
+  });
+  KV_CHECK_EQ(nodes, num_nodes_);
+  KV_CHECK_EQ(locked, num_locked_);
+  KV_CHECK_EQ(evictable, num_evictable_);
+  KV_CHECK_EQ(pinned, num_pinned_);
+  KV_CHECK_EQ(candidates, static_cast<int>(candidates_.size()));
+}
+
+}  // namespace kvserve

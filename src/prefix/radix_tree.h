@@ -1,0 +1,124 @@
+// RadixTree: the prefix cache's index of FULL KV blocks. Each node is one block: the block_size
+// tokens it holds (its edge label) and the BlockId with their K/V. A node's key is therefore the
+// whole token path from its namespace root down to it, which is exactly what the K/V depend on.
+// Children are looked up by a hash of their block's tokens (checked against the tokens).
+//
+// Owns: the nodes. Does not own the blocks: it marks them cached in the BlockPool on insert and
+// hands them back with BlockPool::Evict when it evicts a node.
+//
+// NOTE (locks pin paths): Lock(node) adds one lock reference to the node and every ancestor, so
+// a sequence that uses a prefix pins all of it with one call; Unlock undoes it. A node with
+// lock_ref > 0 is protected; with lock_ref == 0 and pin_ref == 0 it is evictable. Because a
+// lock or pin always covers a whole path, the subtree of an evictable node is evictable too,
+// so evicting leaves one by one can free every evictable block: num_evictable() is exact.
+// Pins (Pin/Unpin) work the same way and keep nodes until unpinned.
+//
+// NOTE (eviction): only evictable LEAVES are candidates; they sit in an ordered set keyed by the
+// policy's key of their usage (plus a creation serial for ties). Evicting a leaf may turn its
+// parent into a candidate. Eviction happens only when asked (when blocks are needed).
+//
+// Invariants (CheckInvariants): lock_ref(n) >= sum of lock_ref over n's children (same for
+// pins); the counters equal a recount; the candidate set holds exactly the evictable leaves;
+// every node's block is marked cached in the pool.
+//
+// Thread safety: none; the engine thread owns it (through KvCacheManager).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "prefix/cache_namespace.h"
+#include "prefix/eviction_policy.h"
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+class RadixTree {
+ public:
+  struct Node;
+
+  // REQUIRES: pool outlives the tree.
+  RadixTree(int block_size, std::unique_ptr<EvictionPolicy> policy, BlockPool* pool);
+  ~RadixTree();
+  RadixTree(const RadixTree&) = delete;
+  RadixTree& operator=(const RadixTree&) = delete;
+
+  int block_size() const { return block_size_; }
+
+  // The longest path of cached blocks that prefixes `tokens`, at most max_blocks long
+  // (root side first). No side effects.
+  std::vector<Node*> Match(CacheNamespace ns, std::span<const TokenId> tokens,
+                           int max_blocks) const;
+  // The child of `parent` (nullptr = the namespace root) holding `block_tokens`, or nullptr.
+  // REQUIRES: block_tokens.size() == block_size.
+  Node* FindChild(CacheNamespace ns, Node* parent, std::span<const TokenId> block_tokens) const;
+  // Adds a child holding `block` (marked cached in the pool). Returns nullptr and adds nothing
+  // when a different block with the same token hash is already there (a hash collision: the
+  // block simply stays uncached). REQUIRES: no child with these tokens; block in use, not cached.
+  Node* AddChild(CacheNamespace ns, Node* parent, std::span<const TokenId> block_tokens,
+                 BlockId block);
+
+  // Records a use of every node on the path to `node`: access time, priority (the highest seen)
+  // and `hits` more hits (1 for a sequence that matched the path, 0 for one that extends it).
+  void Touch(Node* node, int32_t priority, int hits = 1);
+  void Lock(Node* node);    // +1 lock on node and all ancestors
+  void Unlock(Node* node);  // -1 lock on the same path; records the release time
+  void Pin(Node* node);     // +1 pin on node and all ancestors
+  void Unpin(Node* node);
+
+  // Evicts up to `num_blocks` evictable leaves in policy order; returns how many it evicted.
+  int Evict(int num_blocks);
+
+  int num_nodes() const { return num_nodes_; }
+  int num_protected() const { return num_locked_; }   // nodes with lock_ref > 0
+  int num_evictable() const { return num_evictable_; }  // lock_ref == 0 and pin_ref == 0
+  int num_pinned() const { return num_pinned_; }        // nodes with pin_ref > 0
+  int64_t num_evicted() const { return num_evicted_; }
+
+  static BlockId block(const Node* node);
+  static int lock_ref(const Node* node);
+  static int pin_ref(const Node* node);
+  static const NodeUsage& usage(const Node* node);
+  // Blocks on the path root -> node (empty for nullptr).
+  static std::vector<BlockId> PathBlocks(const Node* node);
+  // Blocks of the current eviction candidates, next victim first. For tests.
+  std::vector<BlockId> EvictionOrder() const;
+  void ForEachNode(const std::function<void(const Node*)>& fn) const;
+  void CheckInvariants() const;
+
+ private:
+  struct Candidate {
+    EvictionKey key;
+    uint64_t serial;
+    Node* node;
+    bool operator<(const Candidate& o) const {
+      return key != o.key ? key < o.key : serial < o.serial;
+    }
+  };
+  Node* FindRoot(CacheNamespace ns) const;  // nullptr if the namespace has no blocks yet
+  Node* Root(CacheNamespace ns);
+  uint64_t HashTokens(std::span<const TokenId> tokens) const;
+  bool IsCandidate(const Node* n) const;
+  void Refresh(Node* n);  // puts n in or out of the candidate set
+  void AddLockRef(Node* n, int delta);
+  void AddPinRef(Node* n, int delta);
+  void RemoveLeaf(Node* n);
+
+  int block_size_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  BlockPool* pool_;
+  std::unordered_map<uint64_t, std::unique_ptr<Node>> roots_;  // by namespace
+  std::set<Candidate> candidates_;
+  int64_t clock_ = 0;
+  uint64_t next_serial_ = 0;
+  int num_nodes_ = 0, num_locked_ = 0, num_evictable_ = 0, num_pinned_ = 0;
+  int64_t num_evicted_ = 0;
+};
+
+}  // namespace kvserve

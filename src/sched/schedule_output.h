@@ -1,0 +1,29 @@
+// ScheduleOutput: the plain value one Scheduler::Schedule() call produces and the engine
+// executes: which sequences run this step and how many new tokens each computes, plus what
+// changed state (preempted, failed).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+struct ScheduledSeq {
+  SeqId seq;
+  int num_computed = 0;    // slots holding K/V before this step (the chunk starts here)
+  int num_new_tokens = 0;  // tokens computed this step: [num_computed, num_computed + new)
+  bool wants_logits = false;  // the chunk reaches the sequence's last token: sample after it
+};
+
+struct ScheduleOutput {
+  std::vector<ScheduledSeq> seqs;   // in batch order
+  std::vector<SeqId> preempted;     // sent back to waiting this step (KV freed, recompute later)
+  std::vector<SeqId> failed;        // can never fit (the engine finishes them with an error)
+  int num_batched_tokens = 0;
+
+  bool empty() const { return seqs.empty(); }
+};
+
+}  // namespace kvserve

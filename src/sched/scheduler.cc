@@ -1,0 +1,263 @@
+#include "sched/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "util/check.h"
+
+namespace kvserve {
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager* kv)
+    : config_(config), kv_(kv) {
+  KV_CHECK_GT(config.max_num_seqs, 0);
+  KV_CHECK_GT(config.max_num_batched_tokens, 0);
+}
+
+Scheduler::Record& Scheduler::Get(SeqId seq) {
+  auto it = seqs_.find(seq);
+  KV_CHECK(it != seqs_.end(), "unknown sequence {}", seq.value());
+  return it->second;
+}
+
+const Scheduler::Record& Scheduler::Get(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  KV_CHECK(it != seqs_.end(), "unknown sequence {}", seq.value());
+  return it->second;
+}
+
+Status Scheduler::CheckAdmission(int num_prompt_tokens, int max_tokens) const {
+  if (num_prompt_tokens <= 0) return InvalidArgument("the prompt is empty");
+  if (max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  const int64_t total = static_cast<int64_t>(num_prompt_tokens) + max_tokens;
+  if (total > config_.max_model_len) {
+    return OutOfRange(fmt::format(
+        "prompt of {} tokens plus {} to generate exceeds the maximum model length of {}; "
+        "shorten the prompt or lower max_tokens",
+        num_prompt_tokens, max_tokens, config_.max_model_len));
+  }
+  const int64_t bs = kv_->block_size();
+  const int64_t blocks = (total + bs - 1) / bs;
+  if (blocks > kv_->max_blocks_for_one_sequence()) {
+    return ResourceExhausted(fmt::format(
+        "prompt of {} tokens plus {} to generate needs {} KV blocks but the cache can give one "
+        "request at most {}; raise --kv-cache-memory or --num-blocks, or lower max_tokens",
+        num_prompt_tokens, max_tokens, blocks, kv_->max_blocks_for_one_sequence()));
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::Add(SeqSpec spec) {
+  KV_RETURN_IF_ERROR(CheckAdmission(static_cast<int>(spec.prompt.size()), spec.max_tokens));
+  KV_CHECK(!seqs_.count(spec.id), "sequence {} added twice", spec.id.value());
+  Record r;
+  r.tokens = spec.prompt;
+  r.spec = std::move(spec);
+  r.arrival = next_arrival_++;
+  const SeqId id = r.spec.id;
+  waiting_.insert(KeyOf(r));
+  seqs_.emplace(id, std::move(r));
+  return Status::Ok();
+}
+
+ScheduleOutput Scheduler::Schedule() {
+  ScheduleOutput out;
+  int budget = config_.max_num_batched_tokens;
+  ScheduleRunning(out, budget);
+  if (out.preempted.empty()) ScheduleWaiting(out, budget);
+  return out;
+}
+
+void Scheduler::Push(ScheduleOutput& out, Record& r, int n, int& budget) {
+  const bool last = r.num_computed + n == static_cast<int>(r.tokens.size());
+  out.seqs.push_back(ScheduledSeq{r.spec.id, r.num_computed, n, last});
+  out.num_batched_tokens += n;
+  budget -= n;
+}
+
+size_t Scheduler::PickVictim() const {
+  KV_CHECK(!running_.empty());
+  size_t best = 0;
+  for (size_t i = 1; i < running_.size(); ++i) {
+    const Record& a = Get(running_[i]);
+    const Record& b = Get(running_[best]);
+    if (a.spec.priority < b.spec.priority ||
+        (a.spec.priority == b.spec.priority && a.arrival > b.arrival)) {
+      best = i;
+    }
+  }
+  return best;
+}
+
+void Scheduler::Preempt(size_t index, ScheduleOutput& out, int& budget) {
+  const SeqId id = running_[index];
+  Record& r = Get(id);
+  kv_->EndSequence(id);
+  auto it = std::find_if(out.seqs.begin(), out.seqs.end(),
+                         [&](const ScheduledSeq& s) { return s.seq == id; });
+  if (it != out.seqs.end()) {  // it had tokens this step already: give them back
+    budget += it->num_new_tokens;
+    out.num_batched_tokens -= it->num_new_tokens;
+    out.seqs.erase(it);
+  }
+  r.num_computed = 0;
+  r.state = SeqState::kPreempted;
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  waiting_.insert(KeyOf(r));
+  out.preempted.push_back(id);
+  ++num_preemptions_;
+}
+
+void Scheduler::ScheduleRunning(ScheduleOutput& out, int& budget) {
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Record& r = Get(running_[i]);
+    const int pending = static_cast<int>(r.tokens.size()) - r.num_computed;
+    if (pending <= 0) {
+      ++i;
+      continue;
+    }
+    const int n = std::min(pending, budget);
+    bool preempted_self = false;
+    while (!kv_->Allocate(r.spec.id, r.num_computed + n)) {
+      const size_t v = PickVictim();
+      preempted_self = v == i;
+      Preempt(v, out, budget);
+      if (preempted_self) break;
+      if (v < i) --i;
+    }
+    if (preempted_self) continue;  // running_[i] is now the next sequence
+    Push(out, r, n, budget);
+    ++i;
+  }
+}
+
+bool Scheduler::Admit(Record& r, ScheduleOutput& out, int& budget) {
+  const SeqId id = r.spec.id;
+  const int cached = kv_->BeginSequence(id, r.spec.ns, r.tokens, r.spec.priority);
+  const int n = std::min(static_cast<int>(r.tokens.size()) - cached, budget);
+  if (!kv_->Allocate(id, cached + n)) {
+    kv_->EndSequence(id);
+    return false;
+  }
+  if (r.num_cached_first < 0) r.num_cached_first = cached;
+  r.num_computed = cached;
+  r.state = SeqState::kRunning;
+  running_.push_back(id);
+  Push(out, r, n, budget);
+  return true;
+}
+
+// NOTE (deferral): requests that arrive together with a shared system prompt would otherwise
+// all compute it in the same steps, and none would hit. A waiting request waits while a running
+// one is still computing blocks they share beyond what is cached now; once that prompt is
+// committed (after each step) the waiting one finds it cached. No deadlock: the running
+// sequence progresses every step or is preempted, which ends the wait.
+bool Scheduler::ShouldDefer(const Record& r) const {
+  if (!config_.defer_shared_prefixes || !kv_->prefix_caching()) return false;
+  const int bs = kv_->block_size();
+  const int limit = (static_cast<int>(r.tokens.size()) - 1) / bs * bs;
+  if (limit == 0) return false;
+  int cached = -1;
+  for (SeqId id : running_) {
+    const Record& s = Get(id);
+    if (!(s.spec.ns == r.spec.ns) || s.num_computed >= static_cast<int>(s.tokens.size()) - 1) {
+      continue;  // other namespace, or not in prefill any more
+    }
+    const int max_common = std::min<int>(limit, static_cast<int>(s.tokens.size()));
+    int common = 0;
+    while (common < max_common && r.tokens[common] == s.tokens[common]) ++common;
+    const int shared = common / bs * bs;
+    if (shared <= s.num_computed) continue;
+    if (cached < 0) cached = kv_->PeekCachedTokens(r.spec.ns, r.tokens);
+    if (shared > cached) return true;
+  }
+  return false;
+}
+
+void Scheduler::ScheduleWaiting(ScheduleOutput& out, int& budget) {
+  std::vector<WaitKey> deferred;
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    const WaitKey key = *waiting_.begin();
+    waiting_.erase(waiting_.begin());
+    Record& r = Get(key.id);
+    if (ShouldDefer(r)) {
+      deferred.push_back(key);
+      continue;
+    }
+    if (Admit(r, out, budget)) continue;
+    if (running_.empty() && out.seqs.empty()) {
+      out.failed.push_back(key.id);  // nothing else holds blocks: it can never fit now
+      continue;
+    }
+    waiting_.insert(key);  // wait for running sequences to finish; keep the order
+    break;
+  }
+  for (const WaitKey& k : deferred) waiting_.insert(k);
+}
+
+void Scheduler::OnStepDone(const ScheduleOutput& out) {
+  for (const ScheduledSeq& s : out.seqs) {
+    Record& r = Get(s.seq);
+    KV_CHECK_EQ(r.num_computed, s.num_computed);
+    r.num_computed += s.num_new_tokens;
+    r.num_computed_total += s.num_new_tokens;
+    kv_->Commit(s.seq, r.tokens, r.num_computed);
+  }
+}
+
+void Scheduler::AppendToken(SeqId seq, TokenId token) { Get(seq).tokens.push_back(token); }
+
+std::optional<BlockCopy> Scheduler::Fork(SeqId parent, SeqId child) {
+  KV_CHECK(!seqs_.count(child), "sequence {} already exists", child.value());
+  const Record& p = Get(parent);
+  KV_CHECK(p.state == SeqState::kRunning, "fork of a sequence that is not running");
+  Record c;
+  c.spec = p.spec;
+  c.spec.id = child;
+  c.tokens = p.tokens;
+  c.arrival = next_arrival_++;
+  c.num_cached_first = p.num_cached_first;
+  std::optional<BlockCopy> copy;
+  bool forked = false;
+  if (static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    auto r = kv_->Fork(parent, child, p.num_computed);
+    if (r.ok()) {
+      copy = *r;
+      forked = true;
+      c.num_computed = p.num_computed;
+      c.state = SeqState::kRunning;
+      running_.push_back(child);
+    }
+  }
+  if (!forked) {
+    c.state = SeqState::kPreempted;  // will recompute, mostly from the prefix cache
+    waiting_.insert(KeyOf(c));
+  }
+  seqs_.emplace(child, std::move(c));
+  return copy;
+}
+
+void Scheduler::Remove(SeqId seq) {
+  Record& r = Get(seq);
+  if (kv_->is_live(seq)) kv_->EndSequence(seq);
+  if (r.state == SeqState::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+  } else {
+    waiting_.erase(KeyOf(r));
+  }
+  seqs_.erase(seq);
+}
+
+SeqState Scheduler::state(SeqId seq) const { return Get(seq).state; }
+std::span<const TokenId> Scheduler::tokens(SeqId seq) const { return Get(seq).tokens; }
+int Scheduler::num_computed(SeqId seq) const { return Get(seq).num_computed; }
+int Scheduler::num_prompt_tokens(SeqId seq) const {
+  return static_cast<int>(Get(seq).spec.prompt.size());
+}
+int Scheduler::num_cached_tokens(SeqId seq) const {
+  return std::max(Get(seq).num_cached_first, 0);
+}
+int64_t Scheduler::num_computed_total(SeqId seq) const { return Get(seq).num_computed_total; }
+
+}  // namespace kvserve

@@ -1,0 +1,128 @@
+// Scheduler: continuous batching over a KvCacheManager. Each Schedule() picks the work of one
+// step so that every sequence's num_computed catches up with its number of tokens: a running
+// sequence that just sampled computes 1 token (decode), one still in its prompt computes a chunk
+// (chunked prefill), waiting sequences are admitted while budget and blocks allow.
+//
+// Owns: each sequence's scheduling record (tokens, num_computed, state, priority) and the
+// waiting/running queues. Sees the KV side only through KvCacheManager (not owned).
+//
+// States: waiting -> running -> (preempted -> running)* -> removed (finished or cancelled).
+// A preempted sequence has no KV state (its private blocks are freed, its committed prefix stays
+// in the prefix cache) and is resumed by recomputing, usually mostly from the cache.
+//
+// NOTE (one step, in order):
+//   1. Running sequences in admission order, each taking min(pending, budget) tokens. When
+//      Allocate fails, the victim is the running sequence with the lowest priority, newest
+//      first; it is preempted (un-scheduled if it already got tokens this step) until the
+//      allocation succeeds or the victim is the sequence itself.
+//   2. Only when nobody was preempted: waiting sequences, highest priority first then oldest,
+//      while budget, max_num_seqs and blocks last. A waiting sequence that shares more full
+//      blocks with a running sequence's unfinished prompt than the cache holds now is deferred
+//      (it will find that prefix cached in a step or two instead of computing it twice).
+//   3. A sequence that cannot be allocated even with nothing else running is failed.
+//
+// Thread safety: none; the engine thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kvserve/status.h"
+#include "prefix/kv_cache_manager.h"
+#include "sched/schedule_output.h"
+
+namespace kvserve {
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;             // running sequences at once
+  int max_num_batched_tokens = 512;  // tokens in one step's batch
+  int max_model_len = 2048;          // prompt + generated tokens of one sequence
+  bool defer_shared_prefixes = true;  // step 2's deferral (only with prefix caching)
+};
+
+enum class SeqState { kWaiting, kRunning, kPreempted };
+
+struct SeqSpec {
+  SeqId id;
+  CacheNamespace ns;
+  std::vector<TokenId> prompt;
+  int max_tokens = 0;
+  int32_t priority = 0;  // higher = more important (admitted first, preempted last)
+};
+
+class Scheduler {
+ public:
+  // REQUIRES: kv outlives the scheduler.
+  Scheduler(const SchedulerConfig& config, KvCacheManager* kv);
+
+  const SchedulerConfig& config() const { return config_; }
+  // Whether a request could ever run: OutOfRange above max_model_len, ResourceExhausted when
+  // it needs more blocks than the cache can give one sequence, InvalidArgument when empty.
+  Status CheckAdmission(int num_prompt_tokens, int max_tokens) const;
+  // Queues a sequence (after CheckAdmission). REQUIRES: id unused.
+  Status Add(SeqSpec spec);
+  ScheduleOutput Schedule();
+  // After the step ran: advances num_computed and commits the new full blocks.
+  void OnStepDone(const ScheduleOutput& out);
+  // Appends a sampled token. REQUIRES: the sequence is running and caught up.
+  void AppendToken(SeqId seq, TokenId token);
+  // Starts `child` as a copy of running `parent` (a parallel sample). If no block can be had
+  // for the copy-on-write, the child waits and will recompute. Returns the copy to perform.
+  std::optional<BlockCopy> Fork(SeqId parent, SeqId child);
+  // Removes a sequence in any state (finished, cancelled, failed); releases its KV.
+  void Remove(SeqId seq);
+
+  bool Contains(SeqId seq) const { return seqs_.count(seq) != 0; }
+  SeqState state(SeqId seq) const;
+  std::span<const TokenId> tokens(SeqId seq) const;
+  int num_computed(SeqId seq) const;
+  int num_prompt_tokens(SeqId seq) const;
+  int num_cached_tokens(SeqId seq) const;    // found cached at first admission
+  int64_t num_computed_total(SeqId seq) const;  // tokens computed, recomputation included
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  const std::vector<SeqId>& running() const { return running_; }
+
+ private:
+  struct Record {
+    SeqSpec spec;
+    std::vector<TokenId> tokens;  // prompt + generated
+    int num_computed = 0;
+    SeqState state = SeqState::kWaiting;
+    uint64_t arrival = 0;
+    int num_cached_first = -1;
+    int64_t num_computed_total = 0;
+  };
+  struct WaitKey {
+    int32_t neg_priority;
+    uint64_t arrival;
+    SeqId id;
+    auto operator<=>(const WaitKey&) const = default;
+  };
+  Record& Get(SeqId seq);
+  const Record& Get(SeqId seq) const;
+  WaitKey KeyOf(const Record& r) const { return {-r.spec.priority, r.arrival, r.spec.id}; }
+  void ScheduleRunning(ScheduleOutput& out, int& budget);
+  void ScheduleWaiting(ScheduleOutput& out, int& budget);
+  // Admits one waiting sequence; false if it did not get its blocks.
+  bool Admit(Record& r, ScheduleOutput& out, int& budget);
+  bool ShouldDefer(const Record& r) const;
+  size_t PickVictim() const;  // index into running_
+  void Preempt(size_t index, ScheduleOutput& out, int& budget);
+  void Push(ScheduleOutput& out, Record& r, int n, int& budget);
+
+  SchedulerConfig config_;
+  KvCacheManager* kv_;
+  std::unordered_map<SeqId, Record> seqs_;
+  std::set<WaitKey> waiting_;
+  std::vector<SeqId> running_;  // admission order
+  uint64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace kvserve

@@ -1,0 +1,167 @@
+// The correctness test of the whole KV machinery: thousands of interleaved operations (add,
+// cancel, pin/unpin, step until requests finish) with prompts that share prefixes, parallel
+// samples and priorities, under a cache small enough to force eviction and preemption. Every greedy output
+// must equal the output of the same request run alone without batching or caching, the KV
+// invariants must hold after every step, and every block must be back at the end.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "engine/engine_core.h"
+#include "engine_test_util.h"
+
+namespace kvserve {
+namespace {
+
+struct Live {
+  std::vector<TokenId> prompt;
+  int max_tokens;
+  int n;
+  bool cancelled = false;
+  std::map<int, std::vector<TokenId>> tokens;  // by sample index
+  int finished = 0;
+};
+
+struct Totals {
+  int finished = 0, cancelled = 0, pins = 0;
+  int64_t preemptions = 0, evictions = 0, hits = 0;
+};
+
+Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
+  auto core_or = EngineCore::Create(testing_util::TinyModel(32), config);
+  EXPECT_TRUE(core_or.ok()) << core_or.status().ToString();
+  EngineCore& core = **core_or;
+  static testing_util::Reference ref;  // shared by the configurations: outputs do not depend on them
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  // A few shared "system prompts" of different lengths, some extending others.
+  std::vector<std::vector<TokenId>> prefixes(5);
+  for (size_t p = 0; p < prefixes.size(); ++p) {
+    for (int i = 0; i < 8 + 9 * static_cast<int>(p); ++i) prefixes[p].push_back(uniform(3, 299));
+  }
+  prefixes[4].assign(prefixes[3].begin(), prefixes[3].begin() + 20);
+  prefixes[4].insert(prefixes[4].end(), {11, 12, 13, 14, 15, 16});
+
+  std::map<int64_t, Live> live;
+  std::vector<TokenId> pinned;  // the prefix pinned now, if any
+  Totals totals;
+  int64_t next_id = 0;
+  std::vector<RequestOutput> events;
+  auto drain = [&] {
+    for (RequestOutput& e : events) {
+      Live& l = live.at(e.id.value());
+      auto& ids = l.tokens[e.index];
+      ids.insert(ids.end(), e.new_tokens.begin(), e.new_tokens.end());
+      if (!e.finished) continue;
+      EXPECT_NE(e.finish_reason, FinishReason::kError) << e.error.ToString();
+      if (e.finish_reason != FinishReason::kCancelled) {
+        EXPECT_EQ(ids, ref.Greedy(l.prompt, l.max_tokens)) << "request " << e.id.value()
+                                                           << " sample " << e.index;
+        ++totals.finished;
+      }
+      if (e.request_finished) live.erase(e.id.value());
+    }
+    events.clear();
+  };
+  for (int op = 0; op < num_ops; ++op) {
+    const int kind = uniform(0, 9);
+    if (kind < 4 && live.size() < 12) {  // add
+      EngineRequest r;
+      r.prompt = prefixes[static_cast<size_t>(uniform(0, 4))];
+      if (uniform(0, 3) == 0) r.prompt.resize(static_cast<size_t>(uniform(1, static_cast<int>(r.prompt.size()))));
+      for (int i = uniform(1, 10); i > 0; --i) r.prompt.push_back(uniform(3, 299));
+      r.sampling.temperature = 0.f;
+      r.max_tokens = uniform(1, 12);
+      r.n = uniform(0, 5) == 0 ? 2 : 1;
+      r.priority = uniform(0, 2);
+      const int64_t id = next_id++;
+      EXPECT_TRUE(core.Add(RequestId(id), r).ok());
+      live[id] = Live{r.prompt, r.max_tokens, r.n};
+    } else if (kind == 4 && !live.empty()) {  // cancel a random live request
+      auto it = live.begin();
+      std::advance(it, uniform(0, static_cast<int>(live.size()) - 1));
+      core.Cancel(RequestId(it->first), &events);
+      ++totals.cancelled;
+    } else if (kind == 5 && uniform(0, 3) == 0) {  // pin or unpin a shared prefix
+      if (pinned.empty()) {
+        const auto& p = prefixes[static_cast<size_t>(uniform(0, 4))];
+        if (core.Pin(p).ok()) {  // NotFound until some request computed it
+          pinned = p;
+          ++totals.pins;
+        }
+      } else {
+        EXPECT_TRUE(core.Unpin(pinned).ok());
+        pinned.clear();
+      }
+    } else if (core.HasWork()) {  // step: requests finish here
+      EXPECT_TRUE(core.Step(&events).ok());
+    }
+    core.CheckInvariants();
+    drain();
+  }
+  if (!pinned.empty()) {
+    EXPECT_TRUE(core.Unpin(pinned).ok());
+  }
+  while (core.HasWork()) {
+    EXPECT_TRUE(core.Step(&events).ok());
+    core.CheckInvariants();
+    drain();
+  }
+  EXPECT_TRUE(live.empty());
+  const EngineStats st = core.stats();
+  EXPECT_EQ(st.kv.num_in_use, 0);
+  EXPECT_EQ(st.kv.num_free + st.kv.num_cached, st.kv.num_blocks);
+  EXPECT_EQ(core.kv_manager().num_live_sequences(), 0);
+  totals.preemptions = st.num_preemptions;
+  totals.evictions = st.kv.evicted_blocks;
+  totals.hits = st.kv.hit_tokens;
+  std::printf("[ summary ] %d ops: %d samples checked, %d cancels, %lld preemptions, "
+              "%lld evicted blocks, %lld hit tokens, %d pins\n",
+              num_ops, totals.finished, totals.cancelled,
+              static_cast<long long>(totals.preemptions), static_cast<long long>(totals.evictions),
+              static_cast<long long>(totals.hits), totals.pins);
+  return totals;
+}
+
+EngineConfig SmallCache(bool caching, EvictionPolicyKind policy) {
+  EngineConfig c;
+  c.num_threads = 1;
+  c.block_size = 4;
+  c.num_blocks = 24;  // 96 slots; one request needs up to 17 blocks (66 tokens)
+  c.max_num_seqs = 6;
+  c.max_num_batched_tokens = 32;
+  c.max_model_len = 128;
+  c.enable_prefix_caching = caching;
+  c.eviction_policy = policy;
+  return c;
+}
+
+TEST(EngineRandomized, LruCacheMatchesRunningAloneUnderEvictionAndPreemption) {
+  const Totals t = RunRandomized(SmallCache(true, EvictionPolicyKind::kLru), 1, 4000);
+  EXPECT_GT(t.finished, 200);
+  EXPECT_GT(t.cancelled, 50);
+  EXPECT_GT(t.preemptions, 0);
+  EXPECT_GT(t.evictions, 0);
+  EXPECT_GT(t.hits, 0);
+  EXPECT_GT(t.pins, 0);
+}
+
+TEST(EngineRandomized, LfuAndPriorityPoliciesToo) {
+  const Totals lfu = RunRandomized(SmallCache(true, EvictionPolicyKind::kLfu), 2, 1000);
+  const Totals prio = RunRandomized(SmallCache(true, EvictionPolicyKind::kPriority), 3, 1000);
+  EXPECT_GT(lfu.evictions, 0);
+  EXPECT_GT(prio.evictions, 0);
+  EXPECT_GT(lfu.preemptions, 0);
+  EXPECT_GT(prio.preemptions, 0);
+}
+
+TEST(EngineRandomized, NoPrefixCachingMatchesToo) {
+  const Totals t = RunRandomized(SmallCache(false, EvictionPolicyKind::kLru), 4, 1000);
+  EXPECT_EQ(t.hits, 0);
+  EXPECT_GT(t.preemptions, 0);
+}
+
+}  // namespace
+}  // namespace kvserve

@@ -1,0 +1,74 @@
+// Helpers for engine tests: a tiny synthetic model (2 layers, hidden 64, vocab 300) loaded from
+// the same bytes as often as needed, and the reference output of one request run alone on a
+// Generator (no batching, no prefix cache).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/synthetic_model.h"
+#include "model/model.h"
+
+namespace kvserve::testing_util {
+
+inline const std::vector<uint8_t>& TinyModelBytes() {
+  static const std::vector<uint8_t> bytes = [] {
+    SyntheticModelSpec spec;
+    spec.num_layers = 2;
+    spec.hidden = 64;
+    spec.num_heads = 4;
+    spec.num_kv_heads = 2;
+    spec.ffn = 128;
+    spec.context_length = 512;
+    spec.seed = 42;
+    spec.tokenizer = MakeSyntheticSpec(300);
+    auto writer = BuildSyntheticModel(spec);
+    EXPECT_TRUE(writer.ok()) << writer.status().ToString();
+    return *writer->WriteToBytes();
+  }();
+  return bytes;
+}
+
+inline std::unique_ptr<Model> TinyModel(int max_batch_tokens) {
+  auto file = GgufFile::FromBytes(TinyModelBytes());
+  EXPECT_TRUE(file.ok()) << file.status().ToString();
+  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch_tokens, 0});
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return std::move(model).value();
+}
+
+// Greedy output of `prompt` run alone, memoized.
+class Reference {
+ public:
+  Reference() {
+    auto gen = Generator::Create(TinyModel(64), GeneratorConfig{.num_threads = 1});
+    EXPECT_TRUE(gen.ok()) << gen.status().ToString();
+    gen_ = std::move(gen).value();
+  }
+  const std::vector<TokenId>& Greedy(const std::vector<TokenId>& prompt, int max_tokens,
+                                     const std::vector<TokenId>& stop_ids = {}) {
+    auto key = std::make_pair(prompt, std::make_pair(max_tokens, stop_ids));
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    GenerateRequest r;
+    r.prompt = prompt;
+    r.sampling.temperature = 0.f;
+    r.max_tokens = max_tokens;
+    r.stop_ids = stop_ids;
+    auto result = gen_->Generate(r, nullptr);
+    EXPECT_TRUE(result.ok()) << result.status().ToString();
+    return memo_[key] = result->ids;
+  }
+
+ private:
+  std::unique_ptr<Generator> gen_;
+  std::map<std::pair<std::vector<TokenId>, std::pair<int, std::vector<TokenId>>>,
+           std::vector<TokenId>>
+      memo_;
+};
+
+}  // namespace kvserve::testing_util

@@ -1,0 +1,242 @@
+// KvCacheManager as a specification: blocks of 4 tokens, a cache of 8 blocks, exact block ids,
+// hit accounting in tokens, and CheckInvariants() after every operation.
+#include "prefix/kv_cache_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+namespace kvserve {
+namespace {
+
+constexpr CacheNamespace kNs{1};
+
+std::vector<int> Ids(std::span<const BlockId> v) {
+  std::vector<int> out;
+  for (BlockId b : v) out.push_back(b.value());
+  return out;
+}
+
+std::vector<TokenId> Range(int begin, int n) {
+  std::vector<TokenId> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), begin);
+  return v;
+}
+
+std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class KvCacheManagerTest : public ::testing::Test {
+ protected:
+  explicit KvCacheManagerTest(KvCacheConfig config = {8, 4, true})
+      : kv_(config) {}
+
+  // Runs a whole sequence: begin, allocate, "compute" every token, commit, end.
+  int RunSequence(SeqId seq, const std::vector<TokenId>& tokens) {
+    const int cached = kv_.BeginSequence(seq, kNs, tokens, 0);
+    kv_.CheckInvariants();
+    EXPECT_TRUE(kv_.Allocate(seq, static_cast<int>(tokens.size())));
+    kv_.CheckInvariants();
+    kv_.Commit(seq, tokens, static_cast<int>(tokens.size()));
+    kv_.CheckInvariants();
+    kv_.EndSequence(seq);
+    kv_.CheckInvariants();
+    return cached;
+  }
+
+  KvCacheManager kv_;
+};
+
+TEST_F(KvCacheManagerTest, ASecondRequestWithTheSamePromptHitsItsFullBlocks) {
+  const std::vector<TokenId> prompt = Range(100, 10);  // blocks [100..103] [104..107] + 2
+  EXPECT_EQ(RunSequence(SeqId(1), prompt), 0);
+  // The two full blocks stay cached; the partial third block went back to the free list.
+  KvCacheStats st = kv_.stats();
+  EXPECT_EQ(st.num_cached, 2);
+  EXPECT_EQ(st.num_free, 6);
+  EXPECT_EQ(st.num_in_use, 0);
+  EXPECT_EQ(kv_.BeginSequence(SeqId(2), kNs, prompt, 0), 8);
+  EXPECT_EQ(Ids(kv_.block_table(SeqId(2))), (std::vector<int>{0, 1}));
+  ASSERT_TRUE(kv_.Allocate(SeqId(2), 10));
+  EXPECT_EQ(Ids(kv_.block_table(SeqId(2))), (std::vector<int>{0, 1, 3}));
+  kv_.CheckInvariants();
+  st = kv_.stats();
+  EXPECT_EQ(st.query_tokens, 20);
+  EXPECT_EQ(st.hit_tokens, 8);
+  EXPECT_EQ(st.num_in_use, 3);
+  EXPECT_EQ(st.num_cached, 0);
+  kv_.EndSequence(SeqId(2));
+  kv_.CheckInvariants();
+}
+
+TEST_F(KvCacheManagerTest, TheLastPromptTokenIsAlwaysComputed) {
+  const std::vector<TokenId> prompt = Range(0, 8);  // exactly two blocks
+  RunSequence(SeqId(1), prompt);
+  EXPECT_EQ(kv_.stats().num_cached, 2);
+  // Both blocks are cached, but the logits of token 7 are needed: only the first block counts.
+  EXPECT_EQ(kv_.BeginSequence(SeqId(2), kNs, prompt, 0), 4);
+  kv_.CheckInvariants();
+  kv_.EndSequence(SeqId(2));
+}
+
+TEST_F(KvCacheManagerTest, GeneratedTokensAreCommittedSoTheNextTurnHits) {
+  const std::vector<TokenId> turn1 = Range(0, 6);
+  const std::vector<TokenId> answer = Range(50, 5);  // generated
+  // Prompt and answer computed (the last answer token has no K/V yet).
+  const std::vector<TokenId> all = Concat(turn1, answer);
+  kv_.BeginSequence(SeqId(1), kNs, turn1, 0);
+  ASSERT_TRUE(kv_.Allocate(SeqId(1), 10));
+  kv_.Commit(SeqId(1), all, 10);  // slots 0..9: two full blocks
+  kv_.EndSequence(SeqId(1));
+  kv_.CheckInvariants();
+  const std::vector<TokenId> turn2 = Concat(all, Range(200, 4));
+  EXPECT_EQ(kv_.BeginSequence(SeqId(2), kNs, turn2, 0), 8);
+  kv_.EndSequence(SeqId(2));
+}
+
+TEST_F(KvCacheManagerTest, AllocationEvictsOnlyWhatItNeedsLeastRecentFirst) {
+  RunSequence(SeqId(1), Range(0, 9));    // caches blocks 0, 1 (block 2 freed)
+  RunSequence(SeqId(2), Range(100, 9));  // caches blocks 3, 4 (block 5 freed)
+  EXPECT_EQ(kv_.stats().num_cached, 4);
+  EXPECT_EQ(kv_.stats().num_free, 4);
+  // 5 blocks: 4 free + 1 evicted, the least recently used leaf: block 1 (seq 1's second).
+  kv_.BeginSequence(SeqId(3), kNs, Range(500, 20), 0);
+  ASSERT_TRUE(kv_.Allocate(SeqId(3), 20));
+  kv_.CheckInvariants();
+  EXPECT_EQ(kv_.stats().evicted_blocks, 1);
+  EXPECT_EQ(Ids(kv_.block_table(SeqId(3))), (std::vector<int>{6, 7, 2, 5, 1}));
+  // Only 3 cached blocks are left and nothing is free: 4 more cannot be had. All or nothing.
+  kv_.BeginSequence(SeqId(4), kNs, Range(900, 16), 0);
+  EXPECT_FALSE(kv_.Allocate(SeqId(4), 16));
+  EXPECT_EQ(kv_.stats().num_cached, 3);
+  EXPECT_TRUE(kv_.block_table(SeqId(4)).empty());
+  kv_.CheckInvariants();
+  kv_.EndSequence(SeqId(4));
+  kv_.EndSequence(SeqId(3));
+  kv_.CheckInvariants();
+}
+
+TEST_F(KvCacheManagerTest, ALockedPrefixIsNeverEvicted) {
+  RunSequence(SeqId(1), Range(0, 9));  // caches 0, 1
+  EXPECT_EQ(kv_.BeginSequence(SeqId(2), kNs, Range(0, 9), 0), 8);  // locks 0, 1
+  // Everything else: 6 free blocks. A seventh cannot come from the locked prefix.
+  kv_.BeginSequence(SeqId(3), kNs, Range(300, 28), 0);
+  EXPECT_FALSE(kv_.Allocate(SeqId(3), 28));
+  EXPECT_TRUE(kv_.Allocate(SeqId(3), 24));
+  kv_.CheckInvariants();
+  EXPECT_EQ(kv_.stats().evicted_blocks, 0);
+  kv_.EndSequence(SeqId(2));
+  EXPECT_TRUE(kv_.Allocate(SeqId(3), 28));  // now the old prefix may go
+  EXPECT_EQ(kv_.stats().evicted_blocks, 1);
+  kv_.CheckInvariants();
+  kv_.EndSequence(SeqId(3));
+  kv_.CheckInvariants();
+}
+
+TEST_F(KvCacheManagerTest, ABlockComputedTwiceIsDeduplicatedOnCommit) {
+  const std::vector<TokenId> prompt = Range(0, 6);
+  // Two sequences start before either has committed: neither hits.
+  EXPECT_EQ(kv_.BeginSequence(SeqId(1), kNs, prompt, 0), 0);
+  EXPECT_EQ(kv_.BeginSequence(SeqId(2), kNs, prompt, 0), 0);
+  ASSERT_TRUE(kv_.Allocate(SeqId(1), 6));  // blocks 0, 1
+  ASSERT_TRUE(kv_.Allocate(SeqId(2), 6));  // blocks 2, 3
+  kv_.Commit(SeqId(1), prompt, 6);
+  kv_.Commit(SeqId(2), prompt, 6);
+  kv_.CheckInvariants();
+  // Sequence 2 adopted the cached block 0 and freed its duplicate 2; its partial block stays.
+  EXPECT_EQ(Ids(kv_.block_table(SeqId(2))), (std::vector<int>{0, 3}));
+  EXPECT_EQ(kv_.pool().ref_count(BlockId(0)), 2);
+  EXPECT_EQ(kv_.stats().num_free, 5);
+  kv_.EndSequence(SeqId(1));
+  kv_.EndSequence(SeqId(2));
+  kv_.CheckInvariants();
+  EXPECT_EQ(kv_.stats().num_cached, 1);
+}
+
+TEST_F(KvCacheManagerTest, ForkSharesFullBlocksAndCopiesThePartialOne) {
+  const std::vector<TokenId> prompt = Range(0, 6);
+  kv_.BeginSequence(SeqId(1), kNs, prompt, 0);
+  ASSERT_TRUE(kv_.Allocate(SeqId(1), 6));  // blocks 0, 1
+  kv_.Commit(SeqId(1), prompt, 6);
+  auto copy = kv_.Fork(SeqId(1), SeqId(2), 6);
+  ASSERT_TRUE(copy.ok());
+  ASSERT_TRUE(copy->has_value());
+  EXPECT_EQ((*copy)->src.value(), 1);
+  EXPECT_EQ((*copy)->dst.value(), 2);
+  EXPECT_EQ(Ids(kv_.block_table(SeqId(2))), (std::vector<int>{0, 2}));
+  EXPECT_EQ(kv_.pool().ref_count(BlockId(0)), 2);
+  kv_.CheckInvariants();
+  // At a block boundary there is nothing to copy.
+  auto aligned = kv_.Fork(SeqId(1), SeqId(3), 4);
+  ASSERT_TRUE(aligned.ok());
+  EXPECT_FALSE(aligned->has_value());
+  kv_.CheckInvariants();
+  for (int s = 1; s <= 3; ++s) kv_.EndSequence(SeqId(s));
+  kv_.CheckInvariants();
+  EXPECT_EQ(kv_.stats().num_in_use, 0);
+}
+
+TEST_F(KvCacheManagerTest, NamespacesNeverShare) {
+  const std::vector<TokenId> prompt = Range(0, 9);
+  RunSequence(SeqId(1), prompt);
+  EXPECT_EQ(kv_.BeginSequence(SeqId(2), CacheNamespace{2}, prompt, 0), 0);
+  kv_.EndSequence(SeqId(2));
+  EXPECT_NE(MakeCacheNamespace({"model", "salt-a"}).value,
+            MakeCacheNamespace({"model", "salt-b"}).value);
+  EXPECT_NE(MakeCacheNamespace({"ab", "c"}).value, MakeCacheNamespace({"a", "bc"}).value);
+}
+
+TEST_F(KvCacheManagerTest, PinsAreKeptWithinTheirShareOfTheCache) {
+  // 8 blocks * 0.25 = at most 2 pinned blocks.
+  RunSequence(SeqId(1), Range(0, 13));  // caches 0, 1, 2
+  EXPECT_EQ(kv_.Pin(kNs, Range(0, 12)).status().code(), StatusCode::kResourceExhausted);
+  auto pinned = kv_.Pin(kNs, Range(0, 8));
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(*pinned, 8);
+  EXPECT_EQ(kv_.Pin(kNs, Range(700, 8)).status().code(), StatusCode::kNotFound);
+  kv_.CheckInvariants();
+  EXPECT_EQ(kv_.max_blocks_for_one_sequence(), 6);
+  // Allocating everything else evicts block 2 but never the pinned 0 and 1.
+  kv_.BeginSequence(SeqId(2), kNs, Range(400, 24), 0);
+  EXPECT_TRUE(kv_.Allocate(SeqId(2), 24));
+  EXPECT_FALSE(kv_.Allocate(SeqId(2), 28));
+  kv_.CheckInvariants();
+  EXPECT_EQ(kv_.stats().num_pinned, 2);
+  ASSERT_TRUE(kv_.Unpin(kNs, Range(0, 8)).ok());
+  EXPECT_EQ(kv_.Unpin(kNs, Range(0, 8)).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(kv_.Allocate(SeqId(2), 32));
+  kv_.CheckInvariants();
+  kv_.EndSequence(SeqId(2));
+  kv_.CheckInvariants();
+}
+
+class NoPrefixCachingTest : public KvCacheManagerTest {
+ protected:
+  NoPrefixCachingTest() : KvCacheManagerTest(KvCacheConfig{8, 4, false}) {}
+};
+
+TEST_F(NoPrefixCachingTest, SameFacadeButNothingIsMatchedOrKept) {
+  const std::vector<TokenId> prompt = Range(0, 9);
+  EXPECT_EQ(RunSequence(SeqId(1), prompt), 0);
+  EXPECT_EQ(RunSequence(SeqId(2), prompt), 0);
+  const KvCacheStats st = kv_.stats();
+  EXPECT_EQ(st.num_free, 8);
+  EXPECT_EQ(st.num_cached, 0);
+  EXPECT_EQ(st.query_tokens, 0);
+  EXPECT_FALSE(kv_.Pin(kNs, prompt).ok());
+  // Fork still shares full blocks by reference count.
+  kv_.BeginSequence(SeqId(3), kNs, prompt, 0);
+  ASSERT_TRUE(kv_.Allocate(SeqId(3), 9));
+  ASSERT_TRUE(kv_.Fork(SeqId(3), SeqId(4), 9).ok());
+  EXPECT_EQ(kv_.stats().num_in_use, 4);
+  kv_.CheckInvariants();
+  kv_.EndSequence(SeqId(3));
+  kv_.EndSequence(SeqId(4));
+  EXPECT_EQ(kv_.stats().num_free, 8);
+}
+
+}  // namespace
+}  // namespace kvserve

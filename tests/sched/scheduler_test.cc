@@ -1,0 +1,175 @@
+// Scheduler as a specification: blocks of 4 tokens; a fake engine step appends token 7 to every
+// sequence whose chunk reached its end. KV invariants are checked after every step.
+#include "sched/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+namespace kvserve {
+namespace {
+
+constexpr CacheNamespace kNs{1};
+
+std::vector<TokenId> Range(int begin, int n) {
+  std::vector<TokenId> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), begin);
+  return v;
+}
+
+struct Planned {
+  int64_t seq;
+  int num_new;
+  bool logits;
+  bool operator==(const Planned&) const = default;
+};
+std::ostream& operator<<(std::ostream& os, const Planned& p) {
+  return os << "{seq " << p.seq << ", " << p.num_new << (p.logits ? ", logits}" : "}");
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Init(int num_blocks, int budget, int max_seqs = 8, bool caching = true,
+            int max_model_len = 256) {
+    kv_ = std::make_unique<KvCacheManager>(KvCacheConfig{num_blocks, 4, caching});
+    sched_ = std::make_unique<Scheduler>(SchedulerConfig{max_seqs, budget, max_model_len},
+                                         kv_.get());
+  }
+  void Add(int64_t id, std::vector<TokenId> prompt, int priority = 0, int max_tokens = 8) {
+    ASSERT_TRUE(sched_->Add(SeqSpec{SeqId(id), kNs, std::move(prompt), max_tokens, priority})
+                    .ok());
+  }
+  // One step; returns what ran.
+  std::vector<Planned> Step() {
+    last_ = sched_->Schedule();
+    sched_->OnStepDone(last_);
+    std::vector<Planned> ran;
+    for (const ScheduledSeq& s : last_.seqs) {
+      ran.push_back({s.seq.value(), s.num_new_tokens, s.wants_logits});
+      if (s.wants_logits) sched_->AppendToken(s.seq, 7);
+    }
+    kv_->CheckInvariants();
+    return ran;
+  }
+
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> sched_;
+  ScheduleOutput last_;
+};
+
+TEST_F(SchedulerTest, ChunksALongPromptWithinTheTokenBudget) {
+  Init(16, 8);
+  Add(1, Range(0, 20));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 8, false}}));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 8, false}}));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 4, true}}));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}}));  // then decodes one at a time
+  EXPECT_EQ(sched_->num_computed(SeqId(1)), 21);
+}
+
+TEST_F(SchedulerTest, DecodesAndAPrefillChunkShareOneStep) {
+  Init(16, 8);
+  Add(1, Range(0, 4));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 4, true}}));
+  Add(2, Range(100, 20));
+  // Running sequences first (a decode), then the waiting one gets the rest of the budget.
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}, {2, 7, false}}));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}, {2, 7, false}}));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}, {2, 6, true}}));
+}
+
+TEST_F(SchedulerTest, AtMostMaxNumSeqsRun) {
+  Init(32, 64, /*max_seqs=*/2);
+  Add(1, Range(0, 3));
+  Add(2, Range(10, 3));
+  Add(3, Range(20, 3));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 3, true}, {2, 3, true}}));
+  EXPECT_EQ(sched_->num_waiting(), 1);
+  sched_->Remove(SeqId(1));  // finished
+  EXPECT_EQ(Step(), (std::vector<Planned>{{2, 1, true}, {3, 3, true}}));
+}
+
+TEST_F(SchedulerTest, PreemptsTheLowestPriorityNewestRequestWhenBlocksRunOut) {
+  Init(6, 64, 8, /*caching=*/false);
+  Add(1, Range(0, 7), /*priority=*/0);
+  Add(2, Range(10, 7), /*priority=*/1);
+  Add(3, Range(20, 7), /*priority=*/0);
+  // Waiting order: higher priority first, then arrival.
+  EXPECT_EQ(Step(), (std::vector<Planned>{{2, 7, true}, {1, 7, true}, {3, 7, true}}));
+  EXPECT_EQ(kv_->stats().num_free, 0);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{2, 1, true}, {1, 1, true}, {3, 1, true}}));
+  // Slot 8 needs a third block each. Sequence 3 (priority 0, newest) is preempted for it.
+  EXPECT_EQ(Step(), (std::vector<Planned>{{2, 1, true}, {1, 1, true}}));
+  EXPECT_EQ(last_.preempted, (std::vector<SeqId>{SeqId(3)}));
+  EXPECT_EQ(sched_->state(SeqId(3)), SeqState::kPreempted);
+  EXPECT_EQ(sched_->num_computed(SeqId(3)), 0);
+  EXPECT_EQ(sched_->tokens(SeqId(3)).size(), 9u);  // kept: it resumes by recompute
+  EXPECT_EQ(sched_->num_preemptions(), 1);
+  // When a running sequence leaves, the preempted one recomputes all its 9 tokens.
+  sched_->Remove(SeqId(2));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}, {3, 9, true}}));
+}
+
+TEST_F(SchedulerTest, APreemptedRequestResumesFromItsCommittedBlocks) {
+  Init(5, 64, 8, /*caching=*/true);
+  Add(1, Range(0, 7), 1);
+  Add(2, Range(50, 7), 0);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 7, true}, {2, 7, true}}));
+  Step();  // 8 tokens computed each: blocks 0..3 full and committed
+  // Slot 8: sequence 1 takes the last free block; sequence 2 finds none and preempts itself.
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}}));
+  EXPECT_EQ(last_.preempted, (std::vector<SeqId>{SeqId(2)}));
+  sched_->Remove(SeqId(1));
+  // 9 tokens known; its two committed blocks are still cached: only the last one is computed.
+  EXPECT_EQ(Step(), (std::vector<Planned>{{2, 1, true}}));
+  EXPECT_EQ(sched_->num_cached_tokens(SeqId(2)), 0);  // accounting keeps the first admission
+}
+
+TEST_F(SchedulerTest, RefusesRequestsThatCouldNeverFit) {
+  Init(4, 64, 8, true, /*max_model_len=*/32);
+  const Status too_long = sched_->CheckAdmission(30, 5);
+  EXPECT_EQ(too_long.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(too_long.message().find("32"), std::string::npos);
+  const Status too_big = sched_->CheckAdmission(10, 10);  // 5 blocks > 4
+  EXPECT_EQ(too_big.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(too_big.message().find("--kv-cache-memory"), std::string::npos);
+  EXPECT_EQ(sched_->CheckAdmission(0, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(sched_->CheckAdmission(10, 6).ok());
+}
+
+TEST_F(SchedulerTest, AWaitingRequestWaitsForARunningOneComputingTheSamePrefix) {
+  Init(16, 8);
+  std::vector<TokenId> a = Range(0, 16), b = Range(0, 16);
+  a.insert(a.end(), {100, 101});
+  b.insert(b.end(), {200, 201});
+  Add(1, a);
+  Add(2, b);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 8, false}}));  // 2 waits: 1 computes the prefix
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 8, false}}));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 2, true}, {2, 2, true}}));
+  EXPECT_EQ(sched_->num_cached_tokens(SeqId(2)), 16);
+  EXPECT_EQ(kv_->stats().hit_tokens, 16);
+}
+
+TEST_F(SchedulerTest, ForkedChildrenShareTheParentsBlocks) {
+  Init(16, 64);
+  Add(1, Range(0, 6));
+  // The engine forks right after the prompt's logits, before appending the sampled tokens.
+  const ScheduleOutput out = sched_->Schedule();
+  sched_->OnStepDone(out);
+  const std::optional<BlockCopy> copy = sched_->Fork(SeqId(1), SeqId(2));
+  ASSERT_TRUE(copy.has_value());  // slot 5 is in a partial block
+  EXPECT_EQ(sched_->num_computed(SeqId(2)), 6);
+  EXPECT_EQ(kv_->block_table(SeqId(2))[0], kv_->block_table(SeqId(1))[0]);
+  EXPECT_EQ(kv_->block_table(SeqId(2))[1], copy->dst);
+  sched_->AppendToken(SeqId(1), 8);
+  sched_->AppendToken(SeqId(2), 9);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}, {2, 1, true}}));
+  sched_->Remove(SeqId(1));
+  sched_->Remove(SeqId(2));
+  EXPECT_EQ(kv_->stats().num_in_use, 0);
+}
+
+}  // namespace
+}  // namespace kvserve
