@@ -2,12 +2,19 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KVSERVE_PAUSE() _mm_pause()
+#else
+#define KVSERVE_PAUSE() ((void)0)
+#endif
+
 namespace kvserve {
 namespace {
 // NOTE: workers spin briefly on an atomic generation counter before sleeping on the condition
 // variable. Decode steps submit many small jobs back to back (one per matmul), so waking a
 // sleeping thread for each would cost more than the work itself.
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 200000;
 }  // namespace
 
 int ThreadPool::DefaultThreads() {
@@ -49,6 +56,7 @@ void ThreadPool::RunImpl(Callback cb, void* ctx) {
   // Wait for the workers: spin first, then sleep.
   for (int i = 0; i < kSpinIterations; ++i) {
     if (pending_.load(std::memory_order_acquire) == 0) return;
+    KVSERVE_PAUSE();
   }
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
@@ -65,6 +73,7 @@ void ThreadPool::WorkerLoop(int index) {
         have = true;
         break;
       }
+      KVSERVE_PAUSE();
     }
     {
       std::unique_lock<std::mutex> lock(mu_);
