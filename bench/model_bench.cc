@@ -1,9 +1,10 @@
 // kvserve_model_bench: speed of the forward pass against the machine's measured limits.
 //
 // For each GGUF model given it prints prompt processing (pp, one batch of N tokens) and token
-// generation (tg, one token per step) in tokens/s, the decode bound (measured memory bandwidth /
-// weight bytes) and the achieved fraction, prefill GFLOP/s against the measured peak, batched
-// decode throughput at several batch sizes, and decode speed at a short and a long context.
+// generation (tg, one token per step from an empty context) in tokens/s, the decode bound
+// (measured memory bandwidth / weight bytes) and the achieved fraction, prefill GFLOP/s against
+// the measured peak, batched decode throughput at several batch sizes, and decode speed at a
+// short and a long context.
 // Every number is the median of --reps runs.
 //
 //   kvserve_model_bench --model A.gguf [--model B.gguf] [--threads 2] [--reps 3]
@@ -157,14 +158,14 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
     fmt::print(stderr, "{}: {}\n", path, file.status().ToString());
     return;
   }
-  const int max_batch = std::max(o.pp, *std::max_element(o.batches.begin(), o.batches.end()));
+  const int max_seqs = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
+  const int max_batch = std::max(o.pp, max_seqs);
   auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch, 0});
   if (!model.ok()) {
     fmt::print(stderr, "{}: {}\n", path, model.status().ToString());
     return;
   }
   Bench b{model->get(), &pool, nullptr, {}, 0};
-  const int max_seqs = *std::max_element(o.batches.begin(), o.batches.end());
   const int ctx = std::max(o.pp + o.tg, o.long_context + o.tg) + 16;
   b.blocks_per_seq = (ctx + 15) / 16;
   const int num_blocks = b.blocks_per_seq * max_seqs;
@@ -178,7 +179,8 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
     auto t0 = Clock::now();
     Prefill(b, 0, 0, o.pp, logits);
     pp.push_back(o.pp / SecondsSince(t0));
-    tg.push_back(DecodeSteps(b, 1, o.pp, o.tg, logits));
+    // Generation from an empty context, as llama-bench's tg runs are.
+    tg.push_back(DecodeSteps(b, 1, 0, o.tg, logits));
   }
   const double weight_gb = (*model)->weight_bytes() / 1e9;
   const double bound = bandwidth / weight_gb;
@@ -189,6 +191,7 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
              path.substr(path.find_last_of('/') + 1), weight_gb, o.pp, pp_med, gflops,
              100 * gflops / peak, o.tg, tg_med, bound, 100 * tg_med / bound);
 
+  if (o.batches.empty() || o.long_context <= 0) return;  // pp/tg only
   // Batched decode: num_seqs sequences of 128 tokens, one step each for 16 steps.
   std::string line = "    batched decode t/s:";
   double base = 0;
@@ -227,7 +230,8 @@ int main(int argc, char** argv) {
   app.add_option("--pp", o.pp, "Prompt tokens per prefill");
   app.add_option("--tg", o.tg, "Generated tokens per decode run");
   app.add_option("--batches", o.batches, "Batch sizes for batched decode")->delimiter(',');
-  app.add_option("--long-context", o.long_context, "Cached tokens for the long-context decode");
+  app.add_option("--long-context", o.long_context,
+                 "Cached tokens for the long-context decode (0: skip batched and long-context runs)");
   CLI11_PARSE(app, argc, argv);
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::DefaultThreads());
   const double bw = MeasureBandwidth(pool, o.reps);

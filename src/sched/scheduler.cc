@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "util/check.h"
 
@@ -60,11 +61,24 @@ Status Scheduler::Add(SeqSpec spec) {
   return Status::Ok();
 }
 
+// NOTE (order within a step): decodes first; then waiting requests that are cheap because the
+// cache holds almost all of their prompt (a burst sharing a system prompt, the next turn of a
+// chat), within half the budget; then running prefills; then any other waiting request. Without
+// the second pass a cache hit would wait behind another request's long prompt, and the median
+// time to first token of a shared-prefix burst would pay for every group's prompt in turn.
 ScheduleOutput Scheduler::Schedule() {
   ScheduleOutput out;
+  ++step_;
   int budget = config_.max_num_batched_tokens;
-  ScheduleRunning(out, budget);
-  if (out.preempted.empty()) ScheduleWaiting(out, budget);
+  ScheduleRunning(out, budget, /*prefills=*/false);
+  if (out.preempted.empty() && config_.short_prefill_tokens > 0) {
+    int half = budget / 2;
+    const int before = half;
+    ScheduleWaiting(out, half, config_.short_prefill_tokens);
+    budget -= before - half;
+  }
+  ScheduleRunning(out, budget, /*prefills=*/true);
+  if (out.preempted.empty()) ScheduleWaiting(out, budget, std::numeric_limits<int>::max());
   return out;
 }
 
@@ -73,6 +87,7 @@ void Scheduler::Push(ScheduleOutput& out, Record& r, int n, int& budget) {
   out.seqs.push_back(ScheduledSeq{r.spec.id, r.num_computed, n, last});
   out.num_batched_tokens += n;
   budget -= n;
+  r.scheduled_step = step_;
 }
 
 size_t Scheduler::PickVictim() const {
@@ -108,11 +123,11 @@ void Scheduler::Preempt(size_t index, ScheduleOutput& out, int& budget) {
   ++num_preemptions_;
 }
 
-void Scheduler::ScheduleRunning(ScheduleOutput& out, int& budget) {
+void Scheduler::ScheduleRunning(ScheduleOutput& out, int& budget, bool prefills) {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Record& r = Get(running_[i]);
     const int pending = static_cast<int>(r.tokens.size()) - r.num_computed;
-    if (pending <= 0) {
+    if (pending <= 0 || r.scheduled_step == step_ || (!prefills && pending > 1)) {
       ++i;
       continue;
     }
@@ -174,8 +189,11 @@ bool Scheduler::ShouldDefer(const Record& r) const {
   return false;
 }
 
-void Scheduler::ScheduleWaiting(ScheduleOutput& out, int& budget) {
+void Scheduler::ScheduleWaiting(ScheduleOutput& out, int& budget, int max_uncached) {
+  constexpr int kMaxScan = 64;  // waiting requests examined by the short-prefill pass
+  const bool short_only = max_uncached < std::numeric_limits<int>::max();
   std::vector<WaitKey> deferred;
+  int scanned = 0;
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     const WaitKey key = *waiting_.begin();
@@ -184,6 +202,15 @@ void Scheduler::ScheduleWaiting(ScheduleOutput& out, int& budget) {
     if (ShouldDefer(r)) {
       deferred.push_back(key);
       continue;
+    }
+    if (short_only) {
+      const int uncached =
+          static_cast<int>(r.tokens.size()) - kv_->PeekCachedTokens(r.spec.ns, r.tokens);
+      if (uncached > max_uncached || uncached > budget) {
+        deferred.push_back(key);
+        if (++scanned >= kMaxScan) break;
+        continue;
+      }
     }
     if (Admit(r, out, budget)) continue;
     if (running_.empty() && out.seqs.empty()) {

@@ -41,6 +41,9 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 512;  // tokens in one step's batch
   int max_model_len = 2048;          // prompt + generated tokens of one sequence
   bool defer_shared_prefixes = true;  // step 2's deferral (only with prefix caching)
+  // Waiting requests with at most this many tokens left to compute (after their cache hit) are
+  // admitted before running prefills take the step's budget, within half of it; 0 = off.
+  int short_prefill_tokens = 128;
 };
 
 enum class SeqState { kWaiting, kRunning, kPreempted };
@@ -97,6 +100,7 @@ class Scheduler {
     uint64_t arrival = 0;
     int num_cached_first = -1;
     int64_t num_computed_total = 0;
+    uint64_t scheduled_step = 0;  // the step that last scheduled it
   };
   struct WaitKey {
     int32_t neg_priority;
@@ -107,8 +111,11 @@ class Scheduler {
   Record& Get(SeqId seq);
   const Record& Get(SeqId seq) const;
   WaitKey KeyOf(const Record& r) const { return {-r.spec.priority, r.arrival, r.spec.id}; }
-  void ScheduleRunning(ScheduleOutput& out, int& budget);
-  void ScheduleWaiting(ScheduleOutput& out, int& budget);
+  // prefills = false: only sequences with one token left (decodes); true: the rest.
+  void ScheduleRunning(ScheduleOutput& out, int& budget, bool prefills);
+  // Admits waiting sequences in priority order; with max_uncached, only those with at most that
+  // many tokens left to compute (others keep their place).
+  void ScheduleWaiting(ScheduleOutput& out, int& budget, int max_uncached);
   // Admits one waiting sequence; false if it did not get its blocks.
   bool Admit(Record& r, ScheduleOutput& out, int& budget);
   bool ShouldDefer(const Record& r) const;
@@ -122,6 +129,7 @@ class Scheduler {
   std::set<WaitKey> waiting_;
   std::vector<SeqId> running_;  // admission order
   uint64_t next_arrival_ = 0;
+  uint64_t step_ = 0;  // Schedule() calls so far
   int64_t num_preemptions_ = 0;
 };
 

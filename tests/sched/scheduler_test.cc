@@ -147,9 +147,28 @@ TEST_F(SchedulerTest, AWaitingRequestWaitsForARunningOneComputingTheSamePrefix) 
   Add(2, b);
   EXPECT_EQ(Step(), (std::vector<Planned>{{1, 8, false}}));  // 2 waits: 1 computes the prefix
   EXPECT_EQ(Step(), (std::vector<Planned>{{1, 8, false}}));
-  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 2, true}, {2, 2, true}}));
+  // 2 now hits the 16 cached tokens; with 2 tokens left it is a short prefill and goes first.
+  EXPECT_EQ(Step(), (std::vector<Planned>{{2, 2, true}, {1, 2, true}}));
   EXPECT_EQ(sched_->num_cached_tokens(SeqId(2)), 16);
   EXPECT_EQ(kv_->stats().hit_tokens, 16);
+}
+
+TEST_F(SchedulerTest, ACacheHitIsAdmittedBeforeAnotherRequestsLongPrefillContinues) {
+  Init(32, 16);
+  const std::vector<TokenId> shared = Range(0, 16);
+  Add(1, shared);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 16, true}}));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}}));  // its 4 full blocks are committed
+  sched_->Remove(SeqId(1));
+  Add(3, Range(1000, 40));  // 40 tokens, nothing cached
+  EXPECT_EQ(Step(), (std::vector<Planned>{{3, 16, false}}));
+  std::vector<TokenId> hit = shared;  // 16 cached tokens + 3 new ones
+  hit.insert(hit.end(), {7, 8, 9});
+  Add(4, hit);
+  // 4 has 3 tokens left to compute: it is admitted first, within half the budget, and the long
+  // prefill takes what remains.
+  EXPECT_EQ(Step(), (std::vector<Planned>{{4, 3, true}, {3, 13, false}}));
+  EXPECT_EQ(sched_->num_cached_tokens(SeqId(4)), 16);
 }
 
 TEST_F(SchedulerTest, ForkedChildrenShareTheParentsBlocks) {
