@@ -30,6 +30,9 @@ struct Options {
   int max_num_seqs = 32;
   int max_num_batched_tokens = 512;
   std::string eviction_policy = "lru";
+  int max_model_len = 0;           // 0 = the model's context length
+  bool only_caching_on = false;    // --enable-prefix-caching: run the caching-on side only
+  bool only_caching_off = false;   // --no-prefix-caching: run the caching-off side only
   WorkloadSpec spec;
 };
 
@@ -52,6 +55,7 @@ Result<std::unique_ptr<EngineCore>> MakeCore(const Options& o, bool caching) {
   c.enable_prefix_caching = caching;
   c.max_num_seqs = o.max_num_seqs;
   c.max_num_batched_tokens = o.max_num_batched_tokens;
+  c.max_model_len = o.max_model_len;
   KV_ASSIGN_OR_RETURN(c.eviction_policy, ParseEvictionPolicy(o.eviction_policy));
   return EngineCore::Create(std::move(model), c);
 }
@@ -94,6 +98,7 @@ int Run(const Options& o) {
                              s.opening_tokens, s.question_tokens, s.output_tokens);
     RunResult results[2];
     for (int caching = 1; caching >= 0; --caching) {
+      if ((caching == 1 && o.only_caching_off) || (caching == 0 && o.only_caching_on)) continue;
       auto core = MakeCore(o, caching == 1);
       if (!core.ok()) {
         std::fprintf(stderr, "error: %s\n", core.status().ToString().c_str());
@@ -102,7 +107,7 @@ int Run(const Options& o) {
       results[caching] = groups ? RunGroups(**core, s) : RunMultiTurn(**core, s);
       PrintRow(results[caching], label);
     }
-    gains.emplace_back(results[1], results[0]);
+    if (!o.only_caching_on && !o.only_caching_off) gains.emplace_back(results[1], results[0]);
   }
   for (const auto& [on, off] : gains) PrintGains(on, off);
   return 0;
@@ -124,6 +129,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-num-seqs", o.max_num_seqs, "Running sequences per step");
   app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens, "Tokens per step");
   app.add_option("--eviction-policy", o.eviction_policy, "lru, lfu or priority");
+  app.add_option("--max-model-len", o.max_model_len, "Most tokens per request (0: the model's)");
+  auto* on = app.add_flag("--enable-prefix-caching", o.only_caching_on,
+                          "Run only with prefix caching (default: both sides)");
+  auto* off = app.add_flag("--no-prefix-caching", o.only_caching_off,
+                           "Run only without prefix caching (default: both sides)");
+  on->excludes(off);
   app.add_option("--groups,-G", o.spec.groups, "Shared-prefix groups");
   app.add_option("--prompts,-P", o.spec.prompts, "Prompts per group");
   app.add_option("--system,-S", o.spec.system_tokens, "Shared system prompt tokens");
