@@ -153,7 +153,7 @@ struct Options {
 
 void RunModel(const std::string& path, const Options& o, ThreadPool& pool, double bandwidth,
               double peak) {
-  auto file = GgufFile::Open(path);
+  auto file = GgufFile::Open(path, /*populate=*/true);
   if (!file.ok()) {
     fmt::print(stderr, "{}: {}\n", path, file.status().ToString());
     return;

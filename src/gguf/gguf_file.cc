@@ -39,7 +39,7 @@ int64_t GgufTensorInfo::num_elements() const {
   return n;
 }
 
-Result<GgufFile> GgufFile::Open(const std::string& path) {
+Result<GgufFile> GgufFile::Open(const std::string& path, bool populate) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -55,7 +55,8 @@ Result<GgufFile> GgufFile::Open(const std::string& path) {
   file.mapping_ = std::make_unique<Mapping>();
   const auto size = static_cast<uint64_t>(st.st_size);
   if (size > 0) {
-    void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* addr =
+        ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
     if (addr == MAP_FAILED) {
       const int err = errno;
       ::close(fd);

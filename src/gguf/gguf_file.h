@@ -76,7 +76,9 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
-  static Result<GgufFile> Open(const std::string& path);
+  // With populate, every page of the file is mapped at once (MAP_POPULATE): loading a model
+  // then reads its weights up front instead of page-faulting through the first request.
+  static Result<GgufFile> Open(const std::string& path, bool populate = false);
   // Parses a file image already in memory; takes ownership of the bytes (used for the embedded
   // default model and the fuzzer).
   static Result<GgufFile> FromBytes(std::vector<uint8_t> bytes);
