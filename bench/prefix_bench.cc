@@ -36,15 +36,8 @@ struct Options {
   WorkloadSpec spec;
 };
 
-Result<GgufFile> OpenModel(const std::string& path) {
-  if (!path.empty()) return GgufFile::Open(path, /*populate=*/true);
-  KV_ASSIGN_OR_RETURN(GgufWriter writer, BuildSyntheticModel(DefaultModelSpec()));
-  KV_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.WriteToBytes());
-  return GgufFile::FromBytes(std::move(bytes));
-}
-
 Result<std::unique_ptr<EngineCore>> MakeCore(const Options& o, bool caching) {
-  KV_ASSIGN_OR_RETURN(GgufFile file, OpenModel(o.model));
+  KV_ASSIGN_OR_RETURN(GgufFile file, OpenModelOrDefault(o.model));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                       Model::Load(std::move(file), ModelOptions{o.max_num_batched_tokens, 0}));
   EngineConfig c;

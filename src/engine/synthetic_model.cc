@@ -179,4 +179,11 @@ SyntheticModelSpec DefaultModelSpec() {
   return s;
 }
 
+Result<GgufFile> OpenModelOrDefault(const std::string& path) {
+  if (!path.empty()) return GgufFile::Open(path, /*populate=*/true);
+  KV_ASSIGN_OR_RETURN(GgufWriter writer, BuildSyntheticModel(DefaultModelSpec()));
+  KV_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.WriteToBytes());
+  return GgufFile::FromBytes(std::move(bytes));
+}
+
 }  // namespace kvserve

@@ -41,4 +41,8 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& spec);
 // The embedded default model: a small llama with the synthetic vocabulary, built in memory.
 SyntheticModelSpec DefaultModelSpec();
 
+// Opens the GGUF at `path` with its pages mapped up front, or builds the embedded default model
+// in memory when `path` is empty. What every command that loads a model calls.
+Result<GgufFile> OpenModelOrDefault(const std::string& path);
+
 }  // namespace kvserve

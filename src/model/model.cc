@@ -167,7 +167,8 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int group = c.group();
   // Work items: (token, kv_head) pairs; item i -> token i / num_kv_heads.
-  std::vector<int32_t> token_seq(batch.num_tokens());
+  std::vector<int32_t>& token_seq = s.token_seq;
+  token_seq.resize(batch.num_tokens());  // within the capacity reserved at load
   int max_slots = 0;
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
     const ForwardSeq& q = batch.seqs[si];

@@ -29,6 +29,7 @@ struct Model::Scratch {
   AlignedBuffer<float> up;       // [T, ffn]
   AlignedBuffer<float> logit_x;  // [T, hidden] normalised rows that need logits
   std::vector<std::vector<float>> attn_scratch;  // per thread, grows with the context
+  std::vector<int32_t> token_seq;                 // [T] index of each token's sequence
 };
 
 }  // namespace kvserve

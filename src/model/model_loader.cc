@@ -132,6 +132,7 @@ Status Model::LoadWeights() {
   s.gate = AlignedBuffer<float>(T * c.ffn);
   s.up = AlignedBuffer<float>(T * c.ffn);
   s.logit_x = AlignedBuffer<float>(T * c.hidden);
+  s.token_seq.reserve(T);
   return Status::Ok();
 }
 

@@ -42,10 +42,9 @@ T* ScratchOf(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-std::vector<float>& ThreadScratch(size_t n) {
+float* ThreadScratch(size_t n) {
   thread_local std::vector<float> scratch;
-  if (scratch.size() < n) scratch.resize(n);
-  return scratch;
+  return ScratchOf(scratch, n);
 }
 
 // y[t, r0 + i] for i < nr, t < nt, from dequantized rows w (stride cols) and tokens x.
@@ -76,7 +75,7 @@ void MicroKernel(const float* w, const float* x, int64_t cols, int64_t nr, int64
 
 void MatMulRows(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, int64_t r0,
                 int64_t r1) {
-  float* tile = ThreadScratch(static_cast<size_t>(kRowTile * w.cols)).data();
+  float* tile = ThreadScratch(static_cast<size_t>(kRowTile * w.cols));
   for (int64_t rt = r0; rt < r1; rt += kRowTile) {
     const int64_t nrows = std::min(kRowTile, r1 - rt);
     const float* rows;

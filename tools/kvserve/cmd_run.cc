@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "engine/generator.h"
-#include "model_source.h"
+#include "engine/synthetic_model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -52,7 +52,7 @@ struct Loaded {
 };
 
 Loaded Load(const EngineOptions& o, bool need_tokenizer) {
-  auto file = OpenModelFile(o.model);
+  auto file = OpenModelOrDefault(o.model);
   if (!file.ok()) Fail(file.status().ToString());
   Loaded out;
   if (need_tokenizer) {
