@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build g++ clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libcpp-httplib-dev
   python3 python3-numpy
 )
 # Node.js and npm: take Debian's only where the machine has none (a newer one may already be there).
@@ -31,4 +31,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ -f "$root/tests/tokenizer/conformance/package.json" ] &&
    [ ! -d "$root/tests/tokenizer/conformance/node_modules" ]; then
   (cd "$root/tests/tokenizer/conformance" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# The openai client for the server's black-box tests (npm registry only, pinned by package-lock).
+if [ -f "$root/tests/server/package.json" ] && [ ! -d "$root/tests/server/node_modules" ]; then
+  (cd "$root/tests/server" && npm ci --no-audit --no-fund --loglevel=error)
 fi

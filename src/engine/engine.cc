@@ -14,6 +14,17 @@ bool RequestStream::Next(RequestOutput* out) {
   return true;
 }
 
+RequestStream::Wait RequestStream::NextFor(RequestOutput* out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty() || ended_; })) {
+    return Wait::kTimeout;
+  }
+  if (events_.empty()) return Wait::kEnded;
+  *out = std::move(events_.front());
+  events_.pop_front();
+  return Wait::kEvent;
+}
+
 std::optional<RequestOutput> RequestStream::TryNext() {
   std::lock_guard lock(mu_);
   if (events_.empty()) return std::nullopt;

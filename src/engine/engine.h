@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -32,6 +33,10 @@ class RequestStream {
   // Blocks for the next event; false once the request's last event has been read.
   bool Next(RequestOutput* out);
   std::optional<RequestOutput> TryNext();
+  enum class Wait { kEvent, kTimeout, kEnded };
+  // Waits up to `timeout` for the next event: kEvent (*out set), kTimeout, or kEnded once the
+  // request's last event has been read.
+  Wait NextFor(RequestOutput* out, std::chrono::milliseconds timeout);
   // Called by the engine thread.
   void Push(RequestOutput event);
 

@@ -114,6 +114,9 @@ Status EngineCore::Validate(const EngineRequest& r) const {
                                        config_.max_num_seqs));
   }
   KV_RETURN_IF_ERROR(r.sampling.Validate());
+  for (const std::string& stop : r.stop_strings) {
+    if (stop.empty()) return InvalidArgument("stop strings must not be empty");
+  }
   const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
   if (total > config_.max_model_len) {
     return OutOfRange(fmt::format(
@@ -150,6 +153,50 @@ Status EngineCore::Add(RequestId id, EngineRequest request, Clock::time_point ar
   return Status::Ok();
 }
 
+bool EngineCore::TakeText(SeqCtx& s, const EngineRequest& r, std::string text, bool final,
+                          std::string* emit) const {
+  if (r.stop_strings.empty()) {
+    *emit += text;
+    return false;
+  }
+  std::string pending = std::move(s.held);
+  s.held.clear();
+  pending += text;
+  // The earliest stop string in the pending text ends the sample (held text never contains a
+  // whole stop string, so nothing streamed earlier can be part of one).
+  size_t best = std::string::npos;
+  size_t best_len = 0;
+  for (const std::string& stop : r.stop_strings) {
+    const size_t at = pending.find(stop);
+    if (at < best) {
+      best = at;
+      best_len = stop.size();
+    }
+  }
+  if (best != std::string::npos) {
+    s.text_done = true;
+    pending.resize(best + (r.include_stop_str_in_output ? best_len : 0));
+    *emit += pending;
+    return true;
+  }
+  // Hold back the longest suffix that is a proper prefix of some stop string.
+  size_t hold = 0;
+  if (!final) {
+    for (const std::string& stop : r.stop_strings) {
+      for (size_t k = std::min(stop.size() - 1, pending.size()); k > hold; --k) {
+        if (pending.compare(pending.size() - k, k, stop, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+      }
+    }
+  }
+  s.held = pending.substr(pending.size() - hold);
+  pending.resize(pending.size() - hold);
+  *emit += pending;
+  return false;
+}
+
 void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
                            std::vector<RequestOutput>* out, RequestOutput* event) {
   SeqCtx& s = seqs_.at(seq);
@@ -158,7 +205,14 @@ void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
   RequestOutput& e = event ? *event : own;
   e.id = s.request;
   e.index = s.index;
-  if (s.detok) e.text += s.detok->Flush();
+  if (s.detok && !s.text_done) {
+    std::string emit;
+    if (TakeText(s, r.request, s.detok->Flush(), /*final=*/true, &emit) &&
+        reason == FinishReason::kLength) {
+      reason = FinishReason::kStop;
+    }
+    e.text += emit;
+  }
   e.finished = true;
   e.finish_reason = reason;
   e.error = std::move(error);
@@ -269,9 +323,11 @@ void EngineCore::SampleOne(SeqId seq, std::span<float> logits, std::vector<Reque
   e.id = s.request;
   e.index = s.index;
   e.new_tokens.push_back(token);
-  if (s.detok) e.text = s.detok->Push(token);
+  if (r.request.sampling.wants_logprobs()) e.logprobs.push_back(std::move(sample));
+  bool stop_string = false;
+  if (s.detok) stop_string = TakeText(s, r.request, s.detok->Push(token), false, &e.text);
   const auto& stops = r.request.stop_ids;
-  const bool stop = std::find(stops.begin(), stops.end(), token) != stops.end() ||
+  const bool stop = stop_string || std::find(stops.begin(), stops.end(), token) != stops.end() ||
                     (!r.request.ignore_eos && tokenizer_ && tokenizer_->IsEog(token));
   if (stop || s.num_generated >= r.request.max_tokens) {
     FinishSeq(seq, stop ? FinishReason::kStop : FinishReason::kLength, Status::Ok(), out, &e);

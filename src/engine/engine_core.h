@@ -79,6 +79,8 @@ class EngineCore {
     Sampler sampler;
     std::unique_ptr<StreamingDetokenizer> detok;
     int num_generated = 0;
+    std::string held;  // text that may be the start of a stop string, not streamed yet
+    bool text_done = false;  // a stop string ended the text
   };
   struct RequestCtx {
     EngineRequest request;
@@ -98,6 +100,10 @@ class EngineCore {
   void SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out);
   void ForkSamples(SeqId parent, const float* row, std::vector<RequestOutput>* out);
   void SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out);
+  // Appends `text` to the sample's held-back text and moves to *emit what can be streamed.
+  // True when a stop string was found (*emit then ends before or after it).
+  bool TakeText(SeqCtx& s, const EngineRequest& r, std::string text, bool final,
+                std::string* emit) const;
   void FinishSeq(SeqId seq, FinishReason reason, Status error, std::vector<RequestOutput>* out,
                  RequestOutput* event);
   SeqId NewSeqId() { return SeqId(next_seq_++); }

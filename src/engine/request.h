@@ -9,6 +9,7 @@
 
 #include "kvserve/status.h"
 #include "prefix/kv_cache_manager.h"
+#include "sample/sampler.h"
 #include "sample/sampling_params.h"
 #include "util/strong_id.h"
 
@@ -26,6 +27,11 @@ struct EngineRequest {
   int max_tokens = 128;           // >= 1
   int n = 1;                      // parallel samples sharing the prompt's KV blocks
   std::vector<TokenId> stop_ids;  // generation ends after emitting one of these
+  // Generation ends when the text contains one of these (non-empty) strings; the text streamed
+  // out stops before it (or after it with include_stop_str_in_output). Text that could be the
+  // start of a stop string is held back until it is known not to be.
+  std::vector<std::string> stop_strings;
+  bool include_stop_str_in_output = false;
   bool ignore_eos = false;        // if false, the tokenizer's end-of-generation ids stop too
   int32_t priority = 0;           // higher = admitted first, preempted and evicted last
   std::string cache_salt;         // requests share cached KV only with the same salt
@@ -46,6 +52,8 @@ struct RequestOutput {
   int index = 0;                    // which parallel sample, 0..n-1
   std::vector<TokenId> new_tokens;  // usually one; empty on a final event without a token
   std::string text;                 // complete UTF-8 text that became available
+  // One entry per token of new_tokens when the request's sampling params ask for logprobs.
+  std::vector<SampleOutput> logprobs;
   bool finished = false;            // this sample ended
   bool request_finished = false;    // every sample ended: the last event of the request
   FinishReason finish_reason = FinishReason::kLength;

@@ -1,0 +1,264 @@
+#include "server/engine_bridge.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+namespace kvserve {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+const char* FinishName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
+ApiError FromStatus(const Status& s, const char* param) {
+  ApiError e = BadRequest(s.message(), param);
+  switch (s.code()) {
+    case StatusCode::kOutOfRange:
+    case StatusCode::kResourceExhausted:
+      e.code = "context_length_exceeded";
+      break;
+    case StatusCode::kInvalidArgument:
+      break;
+    default:
+      e.status = 500;
+      e.type = "server_error";
+      e.param.clear();
+  }
+  return e;
+}
+
+}  // namespace
+
+std::string NewResponseId(std::string_view prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+EngineBridge::EngineBridge(Engine* engine, const Tokenizer* tokenizer,
+                           std::optional<ChatTemplate> tmpl, BridgeConfig config,
+                           ServerMetrics* metrics)
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      template_(std::move(tmpl)),
+      config_(std::move(config)),
+      metrics_(metrics) {}
+
+std::optional<ApiError> EngineBridge::EncodeChat(const std::vector<ChatMessage>& messages,
+                                                 bool add_generation_prompt,
+                                                 std::vector<TokenId>* ids) const {
+  if (!template_) return BadRequest("the model has no chat template", "messages");
+  const Tokenizer& tok = *tokenizer_;
+  const std::string bos = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
+  const std::string eos = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
+  Result<std::string> text = template_->Render(messages, add_generation_prompt, bos, eos);
+  if (!text.ok()) return BadRequest(text.status().message(), "messages");
+  const bool has_bos = !bos.empty() && text->rfind(bos, 0) == 0;
+  *ids = tok.Encode(*text, /*add_special=*/!has_bos, /*parse_special=*/true);
+  return std::nullopt;
+}
+
+std::optional<ApiError> EngineBridge::EncodePrompt(const PromptInput& prompt, bool add_special,
+                                                   std::vector<TokenId>* ids) const {
+  if (!prompt.is_ids) {
+    *ids = tokenizer_->Encode(prompt.text, add_special, /*parse_special=*/true);
+    return std::nullopt;
+  }
+  const int vocab = tokenizer_->vocab_size();
+  for (int32_t id : prompt.ids) {
+    if (id < 0 || id >= vocab) {
+      return BadRequest(fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab),
+                        "prompt");
+    }
+  }
+  ids->assign(prompt.ids.begin(), prompt.ids.end());
+  return std::nullopt;
+}
+
+std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
+                                            std::unique_ptr<Generation>* out) {
+  const bool chat = p.endpoint == Endpoint::kChat;
+  const char* param = chat ? "messages" : "prompt";
+  std::vector<std::vector<TokenId>> prompts;
+  std::vector<std::string> echoes;
+  if (chat) {
+    prompts.emplace_back();
+    if (auto e = EncodeChat(p.messages, true, &prompts.back())) return e;
+    echoes.emplace_back();
+  } else {
+    for (const PromptInput& in : p.prompts) {
+      prompts.emplace_back();
+      if (auto e = EncodePrompt(in, true, &prompts.back())) return e;
+      echoes.push_back(!p.echo ? std::string()
+                       : in.is_ids ? tokenizer_->Decode(prompts.back())
+                                   : in.text);
+    }
+  }
+  for (const auto& ids : prompts) {
+    if (ids.empty()) return BadRequest("the prompt is empty", param);
+  }
+
+  // Reserve admission slots for every prompt at once, or refuse the whole request.
+  const int k = static_cast<int>(prompts.size());
+  const int limit = engine_->config().max_num_seqs + config_.max_queued_requests;
+  int cur = in_flight_.load();
+  do {
+    if (cur + k > limit || shutting_down()) {
+      metrics_->rejected.fetch_add(1);
+      ApiError e;
+      e.status = 503;
+      e.type = "server_error";
+      e.code = "server_overloaded";
+      e.message = fmt::format("the server is at its limit of {} running and queued requests; "
+                              "retry later",
+                              limit);
+      return e;
+    }
+  } while (!in_flight_.compare_exchange_weak(cur, cur + k));
+
+  ResponseHeader header{p.endpoint, NewResponseId(chat ? "chatcmpl-" : "cmpl-"),
+                        static_cast<int64_t>(std::time(nullptr)), config_.model_name};
+  std::unique_ptr<Generation> gen(new Generation(this, p.n, std::move(header)));
+  gen->with_logprobs_ = p.logprobs;
+  gen->start_ = Clock::now();
+  for (int i = 0; i < k; ++i) {
+    EngineRequest r;
+    r.prompt = std::move(prompts[static_cast<size_t>(i)]);
+    const int prompt_len = static_cast<int>(r.prompt.size());
+    r.max_tokens = p.max_tokens.value_or(chat ? std::max(1, max_model_len() - prompt_len) : 16);
+    r.sampling = p.sampling;
+    r.n = p.n;
+    r.stop_ids.assign(p.stop_token_ids.begin(), p.stop_token_ids.end());
+    r.stop_strings = p.stop;
+    r.ignore_eos = p.ignore_eos;
+    r.priority = p.priority;
+    r.cache_salt = p.cache_salt;
+    Result<std::shared_ptr<RequestStream>> stream = engine_->AddRequest(std::move(r));
+    if (!stream.ok()) {
+      in_flight_.fetch_sub(k - i);  // the started ones are released by ~Generation
+      return FromStatus(stream.status(), param);
+    }
+    Generation::Job job;
+    job.stream = std::move(stream).value();
+    job.echo = std::move(echoes[static_cast<size_t>(i)]);
+    job.prompt_tokens = prompt_len;
+    job.started.assign(static_cast<size_t>(p.n), false);
+    job.last_token.assign(static_cast<size_t>(p.n), Clock::time_point{});
+    job.text_len.assign(static_cast<size_t>(p.n), 0);
+    gen->usage_.prompt_tokens += prompt_len;
+    gen->jobs_.push_back(std::move(job));
+  }
+  *out = std::move(gen);
+  return std::nullopt;
+}
+
+void EngineBridge::Finished() { in_flight_.fetch_sub(1); }
+
+Generation::~Generation() {
+  for (Job& job : jobs_) {
+    if (job.finished) continue;
+    bridge_->engine_->Cancel(job.stream->id());
+    job.finished = true;
+    bridge_->metrics_->RecordFinished(FinishReason::kCancelled, job.prompt_tokens,
+                                      Seconds(Clock::now() - start_));
+    bridge_->Finished();
+  }
+}
+
+Generation::Poll Generation::Next(std::chrono::milliseconds timeout,
+                                  std::vector<ChoiceOut>* updates) {
+  if (!cancel_sent_ && bridge_->shutting_down()) {
+    cancel_sent_ = true;
+    for (Job& job : jobs_) {
+      if (!job.finished) bridge_->engine_->Cancel(job.stream->id());
+    }
+  }
+  const size_t before = updates->size();
+  for (size_t j = 0; j < jobs_.size(); ++j) {
+    while (!jobs_[j].finished) {
+      std::optional<RequestOutput> e = jobs_[j].stream->TryNext();
+      if (!e) break;
+      Take(jobs_[j], static_cast<int>(j), std::move(*e), updates);
+    }
+  }
+  if (updates->size() > before) return Poll::kProgress;
+  for (size_t j = 0; j < jobs_.size(); ++j) {
+    Job& job = jobs_[j];
+    if (job.finished) continue;
+    RequestOutput e;
+    switch (job.stream->NextFor(&e, timeout)) {
+      case RequestStream::Wait::kEvent:
+        Take(job, static_cast<int>(j), std::move(e), updates);
+        return Poll::kProgress;
+      case RequestStream::Wait::kTimeout:
+        return Poll::kTimeout;
+      case RequestStream::Wait::kEnded:
+        job.finished = true;  // not reached: the last event marks the job finished
+        bridge_->Finished();
+        return Poll::kProgress;
+    }
+  }
+  return Poll::kDone;
+}
+
+void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<ChoiceOut>* updates) {
+  ServerMetrics& m = *bridge_->metrics_;
+  const size_t s = static_cast<size_t>(e.index);
+  ChoiceOut c;
+  c.index = job_index * n_ + e.index;
+  const Clock::time_point now = Clock::now();
+  if (!e.new_tokens.empty()) {
+    const auto count = static_cast<int64_t>(e.new_tokens.size());
+    m.generation_tokens.fetch_add(count);
+    usage_.completion_tokens += count;
+    if (job.last_token[s] != Clock::time_point{}) m.inter_token.Observe(Seconds(now - job.last_token[s]));
+    job.last_token[s] = now;
+  }
+  if (!job.started[s]) {
+    job.started[s] = true;
+    c.text = job.echo;
+  }
+  c.text_offset = job.text_len[s] + c.text.size();
+  c.text += e.text;
+  job.text_len[s] += c.text.size();
+  if (with_logprobs_ >= 0) {
+    c.with_logprobs = true;
+    const Tokenizer& tok = bridge_->tokenizer();
+    for (const SampleOutput& lp : e.logprobs) {
+      TokenLogprobOut t{tok.TokenToPiece(lp.token), lp.logprob, {}};
+      for (const TokenLogprob& alt : lp.top) t.top.emplace_back(tok.TokenToPiece(alt.id), alt.logprob);
+      c.logprobs.push_back(std::move(t));
+    }
+  }
+  if (e.finished) {
+    c.finish_reason = FinishName(e.finish_reason);
+    if (e.finish_reason == FinishReason::kError && !error_) {
+      ApiError err;
+      err.status = 500;
+      err.type = "server_error";
+      err.message = e.error.message();
+      error_ = std::move(err);
+    }
+    if (e.index == 0) usage_.cached_tokens += e.metrics.cached_tokens;
+  }
+  if (e.request_finished) {
+    job.finished = true;
+    if (e.metrics.generated_tokens > 0 || e.metrics.ttft_seconds > 0) m.ttft.Observe(e.metrics.ttft_seconds);
+    m.RecordFinished(e.finish_reason, job.prompt_tokens, e.metrics.e2e_seconds);
+    bridge_->Finished();
+  }
+  updates->push_back(std::move(c));
+}
+
+}  // namespace kvserve

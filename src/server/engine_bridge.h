@@ -1,0 +1,122 @@
+// EngineBridge: between the HTTP handlers and the Engine. It turns validated OpenAI parameters
+// into engine requests (chat template, tokenization, defaults), enforces the admission limit
+// (running + queued requests), and follows a Generation's engine streams, turning their events
+// into per-choice updates and metrics.
+//
+// Contract: every method may be called from any HTTP worker thread. A Generation belongs to the
+// one thread that serves its HTTP request; destroying it before its requests have finished
+// cancels them (a client that went away), and their KV blocks return to the pool at the start
+// of the engine's next step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+#include "server/openai_codec.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve {
+
+struct BridgeConfig {
+  std::string model_name;
+  int max_queued_requests = 256;  // beyond max_num_seqs running; more get 503
+};
+
+class EngineBridge;
+
+class Generation {
+ public:
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  enum class Poll { kProgress, kTimeout, kDone };
+  // Waits up to `timeout` for events and appends one update per event to *updates: the choice's
+  // new text (the echoed prompt first, when asked), its new logprobs, and its finish_reason
+  // when it ended. kDone once every choice has ended (and nothing is appended).
+  Poll Next(std::chrono::milliseconds timeout, std::vector<ChoiceOut>* updates);
+
+  int num_choices() const { return static_cast<int>(jobs_.size()) * n_; }
+  UsageOut usage() const { return usage_; }
+  // Set when the engine failed a request; the generation then ends.
+  const std::optional<ApiError>& error() const { return error_; }
+  const ResponseHeader& header() const { return header_; }
+
+ private:
+  friend class EngineBridge;
+  struct Job {
+    std::shared_ptr<RequestStream> stream;
+    std::string echo;  // prompt text to prepend, when echo is on
+    int prompt_tokens = 0;
+    bool finished = false;
+    std::vector<bool> started;  // per sample: got its first update
+    std::vector<std::chrono::steady_clock::time_point> last_token;
+    std::vector<size_t> text_len;  // per sample: bytes of text sent so far
+  };
+  Generation(EngineBridge* bridge, int n, ResponseHeader header)
+      : bridge_(bridge), n_(n), header_(std::move(header)) {}
+  void Take(Job& job, int job_index, RequestOutput e, std::vector<ChoiceOut>* updates);
+
+  EngineBridge* bridge_;
+  int n_;
+  ResponseHeader header_;
+  int with_logprobs_ = -1;  // top-N, -1 = off
+  std::vector<Job> jobs_;
+  UsageOut usage_;
+  std::optional<ApiError> error_;
+  std::chrono::steady_clock::time_point start_;
+  bool cancel_sent_ = false;
+};
+
+class EngineBridge {
+ public:
+  EngineBridge(Engine* engine, const Tokenizer* tokenizer, std::optional<ChatTemplate> tmpl,
+               BridgeConfig config, ServerMetrics* metrics);
+
+  const std::string& model_name() const { return config_.model_name; }
+  int max_model_len() const { return engine_->config().max_model_len; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  EngineStats stats() const { return engine_->stats(); }
+  ServerMetrics& metrics() const { return *metrics_; }
+
+  // Renders messages through the chat template and tokenizes them.
+  std::optional<ApiError> EncodeChat(const std::vector<ChatMessage>& messages,
+                                     bool add_generation_prompt,
+                                     std::vector<TokenId>* ids) const;
+  // Tokenizes a prompt (text, or ids checked against the vocabulary).
+  std::optional<ApiError> EncodePrompt(const PromptInput& prompt, bool add_special,
+                                       std::vector<TokenId>* ids) const;
+
+  // Starts one engine request per prompt (chat: one). 400 for what the engine refuses (too long
+  // for the context: code context_length_exceeded), 503 when the queue is full.
+  std::optional<ApiError> Start(const GenerationParams& params,
+                                std::unique_ptr<Generation>* out);
+
+  // From now on Start() refuses with 503 and every running Generation cancels its requests.
+  void Shutdown() { shutting_down_.store(true); }
+  bool shutting_down() const { return shutting_down_.load(); }
+
+ private:
+  friend class Generation;
+  void Finished();  // one engine request left
+
+  Engine* engine_;
+  const Tokenizer* tokenizer_;
+  std::optional<ChatTemplate> template_;
+  BridgeConfig config_;
+  ServerMetrics* metrics_;
+  std::atomic<int> in_flight_{0};
+  std::atomic<bool> shutting_down_{false};
+};
+
+// A random id such as "chatcmpl-3f9a…" (prefix + 24 hex digits).
+std::string NewResponseId(std::string_view prefix);
+
+}  // namespace kvserve

@@ -1,0 +1,345 @@
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "util/log.h"
+
+namespace kvserve {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::chrono::milliseconds kKeepAliveEvery{250};
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(ErrorBody(e), "application/json");
+}
+
+void SendJson(httplib::Response& res, const json& j) {
+  res.status = 200;
+  res.set_content(Dump(j), "application/json");
+}
+
+// Parses the body as JSON; nlohmann rejects malformed JSON and invalid UTF-8 in strings.
+std::optional<ApiError> ParseBody(const httplib::Request& req, json* out) {
+  try {
+    *out = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    return BadRequest(fmt::format("the body is not valid JSON: {}", e.what()));
+  }
+  return std::nullopt;
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+bool NeedsKey(const std::string& path) {
+  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+}
+
+ApiError StatusError(int status) {
+  ApiError e;
+  e.status = status;
+  switch (status) {
+    case 404:
+      e.message = "unknown route";
+      e.code = "not_found";
+      break;
+    case 405:
+      e.message = "method not allowed";
+      break;
+    case 413:
+      e.message = "the request body is too large";
+      e.code = "request_too_large";
+      break;
+    case 414:
+      e.message = "the request URI is too long";
+      break;
+    default:
+      if (status >= 500) {
+        e.type = "server_error";
+        e.message = "internal server error";
+      } else {
+        e.message = "bad request";
+      }
+  }
+  return e;
+}
+
+std::string Event(const json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpConfig config;
+  EngineBridge* bridge;
+  httplib::Server server;
+
+  Impl(HttpConfig c, EngineBridge* b) : config(std::move(c)), bridge(b) {}
+
+  std::optional<ApiError> CheckModel(const std::string& model) const {
+    if (model.empty() || model == bridge->model_name()) return std::nullopt;
+    ApiError e;
+    e.status = 404;
+    e.message = fmt::format("the model '{}' does not exist; this server serves '{}'", model,
+                            bridge->model_name());
+    e.param = "model";
+    e.code = "model_not_found";
+    return e;
+  }
+
+  json ModelCard() const {
+    return {{"id", bridge->model_name()},
+            {"object", "model"},
+            {"created", 0},
+            {"owned_by", "kvserve"},
+            {"max_model_len", bridge->max_model_len()}};
+  }
+
+  void Generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+    json body;
+    GenerationParams params;
+    std::unique_ptr<Generation> gen;
+    std::optional<ApiError> err = ParseBody(req, &body);
+    if (!err) err = ParseGenerationParams(body, endpoint, &params);
+    if (!err) err = CheckModel(params.model);
+    if (!err) err = bridge->Start(params, &gen);
+    if (err) return SendError(res, *err);
+    if (params.stream) return Stream(res, std::move(gen), params.include_usage);
+
+    std::vector<ChoiceOut> choices(static_cast<size_t>(gen->num_choices()));
+    for (size_t i = 0; i < choices.size(); ++i) {
+      choices[i].index = static_cast<int>(i);
+      choices[i].with_logprobs = params.logprobs >= 0;
+    }
+    std::vector<ChoiceOut> updates;
+    while (gen->Next(std::chrono::seconds(1), &updates) != Generation::Poll::kDone) {
+      for (ChoiceOut& u : updates) {
+        ChoiceOut& c = choices[static_cast<size_t>(u.index)];
+        c.text += u.text;
+        for (TokenLogprobOut& t : u.logprobs) c.logprobs.push_back(std::move(t));
+        if (!u.finish_reason.empty()) c.finish_reason = u.finish_reason;
+      }
+      updates.clear();
+    }
+    if (gen->error()) return SendError(res, *gen->error());
+    SendJson(res, Response(gen->header(), choices, gen->usage()));
+  }
+
+  void Stream(httplib::Response& res, std::unique_ptr<Generation> owned, bool include_usage) {
+    std::shared_ptr<Generation> gen = std::move(owned);
+    auto first = std::make_shared<std::vector<bool>>(static_cast<size_t>(gen->num_choices()),
+                                                     true);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream", [gen, first, include_usage](size_t, httplib::DataSink& sink) {
+          const ResponseHeader& h = gen->header();
+          const bool chat = h.endpoint == Endpoint::kChat;
+          std::vector<ChoiceOut> updates;
+          for (;;) {
+            updates.clear();
+            const Generation::Poll poll = gen->Next(kKeepAliveEvery, &updates);
+            if (poll == Generation::Poll::kDone) break;
+            if (poll == Generation::Poll::kTimeout) {
+              if (!sink.write(": keep-alive\n\n", 14)) return false;
+              continue;
+            }
+            std::string out;
+            for (ChoiceOut& u : updates) {
+              const bool is_first = (*first)[static_cast<size_t>(u.index)];
+              const bool has_payload = !u.text.empty() || !u.logprobs.empty();
+              if (chat && !u.finish_reason.empty() && (has_payload || is_first)) {
+                // The text goes first; the finish_reason follows in a chunk of its own.
+                ChoiceOut text = u;
+                text.finish_reason.clear();
+                out += Event(Chunk(h, text, is_first, include_usage));
+                u.text.clear();
+                u.logprobs.clear();
+                (*first)[static_cast<size_t>(u.index)] = false;
+                out += Event(Chunk(h, u, false, include_usage));
+                continue;
+              }
+              if (!has_payload && u.finish_reason.empty() && !(chat && is_first)) continue;
+              out += Event(Chunk(h, u, is_first, include_usage));
+              (*first)[static_cast<size_t>(u.index)] = false;
+            }
+            if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+          }
+          std::string tail;
+          if (gen->error()) tail += "data: " + ErrorBody(*gen->error()) + "\n\n";
+          if (include_usage) tail += Event(UsageChunk(h, gen->usage()));
+          tail += "data: [DONE]\n\n";
+          if (!sink.write(tail.data(), tail.size())) return false;
+          sink.done();
+          return true;
+        });
+  }
+
+  void Tokenize(const httplib::Request& req, httplib::Response& res) {
+    json body;
+    if (auto e = ParseBody(req, &body)) return SendError(res, *e);
+    if (!body.is_object()) return SendError(res, BadRequest("the body must be a JSON object"));
+    std::string model;
+    if (body.contains("model") && !body["model"].is_null()) {
+      if (!body["model"].is_string()) return SendError(res, BadRequest("'model' must be a string", "model"));
+      model = body["model"].get<std::string>();
+    }
+    if (auto e = CheckModel(model)) return SendError(res, *e);
+    auto flag = [&](const char* key, bool def, std::optional<ApiError>* err) {
+      auto it = body.find(key);
+      if (it == body.end() || it->is_null()) return def;
+      if (!it->is_boolean()) *err = BadRequest(fmt::format("'{}' must be a boolean", key), key);
+      return it->is_boolean() ? it->get<bool>() : def;
+    };
+    std::optional<ApiError> err;
+    const bool add_special = flag("add_special_tokens", true, &err);
+    const bool add_generation_prompt = flag("add_generation_prompt", true, &err);
+    if (err) return SendError(res, *err);
+    std::vector<TokenId> ids;
+    if (body.contains("messages")) {
+      std::vector<ChatMessage> messages;
+      if (auto e = ParseMessages(body["messages"], &messages)) return SendError(res, *e);
+      if (auto e = bridge->EncodeChat(messages, add_generation_prompt, &ids)) {
+        return SendError(res, *e);
+      }
+    } else if (body.contains("prompt") && body["prompt"].is_string()) {
+      PromptInput p{false, body["prompt"].get<std::string>(), {}};
+      if (auto e = bridge->EncodePrompt(p, add_special, &ids)) return SendError(res, *e);
+    } else {
+      return SendError(res, BadRequest("give 'prompt' (a string) or 'messages'", "prompt"));
+    }
+    SendJson(res, {{"tokens", ids},
+                   {"count", ids.size()},
+                   {"max_model_len", bridge->max_model_len()}});
+  }
+
+  void Detokenize(const httplib::Request& req, httplib::Response& res) {
+    json body;
+    if (auto e = ParseBody(req, &body)) return SendError(res, *e);
+    if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
+      return SendError(res, BadRequest("'tokens' must be an array of token ids", "tokens"));
+    }
+    std::vector<TokenId> ids;
+    const int64_t vocab = bridge->tokenizer().vocab_size();
+    for (const json& t : body["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab) {
+        return SendError(res, BadRequest(fmt::format("'tokens' must hold ids in [0, {})", vocab),
+                                         "tokens"));
+      }
+      ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
+    }
+    SendJson(res, {{"prompt", bridge->tokenizer().Decode(ids)}});
+  }
+
+  void Routes() {
+    server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (config.api_key.empty() || !NeedsKey(req.path)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      const std::string auth = req.get_header_value("Authorization");
+      const std::string_view prefix = "Bearer ";
+      if (auth.rfind(prefix, 0) == 0 &&
+          ConstantTimeEquals(std::string_view(auth).substr(prefix.size()), config.api_key)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      ApiError e;
+      e.status = 401;
+      e.message = auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                               : "incorrect API key";
+      e.code = "invalid_api_key";
+      SendError(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      SendError(res, StatusError(res.status));
+    });
+    server.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+          ApiError e = StatusError(500);
+          try {
+            if (ep) std::rethrow_exception(ep);
+          } catch (const std::exception& ex) {
+            e.message = ex.what();
+          } catch (...) {
+          }
+          SendError(res, e);
+        });
+    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      Generate(req, res, Endpoint::kCompletions);
+    });
+    server.Post("/v1/chat/completions",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  Generate(req, res, Endpoint::kChat);
+                });
+    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      SendJson(res, {{"object", "list"}, {"data", json::array({ModelCard()})}});
+    });
+    server.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (auto e = CheckModel(req.matches[1].str())) return SendError(res, *e);
+      SendJson(res, ModelCard());
+    });
+    server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      Tokenize(req, res);
+    });
+    server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      Detokenize(req, res);
+    });
+    server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      SendJson(res, {{"status", "ok"}});
+    });
+    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(bridge->metrics().Render(bridge->stats(), bridge->model_name()),
+                      "text/plain; version=0.0.4; charset=utf-8");
+    });
+  }
+};
+
+HttpServer::HttpServer(HttpConfig config, EngineBridge* bridge)
+    : impl_(std::make_unique<Impl>(std::move(config), bridge)) {
+  Impl& s = *impl_;
+  const int workers = std::max(4, s.config.num_workers);
+  s.server.new_task_queue = [workers] { return new httplib::ThreadPool(static_cast<size_t>(workers)); };
+  s.server.set_payload_max_length(s.config.max_body_bytes);
+  s.server.set_read_timeout(s.config.read_timeout_s, 0);
+  s.server.set_write_timeout(s.config.write_timeout_s, 0);
+  s.server.set_keep_alive_timeout(s.config.idle_timeout_s);
+  s.server.set_tcp_nodelay(true);
+  s.Routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+Result<int> HttpServer::Bind() {
+  Impl& s = *impl_;
+  int port = s.config.port;
+  if (port == 0) {
+    port = s.server.bind_to_any_port(s.config.host);
+    if (port < 0) return IoError(fmt::format("cannot bind to {}", s.config.host));
+  } else if (!s.server.bind_to_port(s.config.host, port)) {
+    return IoError(fmt::format("cannot bind to {}:{} (in use, or not an address of this host)",
+                               s.config.host, port));
+  }
+  return port;
+}
+
+Status HttpServer::Run() {
+  if (!impl_->server.listen_after_bind()) return IoError("the HTTP server stopped with an error");
+  return Status::Ok();
+}
+
+void HttpServer::Stop() { impl_->server.stop(); }
+
+}  // namespace kvserve

@@ -1,0 +1,430 @@
+#include "server/openai_codec.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace kvserve {
+
+using nlohmann::json;
+
+ApiError BadRequest(std::string message, std::string param) {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string ErrorBody(const ApiError& e) {
+  json err = {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
+  return Dump(json{{"error", std::move(err)}});
+}
+
+namespace {
+
+const char* TypeName(const json& v) { return v.type_name(); }
+
+// Each reader leaves *out untouched when the field is absent or null.
+class Reader {
+ public:
+  explicit Reader(const json& body) : body_(body) {}
+
+  const json* Find(const char* key) const {
+    auto it = body_.find(key);
+    if (it == body_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<ApiError> Bool(const char* key, bool* out) const {
+    const json* v = Find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) return WrongType(key, "a boolean", *v);
+    *out = v->get<bool>();
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> Number(const char* key, double lo, double hi, bool lo_open, float* out,
+                                 std::string_view range) const {
+    const json* v = Find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) return WrongType(key, "a number", *v);
+    const double d = v->get<double>();
+    if (!(lo_open ? d > lo : d >= lo) || !(d <= hi)) {
+      return BadRequest(fmt::format("'{}' is {}; it must be in {}", key, d, range), key);
+    }
+    *out = static_cast<float>(d);
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> Int(const char* key, int64_t lo, int64_t hi, int64_t* out) const {
+    const json* v = Find(key);
+    if (!v) return std::nullopt;
+    int64_t i = 0;
+    if (v->is_number_integer()) {
+      if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}) {
+        return BadRequest(fmt::format("'{}' is out of range", key), key);
+      }
+      i = v->get<int64_t>();
+    } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
+               std::fabs(v->get<double>()) < 9e15) {
+      i = static_cast<int64_t>(v->get<double>());
+    } else {
+      return WrongType(key, "an integer", *v);
+    }
+    if (i < lo || i > hi) {
+      return BadRequest(fmt::format("'{}' is {}; it must be in [{}, {}]", key, i, lo, hi), key);
+    }
+    *out = i;
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> String(const char* key, std::string* out) const {
+    const json* v = Find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) return WrongType(key, "a string", *v);
+    *out = v->get<std::string>();
+    return std::nullopt;
+  }
+
+  static ApiError WrongType(std::string_view key, std::string_view want, const json& got) {
+    return BadRequest(fmt::format("'{}' must be {}, not {}", key, want, TypeName(got)),
+                      std::string(key));
+  }
+
+ private:
+  const json& body_;
+};
+
+std::optional<ApiError> ReadIdArray(const json& v, const char* param, std::vector<int32_t>* out) {
+  out->clear();
+  for (const json& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 ||
+        e.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return BadRequest(fmt::format("'{}' token ids must be non-negative integers", param), param);
+    }
+    out->push_back(static_cast<int32_t>(e.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParsePrompt(const json& v, std::vector<PromptInput>* out) {
+  auto bad = [] {
+    return BadRequest(
+        "'prompt' must be a string, an array of strings, an array of token ids or an array of "
+        "arrays of token ids",
+        "prompt");
+  };
+  if (v.is_string()) {
+    out->push_back({false, v.get<std::string>(), {}});
+    return std::nullopt;
+  }
+  if (!v.is_array() || v.empty()) {
+    if (v.is_array()) return BadRequest("'prompt' must not be empty", "prompt");
+    return bad();
+  }
+  if (v[0].is_number()) {
+    PromptInput p{true, {}, {}};
+    if (auto e = ReadIdArray(v, "prompt", &p.ids)) return e;
+    out->push_back(std::move(p));
+    return std::nullopt;
+  }
+  for (const json& e : v) {
+    if (e.is_string()) {
+      out->push_back({false, e.get<std::string>(), {}});
+    } else if (e.is_array() && !e.empty()) {
+      PromptInput p{true, {}, {}};
+      if (auto err = ReadIdArray(e, "prompt", &p.ids)) return err;
+      out->push_back(std::move(p));
+    } else {
+      return bad();
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* out) {
+  if (!v.is_array()) return Reader::WrongType("messages", "an array", v);
+  if (v.empty()) return BadRequest("'messages' must not be empty", "messages");
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& m = v[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return Reader::WrongType(where, "an object", m);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return BadRequest(fmt::format("'{}.role' must be a string", where), where + ".role");
+    }
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";
+    if (r != "system" && r != "user" && r != "assistant") {
+      return BadRequest(fmt::format("'{}.role' is '{}'; supported roles are system, developer, "
+                                    "user and assistant",
+                                    where, role->get<std::string>()),
+                        where + ".role");
+    }
+    ChatMessage msg{r, {}};
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      return BadRequest(fmt::format("'{}.content' is required", where), where + ".content");
+    }
+    if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const json& part : *content) {
+        auto type = part.is_object() ? part.find("type") : part.end();
+        auto text = part.is_object() ? part.find("text") : part.end();
+        if (!part.is_object() || type == part.end() || *type != "text" || text == part.end() ||
+            !text->is_string()) {
+          return BadRequest(fmt::format("'{}.content' parts must be {{\"type\": \"text\", "
+                                        "\"text\": string}}; other part types are not supported",
+                                        where),
+                            where + ".content");
+        }
+        msg.content += text->get<std::string>();
+      }
+    } else {
+      return Reader::WrongType(where + ".content", "a string or an array of text parts",
+                               *content);
+    }
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoint,
+                                              GenerationParams* out) {
+  if (!body.is_object()) return BadRequest("the request body must be a JSON object");
+  const Reader r(body);
+  GenerationParams& p = *out;
+  p.endpoint = endpoint;
+  SamplingParams& s = p.sampling;
+  std::optional<ApiError> e;
+#define KV_TRY(expr) \
+  if ((e = (expr))) return e
+  KV_TRY(r.String("model", &p.model));
+  if (endpoint == Endpoint::kCompletions) {
+    const json* prompt = r.Find("prompt");
+    if (!prompt) return BadRequest("'prompt' is required", "prompt");
+    KV_TRY(ParsePrompt(*prompt, &p.prompts));
+    KV_TRY(r.Bool("echo", &p.echo));
+  } else {
+    const json* messages = r.Find("messages");
+    if (!messages) return BadRequest("'messages' is required", "messages");
+    KV_TRY(ParseMessages(*messages, &p.messages));
+  }
+  int64_t i = 0;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (r.Find(key)) {
+      KV_TRY(r.Int(key, 1, std::numeric_limits<int32_t>::max(), &i));
+      p.max_tokens = static_cast<int>(i);
+    }
+  }
+  KV_TRY(r.Number("temperature", 0, 2, false, &s.temperature, "[0, 2]"));
+  KV_TRY(r.Number("top_p", 0, 1, true, &s.top_p, "(0, 1]"));
+  KV_TRY(r.Number("min_p", 0, 1, false, &s.min_p, "[0, 1]"));
+  KV_TRY(r.Number("presence_penalty", -2, 2, false, &s.presence_penalty, "[-2, 2]"));
+  KV_TRY(r.Number("frequency_penalty", -2, 2, false, &s.frequency_penalty, "[-2, 2]"));
+  KV_TRY(r.Number("repetition_penalty", 0, 100, true, &s.repetition_penalty, "(0, 100]"));
+  if (r.Find("top_k")) {
+    KV_TRY(r.Int("top_k", -1, std::numeric_limits<int32_t>::max(), &i));
+    s.top_k = i < 0 ? 0 : static_cast<int32_t>(i);
+  }
+  if (r.Find("n")) {
+    KV_TRY(r.Int("n", 1, 128, &i));
+    p.n = static_cast<int>(i);
+  }
+  if (r.Find("seed")) {
+    KV_TRY(r.Int("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                 &i));
+    s.seed = static_cast<uint64_t>(i);
+    s.has_seed = true;
+  }
+  if (r.Find("priority")) {
+    KV_TRY(r.Int("priority", std::numeric_limits<int32_t>::min(),
+                 std::numeric_limits<int32_t>::max(), &i));
+    p.priority = static_cast<int32_t>(i);
+  }
+  KV_TRY(r.String("cache_salt", &p.cache_salt));
+  KV_TRY(r.Bool("ignore_eos", &p.ignore_eos));
+  std::string user;
+  KV_TRY(r.String("user", &user));
+  if (const json* stop = r.Find("stop")) {
+    if (stop->is_string()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > 16) return BadRequest("'stop' may hold at most 16 strings", "stop");
+      for (const json& s1 : *stop) {
+        if (!s1.is_string()) return Reader::WrongType("stop", "a string or array of strings", s1);
+        p.stop.push_back(s1.get<std::string>());
+      }
+    } else {
+      return Reader::WrongType("stop", "a string or an array of strings", *stop);
+    }
+    for (const std::string& s1 : p.stop) {
+      if (s1.empty()) return BadRequest("'stop' strings must not be empty", "stop");
+    }
+  }
+  if (const json* ids = r.Find("stop_token_ids")) {
+    if (!ids->is_array()) return Reader::WrongType("stop_token_ids", "an array", *ids);
+    KV_TRY(ReadIdArray(*ids, "stop_token_ids", &p.stop_token_ids));
+  }
+  KV_TRY(r.Bool("stream", &p.stream));
+  if (const json* so = r.Find("stream_options")) {
+    if (!so->is_object()) return Reader::WrongType("stream_options", "an object", *so);
+    if (!p.stream) {
+      return BadRequest("'stream_options' is only allowed when 'stream' is true",
+                        "stream_options");
+    }
+    KV_TRY(Reader(*so).Bool("include_usage", &p.include_usage));
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    if (r.Find("logprobs")) {
+      KV_TRY(r.Int("logprobs", 0, SamplingParams::kMaxTopLogprobs, &i));
+      p.logprobs = static_cast<int>(i);
+    }
+  } else {
+    bool want = false;
+    KV_TRY(r.Bool("logprobs", &want));
+    if (r.Find("top_logprobs")) {
+      KV_TRY(r.Int("top_logprobs", 0, SamplingParams::kMaxTopLogprobs, &i));
+      if (!want) {
+        return BadRequest("'top_logprobs' needs 'logprobs' set to true", "top_logprobs");
+      }
+    } else {
+      i = 0;
+    }
+    p.logprobs = want ? static_cast<int>(i) : -1;
+  }
+#undef KV_TRY
+  if (p.logprobs >= 0) {
+    s.logprobs = true;
+    s.top_logprobs = p.logprobs;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+constexpr float kMinLogprob = -9999.0f;  // JSON has no -inf
+
+float Finite(float lp) { return std::isfinite(lp) ? lp : kMinLogprob; }
+
+json Bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+json LogprobsJson(Endpoint endpoint, const ChoiceOut& c) {
+  if (!c.with_logprobs) return nullptr;
+  if (endpoint == Endpoint::kChat) {
+    json content = json::array();
+    for (const TokenLogprobOut& t : c.logprobs) {
+      json top = json::array();
+      for (const auto& [tok, lp] : t.top) {
+        top.push_back({{"token", tok}, {"logprob", Finite(lp)}, {"bytes", Bytes(tok)}});
+      }
+      content.push_back({{"token", t.token},
+                         {"logprob", Finite(t.logprob)},
+                         {"bytes", Bytes(t.token)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  size_t offset = c.text_offset;
+  for (const TokenLogprobOut& t : c.logprobs) {
+    tokens.push_back(t.token);
+    token_logprobs.push_back(Finite(t.logprob));
+    json alts = json::object();
+    for (const auto& [tok, lp] : t.top) alts[tok] = Finite(lp);
+    top.push_back(std::move(alts));
+    offsets.push_back(offset);
+    offset += t.token.size();
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json FinishJson(const ChoiceOut& c) {
+  return c.finish_reason.empty() ? json(nullptr) : json(c.finish_reason);
+}
+
+json HeaderJson(const ResponseHeader& h, const char* object) {
+  return {{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
+}
+
+}  // namespace
+
+json UsageJson(const UsageOut& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json Response(const ResponseHeader& h, const std::vector<ChoiceOut>& choices,
+              const UsageOut& usage) {
+  const bool chat = h.endpoint == Endpoint::kChat;
+  json out = HeaderJson(h, chat ? "chat.completion" : "text_completion");
+  json list = json::array();
+  for (const ChoiceOut& c : choices) {
+    if (chat) {
+      list.push_back({{"index", c.index},
+                      {"message", {{"role", "assistant"}, {"content", c.text}}},
+                      {"logprobs", LogprobsJson(h.endpoint, c)},
+                      {"finish_reason", FinishJson(c)}});
+    } else {
+      list.push_back({{"index", c.index},
+                      {"text", c.text},
+                      {"logprobs", LogprobsJson(h.endpoint, c)},
+                      {"finish_reason", FinishJson(c)}});
+    }
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+json Chunk(const ResponseHeader& h, const ChoiceOut& c, bool first, bool include_usage) {
+  const bool chat = h.endpoint == Endpoint::kChat;
+  json out = HeaderJson(h, chat ? "chat.completion.chunk" : "text_completion");
+  json choice;
+  if (chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (first || !c.text.empty()) delta["content"] = c.text;
+    choice = {{"index", c.index},
+              {"delta", std::move(delta)},
+              {"logprobs", LogprobsJson(h.endpoint, c)},
+              {"finish_reason", FinishJson(c)}};
+  } else {
+    choice = {{"index", c.index},
+              {"text", c.text},
+              {"logprobs", LogprobsJson(h.endpoint, c)},
+              {"finish_reason", FinishJson(c)}};
+  }
+  out["choices"] = json::array({std::move(choice)});
+  if (include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json UsageChunk(const ResponseHeader& h, const UsageOut& usage) {
+  json out = HeaderJson(h, h.endpoint == Endpoint::kChat ? "chat.completion.chunk"
+                                                         : "text_completion");
+  out["choices"] = json::array();
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+}  // namespace kvserve

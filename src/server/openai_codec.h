@@ -1,0 +1,107 @@
+// OpenAI JSON codecs: parse and validate /v1/completions and /v1/chat/completions bodies into
+// GenerationParams, and build responses, streaming chunks and errors in OpenAI's shapes.
+//
+// Contract: parsing never throws; a bad body yields an ApiError whose message and `param` name
+// the offending field. Unknown fields are ignored; known fields with a wrong type or out of
+// range are errors; null counts as absent. Building never throws either: text that is not
+// valid UTF-8 (a token piece that splits a character) is written with U+FFFD in its place.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sample/sampling_params.h"
+#include "tokenizer/chat_template.h"
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty = null
+  std::string code;   // empty = null
+};
+
+ApiError BadRequest(std::string message, std::string param = {});
+std::string ErrorBody(const ApiError& error);
+// json.dump that replaces invalid UTF-8 instead of throwing.
+std::string Dump(const nlohmann::json& j);
+
+enum class Endpoint { kCompletions, kChat };
+
+struct PromptInput {
+  bool is_ids = false;
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+struct GenerationParams {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                  // empty when absent
+  std::vector<PromptInput> prompts;   // completions
+  std::vector<ChatMessage> messages;  // chat
+  std::optional<int> max_tokens;      // max_completion_tokens wins when both are given
+  int n = 1;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;
+  bool ignore_eos = false;
+  int logprobs = -1;  // completions: top-N count, -1 = off; chat: 0 with logprobs on, -1 off
+  int32_t priority = 0;
+  std::string cache_salt;
+};
+
+// `body` must be a parsed JSON value; anything but an object is an error.
+std::optional<ApiError> ParseGenerationParams(const nlohmann::json& body, Endpoint endpoint,
+                                              GenerationParams* out);
+// The messages array of chat (and /tokenize); `param` names it in errors.
+std::optional<ApiError> ParseMessages(const nlohmann::json& messages,
+                                      std::vector<ChatMessage>* out);
+
+// One generated token's logprob report, with token ids already turned into text.
+struct TokenLogprobOut {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+struct ChoiceOut {
+  int index = 0;
+  std::string text;
+  std::string finish_reason;  // empty = null (still running)
+  bool with_logprobs = false;
+  std::vector<TokenLogprobOut> logprobs;
+  size_t text_offset = 0;  // where `text` starts in the choice's whole text (completions)
+};
+
+struct UsageOut {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+struct ResponseHeader {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+};
+
+nlohmann::json UsageJson(const UsageOut& usage);
+nlohmann::json Response(const ResponseHeader& h, const std::vector<ChoiceOut>& choices,
+                        const UsageOut& usage);
+// A streaming chunk for one choice. For chat, `first` adds the assistant role to the delta and a
+// choice with a finish_reason and no text gets an empty delta.
+nlohmann::json Chunk(const ResponseHeader& h, const ChoiceOut& choice, bool first,
+                     bool include_usage);
+nlohmann::json UsageChunk(const ResponseHeader& h, const UsageOut& usage);
+
+}  // namespace kvserve

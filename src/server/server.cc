@@ -1,0 +1,92 @@
+#include "server/server.h"
+
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/synthetic_model.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/log.h"
+
+namespace kvserve {
+
+namespace {
+
+std::string ServedName(const ServeConfig& c, const Model& model) {
+  if (!c.served_model_name.empty()) return c.served_model_name;
+  if (!model.config().name.empty()) return model.config().name;
+  if (c.model_path.empty()) return "kvserve-default";
+  return std::filesystem::path(c.model_path).stem().string();
+}
+
+Result<ChatTemplate> PickTemplate(const ServeConfig& c, const Tokenizer& tok) {
+  if (!c.chat_template.empty()) return ChatTemplate::FromName(c.chat_template);
+  if (!tok.spec().chat_template.empty()) {
+    Result<ChatTemplate> t = ChatTemplate::Detect(tok.spec().chat_template);
+    if (t.ok()) return t;
+    KV_LOG(Warning, "the model's chat template is not one kvserve knows ({}); using chatml; pass "
+                "--chat-template NAME to choose",
+                t.status().message());
+  }
+  return ChatTemplate::FromName("chatml");
+}
+
+}  // namespace
+
+Status Serve(const ServeConfig& config) {
+  // Every thread started from here on inherits this mask; one thread waits for the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  KV_ASSIGN_OR_RETURN(GgufFile file, OpenModelOrDefault(config.model_path));
+  KV_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(file));
+  KV_ASSIGN_OR_RETURN(ChatTemplate tmpl, PickTemplate(config, tokenizer));
+  ModelOptions mo;
+  if (config.engine.max_num_batched_tokens > 0) mo.max_batch_tokens = config.engine.max_num_batched_tokens;
+  mo.max_context = config.engine.max_model_len;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(std::move(file), mo));
+  const std::string name = ServedName(config, *model);
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      Engine::Create(std::move(model), config.engine, &tokenizer));
+
+  ServerMetrics metrics;
+  EngineBridge bridge(engine.get(), &tokenizer, std::move(tmpl),
+                      BridgeConfig{name, config.max_queued_requests}, &metrics);
+  HttpConfig http = config.http;
+  if (http.num_workers <= 0) {
+    http.num_workers =
+        std::min(1024, engine->config().max_num_seqs + config.max_queued_requests + 16);
+  }
+  HttpServer server(http, &bridge);
+  KV_ASSIGN_OR_RETURN(int port, server.Bind());
+  const EngineStats stats = engine->stats();
+  KV_LOG(Info, "serving '{}' ({} KV blocks of {} tokens, max model length {})", name,
+              stats.kv.num_blocks, engine->config().block_size, engine->config().max_model_len);
+  std::printf("kvserve: listening on http://%s:%d\n", http.host.c_str(), port);
+  std::fflush(stdout);
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != 0) KV_LOG(Info, "signal {}: shutting down", sig);
+    bridge.Shutdown();  // running generations end with finish_reason "abort"
+    server.Stop();
+  });
+  const Status served = server.Run();
+  // Run() also ends on a listen error: wake the waiter with a signal of our own.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return served;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,26 @@
+// Serve: `kvserve serve` as a library call. Loads the model (or the embedded default), starts the
+// Engine, the EngineBridge and the HttpServer, prints the listening line, and serves until
+// SIGINT or SIGTERM; then it stops accepting, cancels what is running and returns.
+#pragma once
+
+#include <string>
+
+#include "engine/engine_config.h"
+#include "kvserve/status.h"
+#include "server/engine_bridge.h"
+#include "server/http_server.h"
+
+namespace kvserve {
+
+struct ServeConfig {
+  std::string model_path;          // empty = the embedded default model
+  std::string served_model_name;   // empty = general.name, else the file name
+  std::string chat_template;       // empty = the model's, else chatml
+  EngineConfig engine;
+  HttpConfig http;
+  int max_queued_requests = 256;
+};
+
+Status Serve(const ServeConfig& config);
+
+}  // namespace kvserve

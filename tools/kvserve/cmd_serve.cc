@@ -1,0 +1,93 @@
+// kvserve serve: the OpenAI-compatible HTTP server (see docs/server.md).
+#include <cstdlib>
+
+#include "commands.h"
+#include "prefix/eviction_policy.h"
+#include "quant/kv_dtype.h"
+#include "server/server.h"
+#include "util/byte_size.h"
+
+namespace kvserve::cli {
+namespace {
+
+struct ServeOptions {
+  ServeConfig config;
+  std::string kv_cache_memory;
+  std::string kv_cache_dtype = "f16";
+  std::string eviction_policy = "lru";
+  std::string max_body = "8MiB";
+  bool enable_prefix_caching = false;
+  bool no_prefix_caching = false;
+};
+
+void RunServe(ServeOptions& o) {
+  ServeConfig& c = o.config;
+  if (c.http.api_key.empty()) {
+    if (const char* key = std::getenv("KVSERVE_API_KEY")) c.http.api_key = key;
+  }
+  if (!o.kv_cache_memory.empty()) {
+    auto bytes = ParseByteSize(o.kv_cache_memory);
+    if (!bytes.ok()) Fail("--kv-cache-memory: " + bytes.status().message());
+    c.engine.kv_cache_memory_bytes = *bytes;
+  }
+  auto body = ParseByteSize(o.max_body);
+  if (!body.ok()) Fail("--max-body-bytes: " + body.status().message());
+  c.http.max_body_bytes = static_cast<size_t>(*body);
+  const auto dtype = ParseKvDtype(o.kv_cache_dtype);
+  if (!dtype) Fail("--kv-cache-dtype must be f16 or f32");
+  c.engine.k_dtype = c.engine.v_dtype = *dtype;
+  auto policy = ParseEvictionPolicy(o.eviction_policy);
+  if (!policy.ok()) Fail("--eviction-policy: " + policy.status().message());
+  c.engine.eviction_policy = *policy;
+  if (o.enable_prefix_caching && o.no_prefix_caching) {
+    Fail("--enable-prefix-caching and --no-prefix-caching exclude each other");
+  }
+  c.engine.enable_prefix_caching = !o.no_prefix_caching;
+  if (c.http.port < 0 || c.http.port > 65535) Fail("--port must be in [0, 65535]");
+  if (c.max_queued_requests < 0) Fail("--max-queued-requests must be >= 0");
+  const Status s = Serve(c);
+  if (!s.ok()) Fail(s.ToString());
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  ServeConfig& c = o->config;
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
+  cmd->add_option("-m,--model", c.model_path, "GGUF model file (default: the embedded model)");
+  cmd->add_option("--host", c.http.host, "Address to bind (default 127.0.0.1)");
+  cmd->add_option("--port", c.http.port, "TCP port; 0 = any free port (default 8080)");
+  cmd->add_option("--api-key", c.http.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize "
+                  "(default: env KVSERVE_API_KEY)");
+  cmd->add_option("--served-model-name", c.served_model_name,
+                  "Model id in the API (default: the GGUF's general.name)");
+  cmd->add_option("--chat-template", c.chat_template,
+                  "Chat template name (default: the model's, else chatml)");
+  cmd->add_option("-t,--threads", c.engine.num_threads, "Compute threads (default: all)");
+  cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache budget, e.g. 2GiB");
+  cmd->add_option("--num-blocks", c.engine.num_blocks, "KV blocks (overrides --kv-cache-memory)");
+  cmd->add_option("--block-size", c.engine.block_size, "Tokens per KV block (default 16)");
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV cache element type: f16 or f32");
+  cmd->add_option("--max-model-len", c.engine.max_model_len,
+                  "Prompt + completion tokens per request (default: the model's context)");
+  cmd->add_flag("--enable-prefix-caching", o->enable_prefix_caching,
+                "Share cached KV across requests (default)");
+  cmd->add_flag("--no-prefix-caching", o->no_prefix_caching, "Turn automatic prefix caching off");
+  cmd->add_option("--max-num-seqs", c.engine.max_num_seqs, "Sequences running per step (default 64)");
+  c.engine.max_num_batched_tokens = 512;
+  cmd->add_option("--max-num-batched-tokens", c.engine.max_num_batched_tokens,
+                  "Tokens per engine step (default 512)");
+  cmd->add_option("--eviction-policy", o->eviction_policy, "lru, lfu or priority");
+  cmd->add_option("--max-queued-requests", c.max_queued_requests,
+                  "Requests that may wait beyond the running ones; more get 503 (default 256)");
+  cmd->add_option("--max-body-bytes", o->max_body, "Largest request body (default 8MiB)");
+  cmd->add_option("--read-timeout", c.http.read_timeout_s, "Seconds to receive a request (default 30)");
+  cmd->add_option("--idle-timeout", c.http.idle_timeout_s,
+                  "Seconds a kept-alive connection may idle (default 5)");
+  c.http.num_workers = 0;
+  cmd->callback([o] { RunServe(*o); });
+}
+
+}  // namespace kvserve::cli
