@@ -244,11 +244,7 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
   if (e.finished) {
     c.finish_reason = FinishName(e.finish_reason);
     if (e.finish_reason == FinishReason::kError && !error_) {
-      ApiError err;
-      err.status = 500;
-      err.type = "server_error";
-      err.message = e.error.message();
-      error_ = std::move(err);
+      error_ = FromStatus(e.error, header_.endpoint == Endpoint::kChat ? "messages" : "prompt");
     }
     if (e.index == 0) usage_.cached_tokens += e.metrics.cached_tokens;
   }

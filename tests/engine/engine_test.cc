@@ -214,6 +214,77 @@ TEST(EngineCore, StreamsTextThatDecodesToTheGeneratedTokens) {
   EXPECT_EQ(text, expected);
 }
 
+// Runs one request to its end on a core with the tiny model's tokenizer; returns its events.
+std::vector<RequestOutput> RunWithText(const EngineRequest& r) {
+  auto file = GgufFile::FromBytes(testing_util::TinyModelBytes());
+  EXPECT_TRUE(file.ok());
+  static auto tok = Tokenizer::FromGguf(*file);
+  EXPECT_TRUE(tok.ok());
+  auto core = EngineCore::Create(TinyModel(64), SmallConfig(), &*tok);
+  EXPECT_TRUE(core.ok());
+  EXPECT_TRUE((*core)->Add(RequestId(1), r).ok());
+  std::vector<RequestOutput> events;
+  while ((*core)->HasWork()) EXPECT_TRUE((*core)->Step(&events).ok());
+  return events;
+}
+
+std::string Text(const std::vector<RequestOutput>& events) {
+  std::string text;
+  for (const RequestOutput& e : events) text += e.text;
+  return text;
+}
+
+TEST(EngineCore, AStopStringEndsTheTextJustBeforeItAndNothingOfItIsStreamedEarly) {
+  EngineRequest r = Greedy(Prompt(6, 9), 24);
+  r.ignore_eos = true;
+  const std::string full = Text(RunWithText(r));
+  ASSERT_GT(full.size(), 12u);
+  // A stop string from the middle of the greedy text: the same run must end right before it.
+  const std::string stop = full.substr(full.size() / 2, 4);
+  const size_t at = full.find(stop);
+  r.stop_strings = {"never appears \x01", stop};
+  std::vector<RequestOutput> events = RunWithText(r);
+  EXPECT_EQ(Text(events), full.substr(0, at));
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.back().finished);
+  EXPECT_EQ(events.back().finish_reason, FinishReason::kStop);
+  // Streamed text never ran ahead of the stop: every prefix streamed is a prefix of the result.
+  std::string so_far;
+  for (const RequestOutput& e : events) {
+    so_far += e.text;
+    EXPECT_EQ(full.substr(0, so_far.size()), so_far);
+  }
+
+  r.include_stop_str_in_output = true;
+  EXPECT_EQ(Text(RunWithText(r)), full.substr(0, at + stop.size()));
+}
+
+TEST(EngineCore, ReportsTheRawLogprobOfEachTokenWithItsTopAlternatives) {
+  EngineRequest r = Greedy(Prompt(3, 7), 5);
+  r.ignore_eos = true;
+  r.sampling.logprobs = true;
+  r.sampling.top_logprobs = 3;
+  int tokens = 0;
+  for (const RequestOutput& e : RunWithText(r)) {
+    ASSERT_EQ(e.logprobs.size(), e.new_tokens.size());
+    for (size_t i = 0; i < e.logprobs.size(); ++i) {
+      const SampleOutput& lp = e.logprobs[i];
+      EXPECT_EQ(lp.token, e.new_tokens[i]);
+      ASSERT_EQ(lp.top.size(), 3u);
+      // Greedy picks the most likely raw token: its logprob is the top one.
+      EXPECT_EQ(lp.top[0].id, lp.token);
+      EXPECT_FLOAT_EQ(lp.top[0].logprob, lp.logprob);
+      EXPECT_LE(lp.logprob, 0.f);
+      EXPECT_GE(lp.top[0].logprob, lp.top[1].logprob);
+      ++tokens;
+    }
+  }
+  EXPECT_EQ(tokens, 5);
+  r.sampling.logprobs = false;
+  r.sampling.top_logprobs = 0;
+  for (const RequestOutput& e : RunWithText(r)) EXPECT_TRUE(e.logprobs.empty());
+}
+
 TEST(Engine, StreamsFromManyThreadsAndCancelsFromAnother) {
   EngineConfig config = SmallConfig();
   auto engine = Engine::Create(TinyModel(64), config);
