@@ -302,6 +302,26 @@ std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoin
     }
     p.logprobs = want ? static_cast<int>(i) : -1;
   }
+  // Known OpenAI fields kvserve cannot honour yet are refused rather than silently ignored.
+  if (const json* bias = r.Find("logit_bias"); bias && !(bias->is_object() && bias->empty())) {
+    return BadRequest("'logit_bias' is not supported", "logit_bias");
+  }
+  if (const json* fmt = r.Find("response_format")) {
+    if (!fmt->is_object() || fmt->value("type", std::string()) != "text") {
+      return BadRequest("'response_format' supports only {\"type\": \"text\"} for now",
+                        "response_format");
+    }
+  }
+  if (const json* tools = r.Find("tools"); tools && !(tools->is_array() && tools->empty())) {
+    return BadRequest("'tools' (function calling) is not supported", "tools");
+  }
+  if (const json* suffix = r.Find("suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty())) {
+    return BadRequest("'suffix' is not supported", "suffix");
+  }
+  if (r.Find("best_of")) {
+    KV_TRY(r.Int("best_of", 1, 128, &i));
+    if (i != p.n) return BadRequest("'best_of' other than n is not supported", "best_of");
+  }
 #undef KV_TRY
   if (p.logprobs >= 0) {
     s.logprobs = true;
