@@ -119,6 +119,39 @@ class CliTest(unittest.TestCase):
         b = json.loads(run(*args).stdout)
         self.assertEqual(a["ids"][0], b["ids"][0])
 
+    def test_perplexity_is_exp_of_the_mean_next_token_nll_from_the_logits(self):
+        import numpy as np
+        text = "the quick brown fox jumps over the lazy dog and runs far away"
+        path = os.path.join(self.tmp.name, "ppl.txt")
+        with open(path, "w") as f:
+            f.write(text)
+        ids = json.loads(run("tokenize", "--model", self.model, "--file", path).stdout)["ids"]
+        out = json.loads(run("perplexity", "--model", self.model, "--file", path, "--ctx", "256",
+                             "--json").stdout)
+        self.assertEqual(out["tokens"], len(ids) - 1)
+        self.assertEqual(out["windows"], 1)
+        raw = os.path.join(self.tmp.name, "ppl.f32")
+        meta = json.loads(run("logits", "--model", self.model, "--ids",
+                              ",".join(map(str, ids)), "--out", raw).stdout)
+        logits = np.fromfile(raw, dtype=np.float32).reshape(len(ids), meta["vocab"]).astype(np.float64)
+        m = logits.max(axis=1, keepdims=True)
+        logp = logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
+        nll = -np.mean([logp[i - 1, ids[i]] for i in range(1, len(ids))])
+        self.assertAlmostEqual(out["perplexity"], float(np.exp(nll)), delta=1e-6 * np.exp(nll))
+        # Windows of 8 advancing by 4 still score every token once.
+        small = json.loads(run("perplexity", "--model", self.model, "--file", path, "--ctx", "8",
+                               "--json").stdout)
+        self.assertEqual(small["tokens"], len(ids) - 1)
+        self.assertGreater(small["windows"], 1)
+
+    def test_perplexity_refuses_a_missing_or_empty_file(self):
+        self.assert_clean_error(run("perplexity", "--file", "/nonexistent/x.txt", check=False),
+                                "cannot read")
+        empty = os.path.join(self.tmp.name, "empty.txt")
+        open(empty, "w").close()
+        self.assert_clean_error(run("perplexity", "--model", self.model, "--file", empty,
+                                    check=False), "fewer than 2 tokens")
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

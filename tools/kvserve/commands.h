@@ -12,6 +12,7 @@ void AddTokenizeCommands(CLI::App& app);    // tokenize, detokenize, convert-tok
 void AddMakeModelCommand(CLI::App& app);    // make-model
 void AddRunCommand(CLI::App& app);          // run
 void AddLogitsCommand(CLI::App& app);       // logits (reference checks)
+void AddPerplexityCommand(CLI::App& app);   // perplexity
 void AddServeCommand(CLI::App& app);        // serve (the OpenAI-compatible server)
 
 // Prints "error: <message>" to stderr and throws CLI::RuntimeError(code).

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   kvserve::cli::AddInspectCommand(app);
   kvserve::cli::AddTokenizeCommands(app);
   kvserve::cli::AddLogitsCommand(app);
+  kvserve::cli::AddPerplexityCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
