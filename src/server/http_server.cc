@@ -13,7 +13,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::chrono::milliseconds kKeepAliveEvery{250};
+constexpr std::chrono::milliseconds kKeepAliveEvery{250};  // SSE comment while idle
+constexpr std::chrono::milliseconds kPollEvery{20};        // client liveness check while idle
 
 void SendError(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
@@ -148,12 +149,19 @@ struct HttpServer::Impl {
           const ResponseHeader& h = gen->header();
           const bool chat = h.endpoint == Endpoint::kChat;
           std::vector<ChoiceOut> updates;
+          auto last_write = std::chrono::steady_clock::now();
           for (;;) {
             updates.clear();
-            const Generation::Poll poll = gen->Next(kKeepAliveEvery, &updates);
+            const Generation::Poll poll = gen->Next(kPollEvery, &updates);
             if (poll == Generation::Poll::kDone) break;
             if (poll == Generation::Poll::kTimeout) {
-              if (!sink.write(": keep-alive\n\n", 14)) return false;
+              // is_writable also peeks at the socket: a client that closed it is noticed here,
+              // and returning false ends the response, which cancels the generation.
+              if (!sink.is_writable()) return false;
+              if (std::chrono::steady_clock::now() - last_write >= kKeepAliveEvery) {
+                if (!sink.write(": keep-alive\n\n", 14)) return false;
+                last_write = std::chrono::steady_clock::now();
+              }
               continue;
             }
             std::string out;
@@ -175,7 +183,9 @@ struct HttpServer::Impl {
               out += Event(Chunk(h, u, is_first, include_usage));
               (*first)[static_cast<size_t>(u.index)] = false;
             }
-            if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+            if (out.empty()) continue;
+            if (!sink.is_writable() || !sink.write(out.data(), out.size())) return false;
+            last_write = std::chrono::steady_clock::now();
           }
           std::string tail;
           if (gen->error()) tail += "data: " + ErrorBody(*gen->error()) + "\n\n";
