@@ -14,6 +14,7 @@ void AddRunCommand(CLI::App& app);          // run
 void AddLogitsCommand(CLI::App& app);       // logits (reference checks)
 void AddPerplexityCommand(CLI::App& app);   // perplexity
 void AddServeCommand(CLI::App& app);        // serve (the OpenAI-compatible server)
+void AddBenchCommand(CLI::App& app);        // bench (serving benchmark against any server)
 
 // Prints "error: <message>" to stderr and throws CLI::RuntimeError(code).
 [[noreturn]] void Fail(const std::string& message, int code = 1);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "kvserve 0.1.0");
   kvserve::cli::AddServeCommand(app);
+  kvserve::cli::AddBenchCommand(app);
   kvserve::cli::AddRunCommand(app);
   kvserve::cli::AddMakeModelCommand(app);
   kvserve::cli::AddInspectCommand(app);
