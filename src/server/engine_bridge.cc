@@ -90,6 +90,12 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
                                             std::unique_ptr<Generation>* out) {
   const bool chat = p.endpoint == Endpoint::kChat;
   const char* param = chat ? "messages" : "prompt";
+  if (p.n > engine_->config().max_num_seqs) {
+    return BadRequest(fmt::format("'n' is {}; this server runs at most {} sequences at once "
+                                  "(--max-num-seqs)",
+                                  p.n, engine_->config().max_num_seqs),
+                      "n");
+  }
   std::vector<std::vector<TokenId>> prompts;
   std::vector<std::string> echoes;
   if (chat) {

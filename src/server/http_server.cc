@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "util/log.h"
@@ -28,9 +29,9 @@ void SendJson(httplib::Response& res, const json& j) {
 }
 
 // Parses the body as JSON; nlohmann rejects malformed JSON and invalid UTF-8 in strings.
-std::optional<ApiError> ParseBody(const httplib::Request& req, json* out) {
+std::optional<ApiError> ParseBody(const std::string& body, json* out) {
   try {
-    *out = json::parse(req.body);
+    *out = json::parse(body);
   } catch (const json::parse_error& e) {
     return BadRequest(fmt::format("the body is not valid JSON: {}", e.what()));
   }
@@ -108,11 +109,11 @@ struct HttpServer::Impl {
             {"max_model_len", bridge->max_model_len()}};
   }
 
-  void Generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  void Generate(const std::string& body_text, httplib::Response& res, Endpoint endpoint) {
     json body;
     GenerationParams params;
     std::unique_ptr<Generation> gen;
-    std::optional<ApiError> err = ParseBody(req, &body);
+    std::optional<ApiError> err = ParseBody(body_text, &body);
     if (!err) err = ParseGenerationParams(body, endpoint, &params);
     if (!err) err = CheckModel(params.model);
     if (!err) err = bridge->Start(params, &gen);
@@ -128,6 +129,7 @@ struct HttpServer::Impl {
     while (gen->Next(std::chrono::seconds(1), &updates) != Generation::Poll::kDone) {
       for (ChoiceOut& u : updates) {
         ChoiceOut& c = choices[static_cast<size_t>(u.index)];
+        if (c.logprobs.empty() && !u.logprobs.empty()) c.text_offset = u.text_offset;
         c.text += u.text;
         for (TokenLogprobOut& t : u.logprobs) c.logprobs.push_back(std::move(t));
         if (!u.finish_reason.empty()) c.finish_reason = u.finish_reason;
@@ -166,6 +168,13 @@ struct HttpServer::Impl {
             }
             std::string out;
             for (ChoiceOut& u : updates) {
+              if (chat && (*first)[static_cast<size_t>(u.index)]) {
+                // OpenAI's first chunk of a chat choice: the role and empty content, alone.
+                ChoiceOut role;
+                role.index = u.index;
+                out += Event(Chunk(h, role, /*first=*/true, include_usage));
+                (*first)[static_cast<size_t>(u.index)] = false;
+              }
               const bool is_first = (*first)[static_cast<size_t>(u.index)];
               const bool has_payload = !u.text.empty() || !u.logprobs.empty();
               if (chat && !u.finish_reason.empty() && (has_payload || is_first)) {
@@ -197,9 +206,9 @@ struct HttpServer::Impl {
         });
   }
 
-  void Tokenize(const httplib::Request& req, httplib::Response& res) {
+  void Tokenize(const std::string& body_text, httplib::Response& res) {
     json body;
-    if (auto e = ParseBody(req, &body)) return SendError(res, *e);
+    if (auto e = ParseBody(body_text, &body)) return SendError(res, *e);
     if (!body.is_object()) return SendError(res, BadRequest("the body must be a JSON object"));
     std::string model;
     if (body.contains("model") && !body["model"].is_null()) {
@@ -235,9 +244,9 @@ struct HttpServer::Impl {
                    {"max_model_len", bridge->max_model_len()}});
   }
 
-  void Detokenize(const httplib::Request& req, httplib::Response& res) {
+  void Detokenize(const std::string& body_text, httplib::Response& res) {
     json body;
-    if (auto e = ParseBody(req, &body)) return SendError(res, *e);
+    if (auto e = ParseBody(body_text, &body)) return SendError(res, *e);
     if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
       return SendError(res, BadRequest("'tokens' must be an array of token ids", "tokens"));
     }
@@ -251,6 +260,40 @@ struct HttpServer::Impl {
       ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
     }
     SendJson(res, {{"prompt", bridge->tokenizer().Decode(ids)}});
+  }
+
+  // A POST route whose body is read here, under --max-body-bytes whether it comes with a
+  // Content-Length or chunked (cpp-httplib enforces its limit only on the former).
+  template <typename Fn>
+  void PostJson(const std::string& path, Fn fn) {
+    server.Post(path, [this, fn](const httplib::Request& req, httplib::Response& res,
+                                 const httplib::ContentReader& reader) {
+      std::string body;
+      const std::string length = req.get_header_value("Content-Length");
+      uint64_t declared = 0;
+      bool too_large =
+          !length.empty() &&
+          std::from_chars(length.data(), length.data() + length.size(), declared).ec ==
+              std::errc() &&
+          declared > config.max_body_bytes;
+      if (too_large) {
+        res.set_header("Connection", "close");
+        return SendError(res, StatusError(413));
+      }
+      const bool read = reader([&](const char* data, size_t n) {
+        if (body.size() + n > config.max_body_bytes) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (too_large || !read) {
+        res.set_header("Connection", "close");  // the rest of the body is not read
+        return SendError(res, StatusError(too_large ? 413 : 400));
+      }
+      fn(body, res);
+    });
   }
 
   void Routes() {
@@ -287,13 +330,12 @@ struct HttpServer::Impl {
           }
           SendError(res, e);
         });
-    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Generate(req, res, Endpoint::kCompletions);
+    PostJson("/v1/completions", [this](const std::string& body, httplib::Response& res) {
+      Generate(body, res, Endpoint::kCompletions);
     });
-    server.Post("/v1/chat/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  Generate(req, res, Endpoint::kChat);
-                });
+    PostJson("/v1/chat/completions", [this](const std::string& body, httplib::Response& res) {
+      Generate(body, res, Endpoint::kChat);
+    });
     server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       SendJson(res, {{"object", "list"}, {"data", json::array({ModelCard()})}});
     });
@@ -301,11 +343,11 @@ struct HttpServer::Impl {
       if (auto e = CheckModel(req.matches[1].str())) return SendError(res, *e);
       SendJson(res, ModelCard());
     });
-    server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      Tokenize(req, res);
+    PostJson("/tokenize", [this](const std::string& body, httplib::Response& res) {
+      Tokenize(body, res);
     });
-    server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      Detokenize(req, res);
+    PostJson("/detokenize", [this](const std::string& body, httplib::Response& res) {
+      Detokenize(body, res);
     });
     server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
       SendJson(res, {{"status", "ok"}});
@@ -327,6 +369,12 @@ HttpServer::HttpServer(HttpConfig config, EngineBridge* bridge)
   s.server.set_write_timeout(s.config.write_timeout_s, 0);
   s.server.set_keep_alive_timeout(s.config.idle_timeout_s);
   s.server.set_tcp_nodelay(true);
+  // cpp-httplib's default also sets SO_REUSEPORT, which would let a second server bind a port
+  // that is in use and split its connections; SO_REUSEADDR alone keeps restarts quick.
+  s.server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   s.Routes();
 }
 
