@@ -5,6 +5,8 @@
 // the only per-sequence part; it reads K/V through block tables.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "model/model_internal.h"
@@ -166,32 +168,87 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
   const PagedKvLayerView view = LayerView(kv, li);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int group = c.group();
-  // Work items: (token, kv_head) pairs; item i -> token i / num_kv_heads.
-  std::vector<int32_t>& token_seq = s.token_seq;
-  token_seq.resize(batch.num_tokens());  // within the capacity reserved at load
-  int max_slots = 0;
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const ForwardSeq& q = batch.seqs[si];
-    for (int j = 0; j < q.num_new; ++j) token_seq[q.first_token + j] = static_cast<int32_t>(si);
-    max_slots = std::max(max_slots, q.num_cached + q.num_new);
+  const int64_t q_dim = c.q_dim();
+  // Tiles: a run of consecutive tokens of one sequence x one kv head, about kTileRows query rows,
+  // so that each K/V chunk serves many rows while it is in cache.
+  // NOTE: tiling, the split into partitions and the thread that runs a piece never change a
+  // row's arithmetic (see ops/attention.h), so all of this may depend on the batch freely.
+  constexpr int kTileRows = 32;
+  const int tile_tokens = std::max(1, kTileRows / group);
+  std::vector<AttentionTile>& tiles = s.attn_tiles;
+  tiles.clear();
+  int max_parts = 0;
+  for (const ForwardSeq& seq : batch.seqs) {
+    for (int j0 = 0; j0 < seq.num_new; j0 += tile_tokens) {
+      const int64_t t0 = seq.first_token + j0;
+      for (int h = 0; h < c.num_kv_heads; ++h) {
+        AttentionTile t;
+        const int64_t head0 = static_cast<int64_t>(h) * group * c.head_dim;
+        t.q = s.q.data() + t0 * q_dim + head0;
+        t.q_stride = q_dim;
+        t.out = s.attn.data() + t0 * q_dim + head0;
+        t.out_stride = q_dim;
+        t.num_tokens = std::min(tile_tokens, seq.num_new - j0);
+        t.group = group;
+        t.kv_head = h;
+        t.first_slots = seq.num_cached + j0 + 1;
+        t.block_table = seq.block_table;
+        tiles.push_back(t);
+        max_parts = std::max(max_parts, AttentionPartitions(t.first_slots + t.num_tokens - 1));
+      }
+    }
   }
-  if (s.attn_scratch.size() < static_cast<size_t>(pool.num_threads())) {
-    s.attn_scratch.resize(pool.num_threads());
+  // Few tiles over long contexts (decode): split them into partitions run in parallel, then
+  // fold each row's partitions in order. Otherwise one item per tile.
+  const int nt = pool.num_threads();
+  const bool split = max_parts > 1 && static_cast<int64_t>(tiles.size()) < 2 * nt &&
+                     AttentionCanSplit(c.head_dim);
+  std::vector<std::array<int32_t, 2>>& items = s.attn_items;
+  items.clear();
+  s.attn_partial_offset.assign(tiles.size(), 0);
+  size_t partial_floats = 0;
+  const size_t pf = AttentionPartialFloats(c.head_dim);
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const AttentionTile& t = tiles[i];
+    const int np = AttentionPartitions(t.first_slots + t.num_tokens - 1);
+    if (!split || np == 1) {
+      items.push_back({static_cast<int32_t>(i), -1});
+      continue;
+    }
+    s.attn_partial_offset[i] = partial_floats;
+    partial_floats += static_cast<size_t>(np) * t.num_tokens * group * pf;
+    for (int p = 0; p < np; ++p) items.push_back({static_cast<int32_t>(i), p});
   }
-  const size_t need = AttentionScratchFloats(max_slots, group, c.head_dim);
-  const int64_t items = static_cast<int64_t>(batch.num_tokens()) * c.num_kv_heads;
-  pool.Run([&](int ti, int nt) {
-    std::vector<float>& scratch = s.attn_scratch[ti];
-    if (scratch.size() < need) scratch.resize(need);
-    const int64_t b = items * ti / nt, e = items * (ti + 1) / nt;
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t t = i / c.num_kv_heads;
-      const int kvh = static_cast<int>(i % c.num_kv_heads);
-      const ForwardSeq& seq = batch.seqs[token_seq[t]];
-      const int num_slots = seq.num_cached + static_cast<int>(t - seq.first_token) + 1;
-      const int64_t head0 = static_cast<int64_t>(kvh) * group * c.head_dim;
-      AttendGroup(s.q.data() + t * c.q_dim() + head0, group, kvh, view, seq.block_table, num_slots,
-                  scale, scratch.data(), s.attn.data() + t * c.q_dim() + head0);
+  if (s.attn_partials.size() < partial_floats) s.attn_partials.resize(partial_floats);
+  // Items are claimed dynamically, last first: later tiles of a prompt see the most context.
+  std::atomic<int64_t> next{0};
+  const int64_t num_items = static_cast<int64_t>(items.size());
+  pool.Run([&](int, int) {
+    for (int64_t k = next.fetch_add(1); k < num_items; k = next.fetch_add(1)) {
+      const auto [ti, p] = items[num_items - 1 - k];
+      const AttentionTile& t = tiles[ti];
+      if (p < 0) {
+        AttendTile(t, view, scale);
+      } else {
+        const size_t rows = static_cast<size_t>(t.num_tokens) * group;
+        AttendTilePartition(t, view, scale, p,
+                            s.attn_partials.data() + s.attn_partial_offset[ti] + p * rows * pf);
+      }
+    }
+  });
+  if (partial_floats == 0) return;
+  pool.Run([&](int ti0, int nth) {
+    for (size_t i = ti0; i < tiles.size(); i += nth) {
+      const AttentionTile& t = tiles[i];
+      if (AttentionPartitions(t.first_slots + t.num_tokens - 1) == 1) continue;
+      const int rows = t.num_tokens * group;
+      const float* base = s.attn_partials.data() + s.attn_partial_offset[i];
+      for (int r = 0; r < rows; ++r) {
+        const int j = r / group, g = r % group;
+        MergeAttentionPartials(base + r * pf, AttentionPartitions(t.first_slots + j),
+                               static_cast<int64_t>(rows * pf), c.head_dim,
+                               t.out + j * t.out_stride + static_cast<int64_t>(g) * c.head_dim);
+      }
     }
   });
 }

@@ -1,9 +1,11 @@
 // Internal structures of Model shared by its .cc files.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "model/model.h"
+#include "ops/attention.h"
 
 namespace kvserve {
 
@@ -28,8 +30,12 @@ struct Model::Scratch {
   AlignedBuffer<float> gate;     // [T, ffn]
   AlignedBuffer<float> up;       // [T, ffn]
   AlignedBuffer<float> logit_x;  // [T, hidden] normalised rows that need logits
-  std::vector<std::vector<float>> attn_scratch;  // per thread, grows with the context
-  std::vector<int32_t> token_seq;                 // [T] index of each token's sequence
+  // Attention work of a step (grow on first use, then reused): tiles of (tokens, kv head),
+  // work items (tile, partition or -1 for the whole tile), partial states of split tiles.
+  std::vector<AttentionTile> attn_tiles;
+  std::vector<std::array<int32_t, 2>> attn_items;
+  std::vector<size_t> attn_partial_offset;  // per tile, into attn_partials (split tiles only)
+  std::vector<float> attn_partials;
 };
 
 }  // namespace kvserve

@@ -132,7 +132,6 @@ Status Model::LoadWeights() {
   s.gate = AlignedBuffer<float>(T * c.ffn);
   s.up = AlignedBuffer<float>(T * c.ffn);
   s.logit_x = AlignedBuffer<float>(T * c.hidden);
-  s.token_seq.reserve(T);
   return Status::Ok();
 }
 

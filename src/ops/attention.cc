@@ -1,19 +1,106 @@
 #include "ops/attention.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "ops/attention_isa.h"
 #include "ops/elementwise.h"
 #include "ops/simd.h"
+#include "util/check.h"
 
 namespace kvserve {
+namespace {
+
+struct AttnTable {
+  const char* isa = "generic";
+  attn::KernelsForHeadDimFn kernels = nullptr;
+};
+
+AttnTable MakeTable(std::string_view isa) {
+  if (isa != "generic") {
+    if (isa != "avx2") {
+      if (auto k = attn::Avx512Kernels()) return AttnTable{"avx512", k};
+    }
+    if (auto k = attn::Avx2Kernels()) return AttnTable{"avx2", k};
+  }
+  return AttnTable{"generic", attn::GenericKernels()};
+}
+
+AttnTable& Table() {
+  static AttnTable table = [] {
+    const char* env = std::getenv("KVSERVE_ISA");
+    return MakeTable(env != nullptr ? env : "best");
+  }();
+  return table;
+}
+
+}  // namespace
+
+std::string_view AttentionIsa() { return Table().isa; }
+
+bool SetAttentionIsa(std::string_view isa) {
+  if (isa != "generic" && isa != "avx2" && isa != "avx512" && isa != "best") return false;
+  AttnTable t = MakeTable(isa);
+  if (isa != "best" && isa != t.isa) return false;
+  Table() = t;
+  return true;
+}
 
 size_t AttentionScratchFloats(int num_slots, int group, int head_dim) {
   return static_cast<size_t>(num_slots) * group + head_dim;
 }
 
+void AttendTile(const AttentionTile& tile, const PagedKvLayerView& kv, float scale) {
+  const attn::TileKernels k = Table().kernels(kv.head_dim);
+  if (k.all != nullptr) {
+    k.all(tile, kv, scale);
+    return;
+  }
+  // Head dims the fast kernel does not cover: the reference, token by token.
+  thread_local std::vector<float> scratch;
+  const int d = kv.head_dim;
+  for (int j = 0; j < tile.num_tokens; ++j) {
+    const size_t need = AttentionScratchFloats(tile.first_slots + j, tile.group, d);
+    if (scratch.size() < need) scratch.resize(need);
+    AttendGroupReference(tile.q + j * tile.q_stride, tile.group, tile.kv_head, kv,
+                         tile.block_table, tile.first_slots + j, scale, scratch.data(),
+                         tile.out + j * tile.out_stride);
+  }
+}
+
+void AttendTilePartition(const AttentionTile& tile, const PagedKvLayerView& kv, float scale,
+                         int partition, float* partials) {
+  const attn::TileKernels k = Table().kernels(kv.head_dim);
+  KV_CHECK(k.partition != nullptr);
+  k.partition(tile, kv, scale, partition, partials);
+}
+
+bool AttentionCanSplit(int head_dim) { return Table().kernels(head_dim).partition != nullptr; }
+
+void MergeAttentionPartials(const float* partials, int num_partitions, int64_t stride, int head_dim,
+                            float* out) {
+  const attn::TileKernels k = Table().kernels(head_dim);
+  KV_CHECK(k.merge != nullptr);
+  k.merge(partials, num_partitions, stride, out);
+}
+
 void AttendGroup(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
-                 std::span<const BlockId> block_table, int num_slots, float scale, float* scratch,
+                 std::span<const BlockId> block_table, int num_slots, float scale, float* /*scratch*/,
                  float* out) {
+  AttentionTile t;
+  t.q = q;
+  t.out = out;
+  t.group = group;
+  t.kv_head = kv_head;
+  t.first_slots = num_slots;
+  t.block_table = block_table;
+  AttendTile(t, kv, scale);
+}
+
+void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
+                          std::span<const BlockId> block_table, int num_slots, float scale,
+                          float* scratch, float* out) {
   const int d = kv.head_dim;
   float* scores = scratch;                                // [group, num_slots]
   float* vec = scratch + static_cast<size_t>(group) * num_slots;  // [head_dim]

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "quant/kv_dtype.h"
 #include "util/strong_id.h"
@@ -38,12 +39,74 @@ struct PagedKvLayerView {
   }
 };
 
-// Scratch floats AttendGroup needs for `num_slots` slots and `group` query heads.
+// Attention is computed per query row (one query head of one token) with an online softmax over
+// partitions of kAttentionPartition slots (slot 0 starts partition 0); a row's partition states
+// are folded in partition order and normalised at the end. The arithmetic of a row depends only
+// on its number of visible slots: never on the other rows computed with it, on how a prompt is
+// chunked or batched, on the thread count or on which thread computed which partition, so the
+// results are bit-identical however the work is split (batch invariance; tests check it).
+constexpr int kAttentionPartition = 512;
+
+inline int AttentionPartitions(int num_slots) {
+  return (num_slots + kAttentionPartition - 1) / kAttentionPartition;
+}
+// Floats of one row's partial state (AttendTilePartition): head_dim + 2.
+inline size_t AttentionPartialFloats(int head_dim) { return static_cast<size_t>(head_dim) + 2; }
+
+// Consecutive query tokens of one sequence and the `group` query heads that share kv_head.
+// Token j's heads are q + j * q_stride ([group, head_dim]) and attend to slots
+// [0, first_slots + j); they are written to out + j * out_stride. Row r = j * group + g.
+struct AttentionTile {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  int num_tokens = 1;
+  int group = 1;
+  int kv_head = 0;
+  int first_slots = 1;
+  std::span<const BlockId> block_table;
+};
+
+// Whole tile: every partition of every row, written to out. K/V chunks are converted once and
+// used by every row of the tile while they are in cache.
+void AttendTile(const AttentionTile& tile, const PagedKvLayerView& kv, float scale);
+
+// Partition p only: for each row r that has slots in it (first_slots + j > p *
+// kAttentionPartition) writes its partial state to partials + r * AttentionPartialFloats(d);
+// other rows' entries are left alone. Returns nothing in out.
+void AttendTilePartition(const AttentionTile& tile, const PagedKvLayerView& kv, float scale,
+                         int partition, float* partials);
+
+// Whether AttendTilePartition / MergeAttentionPartials cover this head dim (otherwise use
+// AttendTile, which then runs the reference token by token).
+bool AttentionCanSplit(int head_dim);
+
+// Folds one row's `num_partitions` partial states (partition p at partials + p * stride floats)
+// in partition order and writes the row's head_dim outputs. AttendTilePartition followed by this
+// gives bit-identical results to AttendTile.
+void MergeAttentionPartials(const float* partials, int num_partitions, int64_t stride, int head_dim,
+                            float* out);
+
+// The instruction set the attention kernel uses: "avx512", "avx2" or "generic" (capped by the
+// KVSERVE_ISA environment variable like the matmuls). Head dims the fast kernel does not cover
+// (not a multiple of the vector width, or above 256) use AttendGroupReference per token.
+std::string_view AttentionIsa();
+// For tests and benchmarks ("generic", "avx2", "avx512", "best"); false if the CPU lacks it. Not
+// thread-safe against running kernels.
+bool SetAttentionIsa(std::string_view isa);
+
+// Scratch floats AttendGroupReference needs for `num_slots` slots and `group` query heads.
 size_t AttentionScratchFloats(int num_slots, int group, int head_dim);
 
-// Attends the `group` query heads that share kv_head (q: [group, head_dim]) over slots
-// [0, num_slots) of the sequence, writing out: [group, head_dim].
-// scores: softmax(q·k * scale) over the slots; out = sum scores * v.
+// Reference kernel (two passes, plain softmax): attends the `group` query heads that share
+// kv_head (q: [group, head_dim]) over slots [0, num_slots), writing out: [group, head_dim].
+void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
+                          std::span<const BlockId> block_table, int num_slots, float scale,
+                          float* scratch, float* out);
+
+// One token through the fast kernel (AttendTile with one token); same arguments as the
+// reference, scratch unused.
 void AttendGroup(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                  std::span<const BlockId> block_table, int num_slots, float scale, float* scratch,
                  float* out);

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -73,6 +75,175 @@ TEST_P(AttentionTest, PagedMatchesNaiveWithScatteredBlocks) {
 
 INSTANTIATE_TEST_SUITE_P(KvTypes, AttentionTest, ::testing::Values(KvDtype::kF32, KvDtype::kF16),
                          [](const auto& p) { return std::string(KvDtypeName(p.param)); });
+
+// A paged K/V arena for one layer with a scrambled block table. Slots nobody wrote hold NaN, so
+// a kernel that reads (or fails to mask) a slot past a row's context shows it.
+struct Arena {
+  KvDtype dtype;
+  int head_dim, block_size, kv_heads;
+  size_t head_bytes;
+  std::vector<uint8_t> k, v;
+  std::vector<BlockId> table;
+  PagedKvLayerView view;
+
+  Arena(KvDtype dt, int d, int bs, int heads, int num_slots, std::mt19937& rng)
+      : dtype(dt), head_dim(d), block_size(bs), kv_heads(heads),
+        head_bytes(KvBytesPerHeadVector(dt, d)) {
+    const int blocks = (num_slots + bs - 1) / bs;
+    const int arena_blocks = blocks + 3;
+    k.assign(static_cast<size_t>(arena_blocks) * heads * bs * head_bytes, 0xFF);
+    v.assign(k.size(), 0xFF);
+    std::vector<int> ids(arena_blocks);
+    for (int i = 0; i < arena_blocks; ++i) ids[i] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int i = 0; i < blocks; ++i) table.emplace_back(ids[i]);
+    view = PagedKvLayerView{k.data(), v.data(), dt, dt, heads, d, bs, head_bytes, head_bytes};
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> x(d);
+    for (int h = 0; h < heads; ++h) {
+      for (int s = 0; s < num_slots; ++s) {
+        const BlockId b = table[s / bs];
+        for (float& e : x) e = u(rng);
+        StoreKvVector(dt, x.data(), d, const_cast<uint8_t*>(view.KSlot(b, h, s % bs)));
+        for (float& e : x) e = u(rng);
+        StoreKvVector(dt, x.data(), d, const_cast<uint8_t*>(view.VSlot(b, h, s % bs)));
+      }
+    }
+  }
+};
+
+std::vector<std::string> Isas() {
+  std::vector<std::string> out;
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    if (SetAttentionIsa(isa)) out.push_back(isa);
+  }
+  SetAttentionIsa("best");
+  return out;
+}
+
+struct IsaGuard {
+  ~IsaGuard() { SetAttentionIsa("best"); }
+};
+
+// The fast kernel against the reference over head dims, group sizes, context lengths around
+// chunk, block and partition boundaries, K/V dtypes and every ISA this CPU has.
+TEST(AttentionFast, MatchesReference) {
+  IsaGuard guard;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const std::vector<int> lengths = {1,   2,   3,   7,   8,   9,   15,  16,   17,   31,  32,
+                                    33,  63,  100, 255, 511, 512, 513, 1023, 1025, 1537, 2100};
+  for (const std::string& isa : Isas()) {
+    ASSERT_TRUE(SetAttentionIsa(isa));
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kF32}) {
+      for (int head_dim : {64, 128, 16, 80, 40}) {
+        for (int block_size : {16, 5}) {
+          const int max_len = head_dim == 64 ? 2100 : 600;
+          Arena a(dtype, head_dim, block_size, 2, max_len, rng);
+          for (int group : {1, 2, 3, 4, 5, 6, 7, 8}) {
+            for (int len : lengths) {
+              if (len > max_len) continue;
+              if (head_dim != 64 && group % 3 != 1 && len > 100) continue;  // keep it quick
+              const int kvh = len % 2;
+              // Sharp and flat softmaxes.
+              const float qscale = (len % 3 == 0) ? 4.f : 1.f;
+              std::vector<float> q(static_cast<size_t>(group) * head_dim);
+              for (float& x : q) x = nd(rng) * qscale;
+              const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+              std::vector<float> scratch(AttentionScratchFloats(len, group, head_dim));
+              std::vector<float> want(q.size()), got(q.size());
+              AttendGroupReference(q.data(), group, kvh, a.view, a.table, len, scale,
+                                   scratch.data(), want.data());
+              AttendGroup(q.data(), group, kvh, a.view, a.table, len, scale, nullptr, got.data());
+              double max_ref = 0;
+              for (float x : want) max_ref = std::max(max_ref, std::fabs(static_cast<double>(x)));
+              for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_TRUE(std::isfinite(got[i]));
+                ASSERT_LE(std::fabs(got[i] - want[i]), 1e-5 + 2e-5 * max_ref)
+                    << isa << " " << KvDtypeName(dtype) << " d=" << head_dim
+                    << " bs=" << block_size << " group=" << group << " len=" << len << " i=" << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Batch invariance: a row's output is bit-identical whether it is computed alone, in a tile of
+// several tokens (prefill), from partitions computed separately and merged, for any tile split.
+TEST(AttentionFast, RowsAreBitIdenticalHoweverTheWorkIsSplit) {
+  IsaGuard guard;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const std::string& isa : Isas()) {
+    ASSERT_TRUE(SetAttentionIsa(isa));
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kF32}) {
+      for (int head_dim : {64, 128}) {
+        for (int group : {1, 4, 8}) {
+          const int cached = head_dim == 64 ? 1000 : 500, num_new = 40;
+          const int total = cached + num_new;
+          Arena a(dtype, head_dim, 16, 1, total, rng);
+          const int64_t stride = static_cast<int64_t>(group) * head_dim;
+          std::vector<float> q(static_cast<size_t>(num_new) * stride);
+          for (float& x : q) x = nd(rng) * 2.f;
+          const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+          // Reference for bit comparison: each token alone.
+          std::vector<float> alone(q.size());
+          for (int j = 0; j < num_new; ++j) {
+            AttendGroup(q.data() + j * stride, group, 0, a.view, a.table, cached + j + 1, scale,
+                        nullptr, alone.data() + j * stride);
+          }
+          // Tiles of several sizes, whole.
+          for (int tile : {1, 3, 4, 16, 40}) {
+            std::vector<float> out(q.size(), -1.f);
+            for (int j0 = 0; j0 < num_new; j0 += tile) {
+              AttentionTile t;
+              t.q = q.data() + j0 * stride;
+              t.q_stride = stride;
+              t.out = out.data() + j0 * stride;
+              t.out_stride = stride;
+              t.num_tokens = std::min(tile, num_new - j0);
+              t.group = group;
+              t.first_slots = cached + j0 + 1;
+              t.block_table = a.table;
+              AttendTile(t, a.view, scale);
+            }
+            ASSERT_EQ(0, std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)))
+                << isa << " tile=" << tile << " group=" << group << " d=" << head_dim;
+          }
+          // One tile split into partitions, computed in reverse order, then merged.
+          {
+            AttentionTile t;
+            t.q = q.data();
+            t.q_stride = stride;
+            t.num_tokens = num_new;
+            t.group = group;
+            t.first_slots = cached + 1;
+            t.block_table = a.table;
+            const int rows = num_new * group;
+            const size_t pf = AttentionPartialFloats(head_dim);
+            const int np = AttentionPartitions(total);
+            std::vector<float> partials(static_cast<size_t>(np) * rows * pf, 0.f);
+            for (int p = np - 1; p >= 0; --p) {
+              AttendTilePartition(t, a.view, scale, p, partials.data() + p * rows * pf);
+            }
+            std::vector<float> out(q.size(), -1.f);
+            for (int r = 0; r < rows; ++r) {
+              const int j = r / group, g = r % group;
+              MergeAttentionPartials(partials.data() + r * pf, AttentionPartitions(cached + j + 1),
+                                     static_cast<int64_t>(rows * pf), head_dim,
+                                     out.data() + j * stride + g * head_dim);
+            }
+            ASSERT_EQ(0, std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)))
+                << isa << " partitions group=" << group << " d=" << head_dim;
+          }
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace kvserve
