@@ -154,6 +154,15 @@ bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, const float* x,
   return true;
 }
 
+// F16 / BF16: float activations straight into the kernels (no rounding), rows split over threads.
+bool MatMulHalf(const WeightMatrix& w, kernels::HalfPanel panel, const float* x,
+                int64_t num_tokens, float* y, ThreadPool& pool) {
+  if (panel == nullptr) return false;
+  const kernels::PanelArgs args{&w, num_tokens, y};
+  pool.ParallelFor(w.rows, [&](int64_t r0, int64_t r1) { panel(args, x, r0, r1); }, kRowTile);
+  return true;
+}
+
 }  // namespace
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
@@ -166,6 +175,12 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
       break;
     case GgmlType::kQ6_K:
       if (MatMulQ8K(w, Table().q6_k, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kF16:
+      if (MatMulHalf(w, Table().f16, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kBF16:
+      if (MatMulHalf(w, Table().bf16, x, num_tokens, y, pool)) return;
       break;
     default:
       break;

@@ -28,8 +28,9 @@ struct WeightMatrix {
 
 // y[t, r] = sum_c w[r, c] * x[t, c]
 //   x: [num_tokens, w.cols] row-major, y: [num_tokens, w.rows] row-major.
-// NOTE: weights are read once per call whatever num_tokens is: rows are dequantized a tile at a
-// time into per-thread scratch and multiplied with every token before the next tile.
+// NOTE: weights are read once per call whatever num_tokens is: integer and half-precision paths
+// read the blocks directly (see docs/architecture.md); the remaining types are dequantized a
+// tile at a time into per-thread scratch and multiplied with every token before the next tile.
 // Batch invariance: y[t, :] is bit-identical whatever num_tokens is and whatever the other rows
 // of x hold (tests check it), so batching never changes a sequence's numbers.
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool);

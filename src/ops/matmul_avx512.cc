@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "ops/kquant_unpack.h"
+#include "ops/matmul_f16_impl.h"
 #include "ops/matmul_kernels.h"
 
 namespace kvserve::kernels {
@@ -283,6 +284,52 @@ void F16ToF32Avx512(const uint16_t* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = Half(src[i]);
 }
 
+// --- F16 / BF16 (see matmul_f16_impl.h) ---------------------------------------------------------
+
+struct Avx512Vec {
+  using Vec = __m512;
+  static constexpr int kLanes = 16;
+  // NOTE: decode reads one row at a time, as Q8_0 does: a single sequential stream measured
+  // fastest (~28 GB/s per core; 2 or 4 rows side by side 12-19 GB/s), and one FMA chain per
+  // 32 bytes of weights keeps up with it.
+  static constexpr int kDirectRows = 1;
+  // 4 rows x 6 tokens: 24 accumulators + 4 weight vectors + 1 activation of 32 registers.
+  static constexpr int kTileRows = 4;
+  static constexpr int kTileTokens = 6;
+
+  static __mmask16 Mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }
+  static Vec Zero() { return _mm512_setzero_ps(); }
+  static Vec Load(const float* p) { return _mm512_loadu_ps(p); }
+  static Vec LoadPartial(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
+  template <bool kBF16>
+  static Vec FromHalf(__m256i h) {
+    if constexpr (kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+  template <bool kBF16>
+  static Vec LoadHalf(const uint16_t* p) {
+    return FromHalf<kBF16>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  template <bool kBF16>
+  static Vec LoadHalfPartial(const uint16_t* p, int n) {
+    return FromHalf<kBF16>(_mm256_maskz_loadu_epi16(Mask(n), p));
+  }
+  static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  static Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  // The 4 x 6 tile leaves room for the activation vector: without this GCC folds its load into
+  // each of the 4 FMAs (28 loads per 24 FMAs instead of 10; ~5% slower).
+  static void Pin(Vec& v) { __asm__("" : "+v"(v)); }
+  static float Sum(Vec v) {
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+  }
+};
+
 }  // namespace
 
 bool InitAvx512(KernelTable& table) {
@@ -297,6 +344,8 @@ bool InitAvx512(KernelTable& table) {
   table.q4_k = &Q4KPanelAvx512;
   table.q6_k = &Q6KPanelAvx512;
   table.f16_to_f32 = &F16ToF32Avx512;
+  table.f16 = &half::Panel<Avx512Vec, false>;
+  table.bf16 = &half::Panel<Avx512Vec, true>;
   return true;
 }
 

@@ -22,6 +22,12 @@ struct PanelArgs {
 using Q8_0Panel = void (*)(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1);
 using Q8KPanel = void (*)(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1);
 using F16RowToF32 = void (*)(const uint16_t* src, float* dst, int64_t n);
+// F16 / BF16 weights times float activations x [num_tokens, w->cols], no activation rounding.
+// Every (row, token) output is one vector accumulator (16 lanes on AVX-512, 8 on AVX2) of FMAs
+// over the columns in order (a partial last vector zero-filled), then a fixed horizontal sum:
+// the decode path (weights converted in registers) and the prefill path (weights converted
+// once per panel into per-thread scratch) do the same arithmetic, bit for bit.
+using HalfPanel = void (*)(const PanelArgs& a, const float* x, int64_t r0, int64_t r1);
 
 struct KernelTable {
   const char* isa = "generic";
@@ -29,6 +35,8 @@ struct KernelTable {
   Q8KPanel q4_k = nullptr;   // Q4_K weights x ActQ8K
   Q8KPanel q6_k = nullptr;   // Q6_K weights x ActQ8K
   F16RowToF32 f16_to_f32 = nullptr;
+  HalfPanel f16 = nullptr;   // F16 weights x float activations
+  HalfPanel bf16 = nullptr;  // BF16 weights x float activations
 };
 
 // Each returns false (and leaves the table) when the CPU or the compiler lacks the ISA.

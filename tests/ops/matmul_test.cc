@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace kvserve {
@@ -146,6 +148,118 @@ TEST_P(MatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
     }
   }
 }
+
+// --- F16 / BF16 direct kernels ---------------------------------------------------------------
+// They multiply the 16-bit weights, converted exactly, with the float activations (no rounding
+// of x), one vector accumulator per (row, token) over the columns and a fixed horizontal sum.
+
+class HalfMatMulTest : public ::testing::TestWithParam<GgmlType> {
+ protected:
+  void TearDown() override { SetMatMulIsa("best"); }
+};
+
+std::vector<float> RandomActivations(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> x(n);
+  for (float& v : x) v = d(rng);
+  return x;
+}
+
+TEST_P(HalfMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
+  const GgmlType type = GetParam();
+  std::mt19937 rng(7);
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    if (!SetMatMulIsa(isa)) continue;
+    SCOPED_TRACE(isa);
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      // Rows around the decode (4) and prefill (4 x panel) groupings and the 16-row thread
+      // grain; columns whole vectors, partial vectors, below one vector, and across the
+      // 1024-column chunks of the prefill path.
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 16}, {3, 7}, {5, 32}, {17, 24},
+                                {37, 264}, {70, 520}, {33, 1000}, {6, 2056}, {4, 3000}}) {
+        Quantized q = MakeWeights(type, rows, cols, rng);
+        // f32 summation error bound for sum_c w*x: sequential FMAs over the vectors, the tail
+        // and the horizontal sum, each at most one rounding of 2^-24 relative to sum |w x|.
+        const double bound = (cols / 8 + 12) * std::ldexp(1.0, -24);
+        for (int64_t tokens = 1; tokens <= 40; tokens += (tokens < 10 ? 1 : 7)) {
+          const std::vector<float> x = RandomActivations(tokens * cols, rng);
+          std::vector<float> got(tokens * rows), want(tokens * rows);
+          MatMul(q.w, x.data(), tokens, got.data(), pool);
+          MatMulReference(q.w, x.data(), tokens, want.data());
+          ASSERT_LE(MaxRelError(q.w, x.data(), tokens, got, want), bound)
+              << Traits(type).name << " rows=" << rows << " cols=" << cols << " tokens=" << tokens
+              << " threads=" << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(HalfMatMulTest, OneTokenAndManyTokensAreBitIdentical) {
+  // The decode path (few tokens, weights converted in registers) and the prefill path (many
+  // tokens, converted panels, register tiles, column chunks) must give the same bits for every
+  // token, whatever the batch, its split into chunks and the thread count.
+  const GgmlType type = GetParam();
+  std::mt19937 rng(5);
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    if (!SetMatMulIsa(isa)) continue;
+    SCOPED_TRACE(isa);
+    ThreadPool one(1), three(3);
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 64}, {70, 1000}, {21, 2056}}) {
+      Quantized q = MakeWeights(type, rows, cols, rng);
+      const int64_t tokens = 40;
+      const std::vector<float> x = RandomActivations(tokens * cols, rng);
+      std::vector<float> alone(tokens * rows);
+      for (int64_t t = 0; t < tokens; ++t) {
+        MatMul(q.w, x.data() + t * cols, 1, alone.data() + t * rows, one);
+      }
+      for (int64_t n : {2, 3, 4, 5, 7, 13, 40}) {
+        for (ThreadPool* pool : {&one, &three}) {
+          // Tokens [0, tokens) in batches of n, like a prompt processed in chunks.
+          std::vector<float> batched(tokens * rows);
+          for (int64_t t0 = 0; t0 < tokens; t0 += n) {
+            const int64_t nt = std::min(n, tokens - t0);
+            MatMul(q.w, x.data() + t0 * cols, nt, batched.data() + t0 * rows, *pool);
+          }
+          for (int64_t i = 0; i < tokens * rows; ++i) {
+            ASSERT_EQ(alone[i], batched[i])
+                << Traits(type).name << " rows=" << rows << " cols=" << cols << " batch=" << n
+                << " threads=" << pool->num_threads() << " token " << i / rows << " row "
+                << i % rows;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(HalfMatMulTest, ActivationsAreNotRounded) {
+  // x values with more precision than the weight format: a kernel that rounded x to f16/bf16
+  // would be off by up to 2^-9 relative; the float kernels stay at float rounding.
+  const GgmlType type = GetParam();
+  const int64_t rows = 9, cols = 512, tokens = 6;
+  std::mt19937 rng(9);
+  Quantized q = MakeWeights(type, rows, cols, rng);
+  std::vector<float> x = RandomActivations(tokens * cols, rng);
+  for (float& v : x) v = 1.f + v * 1e-4f;  // all mantissa bits below bf16's matter
+  ThreadPool pool(2);
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    if (!SetMatMulIsa(isa)) continue;
+    std::vector<float> got(tokens * rows), want(tokens * rows);
+    for (int64_t n : {int64_t{1}, tokens}) {
+      for (int64_t t = 0; t < tokens; t += n) {
+        MatMul(q.w, x.data() + t * cols, n, got.data() + t * rows, pool);
+      }
+      MatMulReference(q.w, x.data(), tokens, want.data());
+      EXPECT_LT(MaxRelError(q.w, x.data(), tokens, got, want), 1e-5) << isa << " batch " << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HalfTypes, HalfMatMulTest,
+                         ::testing::Values(GgmlType::kF16, GgmlType::kBF16),
+                         [](const auto& p) { return std::string(Traits(p.param).name); });
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
