@@ -140,7 +140,15 @@ void ApiClient::StreamRequest(const std::string& path, const json& body, Clock::
   httplib::Error err = httplib::Error::Success;
   r.sent = true;
   r.sent_s = Seconds(t0, Clock::now());
-  const bool transport_ok = http_->send(req, res, err);
+  bool transport_ok = http_->send(req, res, err);
+  if (!transport_ok && r.http_status == 0 && err == httplib::Error::Read &&
+      Seconds(t0, Clock::now()) - r.sent_s < 1.0) {
+    // A kept-alive connection the server had already closed fails at once, before any byte of
+    // a response; the request never reached the server, so send it again on a new connection.
+    // (A real read timeout takes --timeout seconds and is reported, not retried.)
+    r.sent_s = Seconds(t0, Clock::now());
+    transport_ok = http_->send(req, res, err);
+  }
   if (r.http_status == 200) parser.Finish(on_event);
   r.done_s = Seconds(t0, Clock::now());
   if (!transport_ok && r.http_status == 0) {
