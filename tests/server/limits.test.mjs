@@ -167,12 +167,12 @@ describe("priority (--max-num-seqs 1 --max-queued-requests 2)", () => {
   });
   after(() => server?.kill());
 
-  // Resolves to `name` at the stream's first data event.
+  // Resolves to `name` at the stream's first data event. It reads with next() and never ends
+  // the iteration early: leaving a for-await loop would close the connection, and the server
+  // would (rightly) cancel that request.
   async function firstData(name, stream) {
-    for await (const item of stream.events()) {
-      if (item.data !== undefined) return name;
-    }
-    return `${name} ended without data`;
+    await untilFirstData(stream);
+    return name;
   }
 
   test("of two queued requests the one with the higher priority is admitted first", { timeout: 120_000 }, async () => {
