@@ -59,13 +59,10 @@ std::optional<ApiError> EngineBridge::EncodeChat(const std::vector<ChatMessage>&
                                                  bool add_generation_prompt,
                                                  std::vector<TokenId>* ids) const {
   if (!template_) return BadRequest("the model has no chat template", "messages");
-  const Tokenizer& tok = *tokenizer_;
-  const std::string bos = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
-  const std::string eos = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
-  Result<std::string> text = template_->Render(messages, add_generation_prompt, bos, eos);
-  if (!text.ok()) return BadRequest(text.status().message(), "messages");
-  const bool has_bos = !bos.empty() && text->rfind(bos, 0) == 0;
-  *ids = tok.Encode(*text, /*add_special=*/!has_bos, /*parse_special=*/true);
+  Result<std::vector<TokenId>> encoded =
+      kvserve::EncodeChat(*template_, *tokenizer_, messages, add_generation_prompt);
+  if (!encoded.ok()) return BadRequest(encoded.status().message(), "messages");
+  *ids = std::move(encoded).value();
   return std::nullopt;
 }
 

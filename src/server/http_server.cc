@@ -168,29 +168,25 @@ struct HttpServer::Impl {
             }
             std::string out;
             for (ChoiceOut& u : updates) {
-              if (chat && (*first)[static_cast<size_t>(u.index)]) {
+              const auto i = static_cast<size_t>(u.index);
+              if (chat && (*first)[i]) {
                 // OpenAI's first chunk of a chat choice: the role and empty content, alone.
                 ChoiceOut role;
                 role.index = u.index;
                 out += Event(Chunk(h, role, /*first=*/true, include_usage));
-                (*first)[static_cast<size_t>(u.index)] = false;
+                (*first)[i] = false;
               }
-              const bool is_first = (*first)[static_cast<size_t>(u.index)];
               const bool has_payload = !u.text.empty() || !u.logprobs.empty();
-              if (chat && !u.finish_reason.empty() && (has_payload || is_first)) {
+              if (!has_payload && u.finish_reason.empty()) continue;
+              if (chat && has_payload && !u.finish_reason.empty()) {
                 // The text goes first; the finish_reason follows in a chunk of its own.
                 ChoiceOut text = u;
                 text.finish_reason.clear();
-                out += Event(Chunk(h, text, is_first, include_usage));
+                out += Event(Chunk(h, text, false, include_usage));
                 u.text.clear();
                 u.logprobs.clear();
-                (*first)[static_cast<size_t>(u.index)] = false;
-                out += Event(Chunk(h, u, false, include_usage));
-                continue;
               }
-              if (!has_payload && u.finish_reason.empty() && !(chat && is_first)) continue;
-              out += Event(Chunk(h, u, is_first, include_usage));
-              (*first)[static_cast<size_t>(u.index)] = false;
+              out += Event(Chunk(h, u, false, include_usage));
             }
             if (out.empty()) continue;
             if (!sink.is_writable() || !sink.write(out.data(), out.size())) return false;

@@ -4,6 +4,8 @@
 
 #include <array>
 
+#include "tokenizer/tokenizer.h"
+
 namespace kvserve {
 namespace {
 
@@ -366,6 +368,16 @@ Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
   }
   expand.Append(add_generation_prompt ? f.generation_prompt : f.end_without_generation, "", &out);
   return out;
+}
+
+Result<std::vector<TokenId>> EncodeChat(const ChatTemplate& tmpl, const Tokenizer& tok,
+                                        std::span<const ChatMessage> messages,
+                                        bool add_generation_prompt) {
+  const std::string bos = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
+  const std::string eos = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
+  KV_ASSIGN_OR_RETURN(std::string text, tmpl.Render(messages, add_generation_prompt, bos, eos));
+  const bool has_bos = !bos.empty() && text.rfind(bos, 0) == 0;
+  return tok.Encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
 }
 
 }  // namespace kvserve

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvserve/status.h"
+#include "util/strong_id.h"
 
 namespace kvserve {
 
@@ -57,5 +58,13 @@ class ChatTemplate {
   const ChatTemplateFamily* family_;  // points into a static table
   std::string name_;
 };
+
+class Tokenizer;
+
+// Renders `messages` with `tmpl` (the tokenizer's BOS/EOS texts filled in) and tokenizes the
+// text with special tokens parsed; BOS is added only when the template did not write it.
+Result<std::vector<TokenId>> EncodeChat(const ChatTemplate& tmpl, const Tokenizer& tok,
+                                        std::span<const ChatMessage> messages,
+                                        bool add_generation_prompt);
 
 }  // namespace kvserve

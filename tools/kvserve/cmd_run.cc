@@ -68,12 +68,9 @@ std::vector<TokenId> BuildPrompt(const RunOptions& o, const Tokenizer& tok) {
   std::vector<ChatMessage> msgs;
   if (!o.system.empty()) msgs.push_back({"system", o.system});
   msgs.push_back({"user", text});
-  const std::string bos = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
-  const std::string eos = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
-  auto rendered = tmpl->Render(msgs, /*add_generation_prompt=*/true, bos, eos);
-  if (!rendered.ok()) Fail(rendered.status().ToString());
-  const bool has_bos = !bos.empty() && rendered->rfind(bos, 0) == 0;
-  return tok.Encode(*rendered, /*add_special=*/!has_bos, /*parse_special=*/true);
+  auto ids = EncodeChat(*tmpl, tok, msgs, /*add_generation_prompt=*/true);
+  if (!ids.ok()) Fail(ids.status().ToString());
+  return std::move(ids).value();
 }
 
 void RunGenerate(const RunOptions& o) {
