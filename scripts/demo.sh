@@ -5,4 +5,5 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh"
-"$root/build/kvserve" run --prompt "Once upon a time" -n 48 --seed 1 "$@"
+"$root/build/kvserve" run --prompt "Once upon a time" -n 64 --seed 1 "$@"
+"$root/build/kvserve" run --chat --prompt "What sound does a cow make?" --temp 0

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
+#include "engine/embedded_model.h"
 #include "model/model_config.h"
 
 namespace kvserve {
@@ -163,7 +165,7 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
   return w;
 }
 
-SyntheticModelSpec DefaultModelSpec() {
+SyntheticModelSpec SmallSyntheticModelSpec() {
   SyntheticModelSpec s;
   s.arch = "llama";
   s.num_layers = 4;
@@ -181,9 +183,8 @@ SyntheticModelSpec DefaultModelSpec() {
 
 Result<GgufFile> OpenModelOrDefault(const std::string& path) {
   if (!path.empty()) return GgufFile::Open(path, /*populate=*/true);
-  KV_ASSIGN_OR_RETURN(GgufWriter writer, BuildSyntheticModel(DefaultModelSpec()));
-  KV_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.WriteToBytes());
-  return GgufFile::FromBytes(std::move(bytes));
+  const std::span<const uint8_t> embedded = EmbeddedModelBytes();
+  return GgufFile::FromBytes(std::vector<uint8_t>(embedded.begin(), embedded.end()));
 }
 
 }  // namespace kvserve

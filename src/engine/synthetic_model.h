@@ -1,5 +1,5 @@
 // Synthetic models: GGUF files with seeded random weights in the exact layout of real llama /
-// qwen2 / qwen3 files, for tests, benchmarks and the embedded default model.
+// qwen2 / qwen3 files, for tests and benchmarks.
 //
 // Weights are drawn uniformly with standard deviation 1/sqrt(fan_in) from a splitmix64 stream of
 // the seed (so the same seed gives the same bytes on every platform and compiler); norms are
@@ -38,11 +38,12 @@ struct SyntheticModelSpec {
 // back to Q8_0, then F16 (as llama.cpp's quantizer does).
 Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& spec);
 
-// The embedded default model: a small llama with the synthetic vocabulary, built in memory.
-SyntheticModelSpec DefaultModelSpec();
+// A small llama with the synthetic vocabulary (4 layers, hidden 256): the tests' stock model.
+SyntheticModelSpec SmallSyntheticModelSpec();
 
-// Opens the GGUF at `path` with its pages mapped up front, or builds the embedded default model
-// in memory when `path` is empty. What every command that loads a model calls.
+// Opens the GGUF at `path` with its pages mapped up front, or the embedded default model
+// (engine/embedded_model.h: kvserve's own trained model) when `path` is empty. What every
+// command that loads a model calls.
 Result<GgufFile> OpenModelOrDefault(const std::string& path);
 
 }  // namespace kvserve

@@ -9,7 +9,7 @@
 namespace kvserve {
 namespace {
 
-std::unique_ptr<Generator> MakeGenerator(GeneratorConfig config, SyntheticModelSpec spec = DefaultModelSpec()) {
+std::unique_ptr<Generator> MakeGenerator(GeneratorConfig config, SyntheticModelSpec spec = SmallSyntheticModelSpec()) {
   auto writer = BuildSyntheticModel(spec);
   EXPECT_TRUE(writer.ok()) << writer.status().ToString();
   auto file = GgufFile::FromBytes(*writer->WriteToBytes());

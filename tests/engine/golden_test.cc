@@ -1,7 +1,9 @@
-// Golden end-to-end test: the embedded default model's exact greedy text for a fixed prompt.
+// Golden end-to-end test: the small synthetic model's exact greedy text for a fixed prompt.
 // Any change to the tokenizer, the synthetic weights, the kernels or the KV path that moves a
 // single token shows up here. Regenerate only for an intended change, with
-//   kvserve run --prompt "Once upon a time" -n 24 --temp 0 --json
+//   kvserve make-model --out M.gguf --layers 4 --hidden 256 --heads 8 --kv-heads 2 --ffn 768
+//     --vocab 1024 --context 4096 --type F32 --seed 20261122
+//   kvserve run --model M.gguf --prompt "Once upon a time" -n 24 --temp 0 --json
 #include <gtest/gtest.h>
 
 #include "engine/generator.h"
@@ -12,7 +14,7 @@ namespace kvserve {
 namespace {
 
 TEST(Golden, DefaultModelGreedyTextIsPinned) {
-  auto writer = BuildSyntheticModel(DefaultModelSpec());
+  auto writer = BuildSyntheticModel(SmallSyntheticModelSpec());
   ASSERT_TRUE(writer.ok());
   auto file = GgufFile::FromBytes(*writer->WriteToBytes());
   ASSERT_TRUE(file.ok());

@@ -28,7 +28,7 @@ test("GET /v1/models lists exactly the served model", async () => {
   assert.equal(m.object, "model");
   assert.equal(m.owned_by, "kvserve");
   assert.ok(Number.isInteger(m.created));
-  assert.equal(m.max_model_len, 4096);  // the embedded default model's context
+  assert.equal(m.max_model_len, 4096);  // the stock test model's context
   const listed = [];
   for await (const model of ctx.client.models.list()) listed.push(model.id);
   assert.deepEqual(listed, [m.id]);
@@ -42,7 +42,7 @@ test("/tokenize and /detokenize round-trip text", async () => {
   assert.equal(tok.body.count, tok.body.tokens.length);
   assert.equal(tok.body.max_model_len, 4096);
   const plain = await ctx.server.request("POST", "/tokenize", { body: { prompt, add_special_tokens: false } });
-  assert.equal(plain.body.count, tok.body.count - 1, "the default model adds one BOS token");
+  assert.equal(plain.body.count, tok.body.count - 1, "the stock test model adds one BOS token");
   const detok = await ctx.server.request("POST", "/detokenize", { body: { tokens: plain.body.tokens } });
   assert.equal(detok.status, 200, detok.text);
   assert.equal(detok.body.prompt, prompt);

@@ -1,11 +1,12 @@
 // Test helpers for the black-box server suite: start `kvserve serve` on a free loopback port, talk
 // to it over raw HTTP (for what the openai client cannot express), parse server-sent events and
 // Prometheus text.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import http from "node:http";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import OpenAI from "openai";
@@ -16,12 +17,31 @@ export const KVSERVE_BIN = process.env.KVSERVE_BIN ?? path.resolve(here, "../../
 
 const LISTENING = /^kvserve: listening on http:\/\/127\.0\.0\.1:(\d+)$/;
 
+// The suite's stock model: a small synthetic llama (random weights, synthetic vocabulary, no
+// output row for control tokens), so generations always run to max_tokens and every test is
+// independent of what a trained model would write. Written once per test process. Tests of the
+// embedded trained model pass `{ embedded: true }` to Server.start.
+let syntheticModel;
+export function syntheticModelPath() {
+  if (syntheticModel) return syntheticModel;
+  const dir = mkdtempSync(path.join(os.tmpdir(), "kvserve-server-test-"));
+  const file = path.join(dir, "synthetic.gguf");
+  const r = spawnSync(KVSERVE_BIN, ["make-model", "--out", file, "--layers", "4", "--hidden", "256",
+    "--heads", "8", "--kv-heads", "2", "--ffn", "768", "--vocab", "1024", "--context", "4096",
+    "--type", "F32", "--seed", "20261122"], { encoding: "utf8" });
+  assert.equal(r.status, 0, `kvserve make-model failed: ${r.stderr}`);
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  syntheticModel = file;
+  return file;
+}
+
 // A running `kvserve serve`. Start with `await Server.start([...flags])`, stop with
 // `await server.stop()` (SIGTERM, resolves to the exit code) or `server.kill()` (cleanup).
 export class Server {
-  static async start(flags = [], { apiKey, env: extraEnv = {} } = {}) {
+  static async start(flags = [], { apiKey, env: extraEnv = {}, embedded = false } = {}) {
     assert.ok(existsSync(KVSERVE_BIN), `kvserve binary not found at ${KVSERVE_BIN} (set KVSERVE_BIN)`);
     const args = ["serve", "--port", "0", ...flags];
+    if (!embedded && !flags.includes("--model")) args.push("--model", syntheticModelPath());
     if (apiKey !== undefined) args.push("--api-key", apiKey);
     const env = { ...process.env };
     delete env.KVSERVE_API_KEY;  // only the flag decides whether a key is needed...
