@@ -7,22 +7,30 @@
 // short and a long context, and optionally a prefill on top of a cached context (--pp-at).
 // Every number is the median of --reps runs.
 //
+// With --cache-type-k / --cache-type-v (default f16) the KV cache uses those types, and the
+// long-context run also times attention alone (every layer and KV head of one decode step), the
+// part of a decode step that the KV type changes.
+//
 //   kvserve_model_bench --model A.gguf [--model B.gguf] [--threads 2] [--reps 3]
 //       [--pp 512] [--tg 128] [--batches 1,2,4,8,16] [--long-context 4096] [--pp-at 1024,2048]
+//       [--cache-type-k int8] [--cache-type-v int8]
 #include <immintrin.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fmt/format.h>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kv/block_pool.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
+#include "ops/attention.h"
 #include "ops/matmul.h"
 #include "util/aligned_buffer.h"
 #include "util/check.h"
@@ -138,6 +146,50 @@ double DecodeSteps(Bench& b, int num_seqs, int context, int steps, std::vector<f
   return static_cast<double>(num_seqs) * steps / SecondsSince(t0);
 }
 
+// Attention alone for one decode token of sequence 0 over `context` cached slots, every layer and
+// KV head, the KV heads of a layer spread over the pool as Model::Attend does for one decode
+// token; seconds per step (median of `steps`).
+double AttentionStep(Bench& b, int context, int steps) {
+  const ModelConfig& c = b.model->config();
+  const KvLayout& l = b.kv->layout();
+  std::vector<float> q(c.q_dim()), out(c.q_dim());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 37) % 17) / 17.f - 0.5f;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<double> runs;
+  for (int s = 0; s < steps; ++s) {
+    const auto t0 = Clock::now();
+    for (int layer = 0; layer < l.num_layers; ++layer) {
+      PagedKvLayerView v;
+      v.k = b.kv->KTile(layer, BlockId(0), 0);
+      v.v = b.kv->VTile(layer, BlockId(0), 0);
+      v.k_dtype = l.k_dtype;
+      v.v_dtype = l.v_dtype;
+      v.num_kv_heads = l.num_kv_heads;
+      v.head_dim = l.head_dim;
+      v.block_size = l.block_size;
+      v.k_head_bytes = l.k_head_bytes();
+      v.v_head_bytes = l.v_head_bytes();
+      b.pool->Run([&](int t, int nt) {
+        for (int h = t; h < l.num_kv_heads; h += nt) {
+          AttentionTile tile;
+          const int64_t head0 = static_cast<int64_t>(h) * c.group() * c.head_dim;
+          tile.q = q.data() + head0;
+          tile.q_stride = c.q_dim();
+          tile.out = out.data() + head0;
+          tile.out_stride = c.q_dim();
+          tile.group = c.group();
+          tile.kv_head = h;
+          tile.first_slots = context;
+          tile.block_table = b.Table(0);
+          AttendTile(tile, v, scale);
+        }
+      });
+    }
+    runs.push_back(SecondsSince(t0));
+  }
+  return Median(runs);
+}
+
 double MatmulFlopsPerToken(const Model& m) {
   const ModelConfig& c = m.config();
   const double per_layer = 2.0 * c.hidden * (c.q_dim() + 2.0 * c.kv_dim()) + 2.0 * c.q_dim() * c.hidden +
@@ -148,6 +200,7 @@ double MatmulFlopsPerToken(const Model& m) {
 struct Options {
   std::vector<std::string> models;
   int threads = 0, reps = 3, pp = 512, tg = 128, long_context = 4096;
+  KvDtype k_dtype = KvDtype::kF16, v_dtype = KvDtype::kF16;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   std::vector<int> pp_at;  // cached contexts for prefill-at-context runs
 };
@@ -171,8 +224,15 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   Bench b{model->get(), &pool, nullptr, {}, 0};
   b.blocks_per_seq = (ctx + 15) / 16;
   const int num_blocks = b.blocks_per_seq * max_seqs;
-  b.kv = std::make_unique<KvStorage>((*model)->MakeKvLayout(16, KvDtype::kF16, KvDtype::kF16),
-                                     num_blocks);
+  if (auto st = CheckKvDtype(o.k_dtype, (*model)->config().head_dim); !st.ok()) {
+    fmt::print(stderr, "{}: {}\n", path, st.ToString());
+    return;
+  }
+  if (auto st = CheckKvDtype(o.v_dtype, (*model)->config().head_dim); !st.ok()) {
+    fmt::print(stderr, "{}: {}\n", path, st.ToString());
+    return;
+  }
+  b.kv = std::make_unique<KvStorage>((*model)->MakeKvLayout(16, o.k_dtype, o.v_dtype), num_blocks);
   for (int i = 0; i < num_blocks; ++i) b.blocks.emplace_back(i);
   std::vector<float> logits(static_cast<size_t>(max_batch) * (*model)->config().vocab);
 
@@ -217,6 +277,12 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   const double s = Median(short_runs), l = Median(long_runs);
   fmt::print("    decode at 128 cached: {:.2f} t/s, at {} cached: {:.2f} t/s ({:.1f}%)\n", s,
              o.long_context, l, 100 * l / s);
+  const double attn = AttentionStep(b, o.long_context, std::max(5, 3 * o.reps));
+  const double kv_bytes = static_cast<double>(b.kv->layout().bytes_per_token()) * o.long_context;
+  fmt::print("    attention alone at {} cached ({}): {:.3f} ms per decode step, {:.1f} MB of KV "
+             "at {:.1f} GB/s\n",
+             o.long_context, KvCapacitySummary(b.kv->layout(), o.long_context / 16), attn * 1e3,
+             kv_bytes / 1e6, kv_bytes / attn / 1e9);
 
   // Prefill of --pp tokens (in batches of --pp) on top of a long cached context: attention over
   // many query rows and long K/V.
@@ -250,7 +316,19 @@ int main(int argc, char** argv) {
   app.add_option("--pp-at", o.pp_at,
                  "Cached contexts (<= --long-context) at which to time a --pp prefill, e.g. 1024,2048")
       ->delimiter(',');
+  std::string cache_type_k = "f16", cache_type_v = "f16";
+  app.add_option("--cache-type-k", cache_type_k, "KV cache type of keys (" + KvDtypeNames() + ")");
+  app.add_option("--cache-type-v", cache_type_v, "KV cache type of values");
   CLI11_PARSE(app, argc, argv);
+  for (auto [name, flag, out] : {std::tuple{&cache_type_k, "--cache-type-k", &o.k_dtype},
+                                 std::tuple{&cache_type_v, "--cache-type-v", &o.v_dtype}}) {
+    auto d = ParseKvDtypeOrError(*name, flag);
+    if (!d.ok()) {
+      fmt::print(stderr, "error: {}\n", d.status().message());
+      return 2;
+    }
+    *out = *d;
+  }
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::DefaultThreads());
   const double bw = MeasureBandwidth(pool, o.reps);
   const double peak = MeasureFmaPeak(pool, o.reps);

@@ -76,6 +76,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
   }
   if (config.max_num_seqs <= 0) return InvalidArgument("max_num_seqs must be at least 1");
   config.max_num_seqs = std::min(config.max_num_seqs, config.max_num_batched_tokens);
+  KV_RETURN_IF_ERROR(CheckKvDtype(config.k_dtype, model->config().head_dim));
+  KV_RETURN_IF_ERROR(CheckKvDtype(config.v_dtype, model->config().head_dim));
   const KvLayout layout = model->MakeKvLayout(config.block_size, config.k_dtype, config.v_dtype);
   KV_ASSIGN_OR_RETURN(const int num_blocks, ResolveNumBlocks(config, layout, config.max_model_len));
   KvStorage kv(layout, num_blocks);
@@ -350,6 +352,11 @@ EngineStats EngineCore::stats() const {
   st.num_running = scheduler_->num_running();
   st.num_waiting = scheduler_->num_waiting();
   st.num_steps = num_steps_;
+  const KvLayout& layout = kv_.layout();
+  st.kv_k_dtype = layout.k_dtype;
+  st.kv_v_dtype = layout.v_dtype;
+  st.kv_bytes_per_token = layout.bytes_per_token();
+  st.kv_capacity_tokens = KvCapacityTokens(layout, kv_.num_blocks());
   return st;
 }
 

@@ -65,6 +65,9 @@ class EngineCore {
   Status Unpin(std::span<const TokenId> prompt, const std::string& cache_salt = {});
 
   EngineStats stats() const;
+  // The prefix-cache namespace of requests with this salt: the model's fingerprint, the K and V
+  // dtypes and the block size, then the salt; caches of different dtypes never mix.
+  CacheNamespace NamespaceFor(const std::string& cache_salt) const;
   const EngineConfig& config() const { return config_; }
   const Model& model() const { return *model_; }
   const KvCacheManager& kv_manager() const { return *kv_manager_; }
@@ -94,7 +97,6 @@ class EngineCore {
 
   EngineCore(std::unique_ptr<Model> model, KvStorage kv, const EngineConfig& config,
              const Tokenizer* tokenizer);
-  CacheNamespace NamespaceFor(const std::string& cache_salt) const;
   Result<SeqCtx> MakeSeq(RequestId id, const EngineRequest& request, int index) const;
   ForwardBatch BuildBatch(const ScheduleOutput& so) const;
   void SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out);

@@ -35,6 +35,8 @@ Result<std::unique_ptr<Generator>> Generator::Create(std::unique_ptr<Model> mode
     return InvalidArgument(fmt::format("max_model_len {} exceeds the model's context of {}",
                                        max_len, ctx));
   }
+  KV_RETURN_IF_ERROR(CheckKvDtype(config.k_dtype, model->config().head_dim));
+  KV_RETURN_IF_ERROR(CheckKvDtype(config.v_dtype, model->config().head_dim));
   const KvLayout layout = model->MakeKvLayout(config.block_size, config.k_dtype, config.v_dtype);
   int64_t num_blocks = config.num_blocks;
   if (num_blocks <= 0 && config.kv_cache_bytes > 0) {

@@ -9,6 +9,7 @@
 
 #include "kvserve/status.h"
 #include "prefix/kv_cache_manager.h"
+#include "quant/kv_dtype.h"
 #include "sample/sampler.h"
 #include "sample/sampling_params.h"
 #include "util/strong_id.h"
@@ -63,6 +64,10 @@ struct RequestOutput {
 
 struct EngineStats {
   KvCacheStats kv;
+  KvDtype kv_k_dtype = KvDtype::kF16;
+  KvDtype kv_v_dtype = KvDtype::kF16;
+  size_t kv_bytes_per_token = 0;   // all layers, K and V, scales included
+  int64_t kv_capacity_tokens = 0;  // tokens the whole cache holds (blocks * block_size)
   int64_t num_preemptions = 0;
   int num_running = 0;
   int num_waiting = 0;

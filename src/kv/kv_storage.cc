@@ -1,7 +1,10 @@
 #include "kv/kv_storage.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 
+#include "util/byte_size.h"
 #include "util/check.h"
 
 namespace kvserve {
@@ -18,6 +21,13 @@ KvStorage::KvStorage(const KvLayout& layout, int num_blocks)
     v_.emplace_back(tiles * layout.v_head_bytes());
     total_bytes_ += tiles * (layout.k_head_bytes() + layout.v_head_bytes());
   }
+}
+
+std::string KvCapacitySummary(KvDtype k_dtype, KvDtype v_dtype, size_t bytes_per_token,
+                              int64_t capacity_tokens) {
+  return fmt::format("KV cache {}/{}: {} bytes/token, {} tokens in {}", KvDtypeName(k_dtype),
+                     KvDtypeName(v_dtype), bytes_per_token, capacity_tokens,
+                     FormatByteSize(bytes_per_token * static_cast<uint64_t>(capacity_tokens)));
 }
 
 void KvStorage::CopyBlock(BlockId src, BlockId dst) {

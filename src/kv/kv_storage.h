@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "quant/kv_dtype.h"
@@ -39,6 +40,19 @@ struct KvLayout {
   }
   size_t bytes_per_block() const { return bytes_per_token() * block_size; }
 };
+
+// Capacity of a cache of num_blocks blocks: tokens = num_blocks * block_size.
+inline int64_t KvCapacityTokens(const KvLayout& layout, int64_t num_blocks) {
+  return num_blocks * layout.block_size;
+}
+// The start-up line: "KV cache int8/int8: 1584 bytes/token, 87376 tokens in 132.0 MiB" (bytes per
+// token over all layers, K and V, scales included; the tokens that fit; their memory).
+std::string KvCapacitySummary(KvDtype k_dtype, KvDtype v_dtype, size_t bytes_per_token,
+                              int64_t capacity_tokens);
+inline std::string KvCapacitySummary(const KvLayout& layout, int64_t num_blocks) {
+  return KvCapacitySummary(layout.k_dtype, layout.v_dtype, layout.bytes_per_token(),
+                           KvCapacityTokens(layout, num_blocks));
+}
 
 class KvStorage {
  public:

@@ -11,6 +11,10 @@
 //     p = exp(scores - m), l += sum(p), acc += sum_s p[s] * V[s] over the row's visible slots
 //     (even and odd slots summed separately, then added).
 // Partition states are folded in partition order (FoldPartial) and normalised at the end.
+// Quantized KV types (quant/kv_dtype.h) are converted as stored (integer levels, raw fp8) and
+// each slot's scale and minimum are applied to its score and its probability instead (see
+// SlotScale). Against int4 (rotated) keys each query row is rotated once; int4 values are
+// accumulated rotated and each row's partition state is rotated back at the partition's end.
 // Every step of a row depends only on its own number of visible slots (its position), never on
 // the other rows of the tile, the tile size or on which thread computed which partition.
 #pragma once
@@ -24,6 +28,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -82,17 +87,79 @@ inline VI Iota() {
   return v;
 }
 
-// W floats of a K/V head vector starting at element i.
-inline VF LoadKv(KvDtype dtype, const uint8_t* row, int i) {
-  if (dtype == KvDtype::kF32) return LoadF(reinterpret_cast<const float*>(row) + i);
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + i;
+typedef uint16_t VH __attribute__((vector_size(W * sizeof(uint16_t))));
+
+// Widening loads, spelled with intrinsics where the ISA has them (GCC 12 scalarizes a
+// __builtin_convertvector from bytes to 32-bit lanes).
+// W bytes at p to 32-bit lanes, sign- or zero-extended.
+template <bool kSigned>
+inline VI WidenBytes(const uint8_t* p) {
+  VI v;
 #if KVSERVE_ATTN_LANES == 16 && defined(__AVX512F__)
-  const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m512i x = kSigned ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+  std::memcpy(&v, &x, sizeof(v));
+#elif KVSERVE_ATTN_LANES == 8 && defined(__AVX2__)
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m256i x = kSigned ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+  std::memcpy(&v, &x, sizeof(v));
+#else
+  for (int k = 0; k < W; ++k) v[k] = kSigned ? static_cast<int8_t>(p[k]) : p[k];
+#endif
+  return v;
+}
+// W bytes at p to 16-bit lanes, sign- or zero-extended.
+template <bool kSigned>
+inline VH WidenBytesTo16(const uint8_t* p) {
+  VH v;
+#if KVSERVE_ATTN_LANES == 16 && defined(__AVX512F__)
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i x = kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+  std::memcpy(&v, &x, sizeof(v));
+#elif KVSERVE_ATTN_LANES == 8 && defined(__AVX2__)
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i x = kSigned ? _mm_cvtepi8_epi16(b) : _mm_cvtepu8_epi16(b);
+  std::memcpy(&v, &x, sizeof(v));
+#else
+  for (int k = 0; k < W; ++k) {
+    v[k] = kSigned ? static_cast<uint16_t>(static_cast<int8_t>(p[k])) : p[k];
+  }
+#endif
+  return v;
+}
+// W 16-bit values at p to 32-bit lanes, zero-extended.
+inline VI WidenHalves(const uint8_t* p) {
+  VI v;
+#if KVSERVE_ATTN_LANES == 16 && defined(__AVX512F__)
+  const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  std::memcpy(&v, &x, sizeof(v));
+#elif KVSERVE_ATTN_LANES == 8 && defined(__AVX2__)
+  const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  std::memcpy(&v, &x, sizeof(v));
+#else
+  for (int k = 0; k < W; ++k) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * k, sizeof(h));
+    v[k] = h;
+  }
+#endif
+  return v;
+}
+inline VF ToFloat(VI v) { return __builtin_convertvector(v, VF); }
+
+// W halves to floats (F16C where the ISA has it).
+inline VF HalfToF(VH h) {
+#if KVSERVE_ATTN_LANES == 16 && defined(__AVX512F__)
+  __m256i x;
+  std::memcpy(&x, &h, sizeof(x));
+  const __m512 f = _mm512_cvtph_ps(x);
   VF v;
   std::memcpy(&v, &f, sizeof(v));
   return v;
 #elif KVSERVE_ATTN_LANES == 8 && defined(__F16C__)
-  const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  __m128i x;
+  std::memcpy(&x, &h, sizeof(x));
+  const __m256 f = _mm256_cvtph_ps(x);
   VF v;
   std::memcpy(&v, &f, sizeof(v));
   return v;
@@ -101,6 +168,70 @@ inline VF LoadKv(KvDtype dtype, const uint8_t* row, int i) {
   for (int k = 0; k < W; ++k) v[k] = F16ToF32(h[k]);
   return v;
 #endif
+}
+
+// The per-slot constants of a head vector (see quant/kv_dtype.h for the layouts): value =
+// raw · s · RawFactor + m, where raw is what LoadKvRaw returns (the integer level for int8 and
+// int4, the e4m3 value / 256 for e4m3, the value itself for the float types) and s and m are
+// the slot's f16 scale and minimum. Attention folds them into the scores (keys) and the
+// probabilities (values) instead of scaling every element; a chunk's 16 scales are converted
+// from f16 together.
+template <KvDtype DT>
+constexpr bool kHasScale = DT == KvDtype::kInt8 || DT == KvDtype::kFp8E4M3 || DT == KvDtype::kInt4;
+inline float RawFactor(KvDtype d) { return d == KvDtype::kFp8E4M3 ? 256.f : 1.f; }
+
+// The f16 bits of a slot's scale and minimum (0 where the type has none).
+template <KvDtype DT, int D>
+inline void ReadSlotScale(const uint8_t* row, uint16_t* s, uint16_t* m) {
+  if constexpr (DT == KvDtype::kInt8 || DT == KvDtype::kFp8E4M3) {
+    std::memcpy(s, row + D, sizeof(*s));
+  } else if constexpr (DT == KvDtype::kInt4) {
+    std::memcpy(s, row + D / 2, sizeof(*s));
+    std::memcpy(m, row + D / 2 + 2, sizeof(*m));
+  }
+}
+
+// W raw values of a head vector of type DT starting at element i (a multiple of W); exact.
+template <KvDtype DT, int D>
+inline VF LoadKvRaw(const uint8_t* row, int i) {
+  if constexpr (DT == KvDtype::kF32) {
+    return LoadF(reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (DT == KvDtype::kF16) {
+    VH h;
+    std::memcpy(&h, row + 2 * i, sizeof(h));
+    return HalfToF(h);
+  } else if constexpr (DT == KvDtype::kBF16) {
+    const VI bits = WidenHalves(row + 2 * i) << 16;
+    VF v;
+    std::memcpy(&v, &bits, sizeof(v));
+    return v;
+  } else if constexpr (DT == KvDtype::kInt8) {
+    return ToFloat(WidenBytes<true>(row + i));
+  } else if constexpr (DT == KvDtype::kFp8E4M3) {
+    // Sign-extended byte << 7 puts the sign in bit 15 (and a copy in bit 14, cleared) and the
+    // exponent and mantissa where an f16's low exponent bits and high mantissa bits are.
+    return HalfToF((WidenBytesTo16<true>(row + i) << 7) & 0xBF80);
+  } else if constexpr (DT == KvDtype::kFp8E5M2) {
+    return HalfToF(WidenBytesTo16<false>(row + i) << 8);
+  } else {
+    static_assert(DT == KvDtype::kInt4);
+    // Groups of G elements in G/2 bytes: low nibbles are the group's first half.
+    constexpr int G = D < 32 ? D : 32, half = G / 2;
+    const int g = i / G, o = i % G;
+    VI q;
+    if constexpr (W <= half) {
+      q = WidenBytes<false>(row + g * half + o % half);
+      q = o < half ? (q & 0xF) : (q >> 4);
+    } else {
+      // W == G (head_dim 16 at 16 lanes): the group's bytes twice, low nibbles then high.
+      static_assert(W == G);
+      uint8_t twice[W];
+      std::memcpy(twice, row + g * half, half);
+      std::memcpy(twice + half, row + g * half, half);
+      q = (WidenBytes<false>(twice) >> (Iota() / half * 4)) & 0xF;
+    }
+    return ToFloat(q);
+  }
 }
 
 // Permutation masks, built at compile time. Stage h of the transpose pairs rows i and i + h
@@ -115,38 +246,40 @@ constexpr int HiLane(int l, int h) {
                                : W + (l & ~(2 * h - 1)) + (l & (2 * h - 1));
 }
 template <int H, size_t... L>
-constexpr VI LoMask(std::index_sequence<L...>) {
-  return VI{LoLane(static_cast<int>(L), H)...};
+inline VF ShuffleLo(VF x, VF y, std::index_sequence<L...>) {
+  return __builtin_shufflevector(x, y, LoLane(static_cast<int>(L), H)...);
 }
 template <int H, size_t... L>
-constexpr VI HiMask(std::index_sequence<L...>) {
-  return VI{HiLane(static_cast<int>(L), H)...};
+inline VF ShuffleHi(VF x, VF y, std::index_sequence<L...>) {
+  return __builtin_shufflevector(x, y, HiLane(static_cast<int>(L), H)...);
 }
 template <int H, size_t... L>
-constexpr VI SwapMask(std::index_sequence<L...>) {
-  return VI{(static_cast<int>(L) ^ H)...};
+inline VF SwapLanes(VF v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, (static_cast<int>(L) ^ H)...);
+}
+// Lane l: -1 where l & H, else +1.
+template <int H, size_t... L>
+constexpr VF ButterflySign(std::index_sequence<L...>) {
+  return VF{((static_cast<int>(L) & H) != 0 ? -1.f : 1.f)...};
 }
 
 // In-place transpose of a W x W matrix held as W row vectors: stages h = W/2, ..., 1.
 template <int H>
-inline void TransposeStages(VF* r) {
-  constexpr VI lo = LoMask<H>(std::make_index_sequence<W>{});
-  constexpr VI hi = HiMask<H>(std::make_index_sequence<W>{});
+__attribute__((always_inline)) inline void TransposeStages(VF* r) {
   for (int i = 0; i < W; ++i) {
     if (i & H) continue;
     const VF x = r[i], y = r[i + H];
-    r[i] = __builtin_shuffle(x, y, lo);
-    r[i + H] = __builtin_shuffle(x, y, hi);
+    r[i] = ShuffleLo<H>(x, y, std::make_index_sequence<W>{});
+    r[i + H] = ShuffleHi<H>(x, y, std::make_index_sequence<W>{});
   }
   if constexpr (H > 1) TransposeStages<H / 2>(r);
 }
-inline void Transpose(VF* r) { TransposeStages<W / 2>(r); }
+__attribute__((always_inline)) inline void Transpose(VF* r) { TransposeStages<W / 2>(r); }
 
 // Fixed-order horizontal max / sum (a butterfly; every lane ends up with the result).
 template <int H = 1>
 inline VF AllMax(VF v) {
-  constexpr VI sw = SwapMask<H>(std::make_index_sequence<W>{});
-  const VF t = __builtin_shuffle(v, sw);
+  const VF t = SwapLanes<H>(v, std::make_index_sequence<W>{});
   v = v > t ? v : t;
   if constexpr (2 * H < W) {
     return AllMax<2 * H>(v);
@@ -156,8 +289,7 @@ inline VF AllMax(VF v) {
 }
 template <int H = 1>
 inline VF AllSum(VF v) {
-  constexpr VI sw = SwapMask<H>(std::make_index_sequence<W>{});
-  v = v + __builtin_shuffle(v, sw);
+  v = v + SwapLanes<H>(v, std::make_index_sequence<W>{});
   if constexpr (2 * H < W) {
     return AllSum<2 * H>(v);
   } else {
@@ -191,6 +323,73 @@ inline VF Exp(VF x) {
 }
 inline float ExpScalar(float x) { return Exp(SplatF(x))[0]; }
 
+// The rotation of rotated KV types (quant/kv_dtype.h): R = H·S / sqrt(d). Stage for stage the
+// same additions as RotateKvVector / UnrotateKvVector, so the results are bit-identical to them.
+template <int D>
+struct RotationSigns {
+  float v[D];
+  constexpr RotationSigns() : v() {
+    for (int i = 0; i < D; ++i) v[i] = KvRotationFlips(i) ? -1.f : 1.f;
+  }
+};
+template <int D>
+inline constexpr RotationSigns<D> kRotationSigns{};
+
+template <int H = 1>
+inline VF FwhtLanes(VF v) {
+  constexpr VF sign = ButterflySign<H>(std::make_index_sequence<W>{});
+  // Lane l without bit H: v[l ^ H] + v[l] = a + b; with it: v[l ^ H] - v[l] = a - b.
+  v = SwapLanes<H>(v, std::make_index_sequence<W>{}) + v * sign;
+  if constexpr (2 * H < W) {
+    return FwhtLanes<2 * H>(v);
+  } else {
+    return v;
+  }
+}
+
+// Walsh-Hadamard transform (unnormalised) of D floats held as D / W vectors.
+template <int D>
+inline void Fwht(VF* v) {
+  constexpr int n = D / W;
+  for (int k = 0; k < n; ++k) v[k] = FwhtLanes(v[k]);
+  for (int h = 1; h < n; h *= 2) {
+    for (int k = 0; k < n; k += 2 * h) {
+      for (int j = k; j < k + h; ++j) {
+        const VF a = v[j], b = v[j + h];
+        v[j] = a + b;
+        v[j + h] = a - b;
+      }
+    }
+  }
+}
+
+inline float RotationScale(int d) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+}
+
+// out = R·q (the query of a row against rotated keys). Rotations run once per row (and
+// partition), out of line so that they stay out of RunPartition's hot code.
+template <int D>
+__attribute__((noinline)) void RotateQuery(const float* q, float* out) {
+  VF v[D / W];
+  for (int k = 0; k < D / W; ++k) v[k] = LoadF(q + k * W) * LoadF(kRotationSigns<D>.v + k * W);
+  Fwht<D>(v);
+  const float s = RotationScale(D);
+  for (int k = 0; k < D / W; ++k) StoreF(out + k * W, v[k] * s);
+}
+
+// acc = Rᵀ·acc (a row's weighted sum of rotated values back to the model's basis).
+template <int D>
+__attribute__((noinline)) void UnrotateAcc(float* acc) {
+  VF v[D / W];
+  for (int k = 0; k < D / W; ++k) v[k] = LoadF(acc + k * W);
+  Fwht<D>(v);
+  const float s = RotationScale(D);
+  for (int k = 0; k < D / W; ++k) {
+    StoreF(acc + k * W, (v[k] * s) * LoadF(kRotationSigns<D>.v + k * W));
+  }
+}
+
 // Partial state of one row: acc[D], then m, then l.
 template <int D>
 inline void FoldPartial(float* merged, const float* part) {
@@ -210,7 +409,7 @@ inline void FinishRow(const float* merged, float* out) {
 
 // Per-thread buffers of the kernel.
 struct TileScratch {
-  std::vector<float> kt, vf, scores, probs, state, merged;
+  std::vector<float> kt, vf, scores, probs, state, merged, qrot, qsum;
   void Reserve(int rows, int d) {
     auto grow = [](std::vector<float>& v, size_t n) {
       if (v.size() < n) v.resize(n);
@@ -221,6 +420,8 @@ struct TileScratch {
     grow(probs, W);
     grow(state, static_cast<size_t>(rows) * (d + 2));
     grow(merged, static_cast<size_t>(rows) * (d + 2));
+    grow(qrot, static_cast<size_t>(rows) * d);
+    grow(qsum, static_cast<size_t>(rows));
   }
 };
 inline TileScratch& Scratch() {
@@ -228,28 +429,38 @@ inline TileScratch& Scratch() {
   return s;
 }
 
-// Scores of rows [r0, r0 + NR) against the chunk: scores[r] = (q_r · Kt) * scale.
-template <int D, int NR>
-inline void ScoreRows(const float* const* q, const float* kt, float scale, float* scores) {
+// Scores of rows [r0, r0 + NR) against the chunk of raw keys: scores[r] = (q_r · Kt) * ks, and
+// with kMin also + km * qsum[r] (int4: Σ_i q_i (s·c_i + m) = s (q·c) + m Σ_i q_i). ks and km are
+// per slot with the softmax scale folded in; for f32/f16 ks is the softmax scale in every lane.
+template <int D, int NR, bool kMin>
+inline void ScoreRows(const float* const* q, const float* kt, VF ks, VF km, const float* qsum,
+                      float* scores) {
   VF acc[NR] = {};
   for (int i = 0; i < D; ++i) {
     const VF k = LoadF(kt + i * W);
     for (int j = 0; j < NR; ++j) acc[j] = Fma(q[j][i], k, acc[j]);
   }
-  for (int j = 0; j < NR; ++j) StoreF(scores + j * W, acc[j] * scale);
+  for (int j = 0; j < NR; ++j) {
+    if constexpr (kMin) {
+      StoreF(scores + j * W, Fma(km, qsum[j], acc[j] * ks));
+    } else {
+      StoreF(scores + j * W, acc[j] * ks);
+    }
+  }
 }
 
-template <int D>
-void ScoreRowsN(int nr, const float* const* q, const float* kt, float scale, float* scores) {
+template <int D, bool kMin>
+void ScoreRowsN(int nr, const float* const* q, const float* kt, VF ks, VF km, const float* qsum,
+                float* scores) {
   switch (nr) {
-    case 1: return ScoreRows<D, 1>(q, kt, scale, scores);
-    case 2: return ScoreRows<D, 2>(q, kt, scale, scores);
-    case 3: return ScoreRows<D, 3>(q, kt, scale, scores);
-    case 4: return ScoreRows<D, 4>(q, kt, scale, scores);
-    case 5: return ScoreRows<D, 5>(q, kt, scale, scores);
-    case 6: return ScoreRows<D, 6>(q, kt, scale, scores);
-    case 7: return ScoreRows<D, 7>(q, kt, scale, scores);
-    default: return ScoreRows<D, 8>(q, kt, scale, scores);
+    case 1: return ScoreRows<D, 1, kMin>(q, kt, ks, km, qsum, scores);
+    case 2: return ScoreRows<D, 2, kMin>(q, kt, ks, km, qsum, scores);
+    case 3: return ScoreRows<D, 3, kMin>(q, kt, ks, km, qsum, scores);
+    case 4: return ScoreRows<D, 4, kMin>(q, kt, ks, km, qsum, scores);
+    case 5: return ScoreRows<D, 5, kMin>(q, kt, ks, km, qsum, scores);
+    case 6: return ScoreRows<D, 6, kMin>(q, kt, ks, km, qsum, scores);
+    case 7: return ScoreRows<D, 7, kMin>(q, kt, ks, km, qsum, scores);
+    default: return ScoreRows<D, 8, kMin>(q, kt, ks, km, qsum, scores);
   }
 }
 
@@ -267,9 +478,92 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
   }
 }
 
+// Chunk conversion, once per chunk for all rows of the tile (dispatched on the dtype once per
+// chunk, so the per-element code is straight-line for each type). RunPartition is instantiated
+// per conversion mode (kConv): f32/f16 caches, and K and V both int8, both fp8_e4m3 or both
+// int4, inline their conversions and the partition loop makes no calls; other combinations
+// convert each chunk in an out-of-line call. (Inlining every conversion into one loop crowds it
+// out of the inliner's budget, and any call in the loop makes the compiler keep its vector
+// constants out of registers: each costs about 10%.)
+// Per-slot scales and minimums of a chunk as f16 bits (slots past nc: 0).
+struct ChunkScales {
+  uint16_t s[W], m[W];
+  VF Scales() const { return HalfToF(Load(s)); }
+  VF Mins() const { return HalfToF(Load(m)); }
+  static VH Load(const uint16_t* p) {
+    VH h;
+    std::memcpy(&h, p, sizeof(h));
+    return h;
+  }
+};
+
+// K: the nc slots at ptr converted (raw) and transposed to kt[D][W]; slots past nc are zero.
+template <int D, KvDtype DT>
+inline void ConvertKChunkT(const uint8_t* const* ptr, int nc, float* kt, ChunkScales* cs) {
+  if constexpr (kHasScale<DT>) {
+    for (int s = 0; s < W; ++s) {
+      cs->s[s] = cs->m[s] = 0;
+      if (s < nc) ReadSlotScale<DT, D>(ptr[s], &cs->s[s], &cs->m[s]);
+    }
+  }
+  for (int i = 0; i < D; i += W) {
+    VF r[W];
+    for (int s = 0; s < W; ++s) r[s] = s < nc ? LoadKvRaw<DT, D>(ptr[s], i) : VF{};
+    Transpose(r);
+    for (int s = 0; s < W; ++s) StoreF(kt + (i + s) * W, r[s]);
+  }
+}
+template <int D, KvDtype DT>
+__attribute__((noinline)) void ConvertKChunkOutOfLine(const uint8_t* const* ptr, int nc, float* kt,
+                                                      ChunkScales* cs) {
+  ConvertKChunkT<D, DT>(ptr, nc, kt, cs);
+}
+
+// V: slots [c0, c0 + nc) converted to vf[nc][D], each slot as its pointer is found (keeping the
+// row pointer in a register measurably beats gathering the pointers first).
+template <int D, KvDtype DT>
+inline void ConvertVChunkT(const PagedKvLayerView& kv, std::span<const BlockId> table, int kv_head,
+                           int c0, int nc, float* vf, ChunkScales* cs) {
+  if constexpr (kHasScale<DT>) {
+    for (int s = 0; s < W; ++s) cs->s[s] = cs->m[s] = 0;
+  }
+  ForSlots<false>(kv, table, kv_head, c0, nc, [&](int s, const uint8_t* row) {
+    if constexpr (kHasScale<DT>) ReadSlotScale<DT, D>(row, &cs->s[s], &cs->m[s]);
+    for (int i = 0; i < D; i += W) StoreF(vf + s * D + i, LoadKvRaw<DT, D>(row, i));
+  });
+}
+template <int D, KvDtype DT>
+__attribute__((noinline)) void ConvertVChunkOutOfLine(const PagedKvLayerView& kv,
+                                                      std::span<const BlockId> table, int kv_head,
+                                                      int c0, int nc, float* vf, ChunkScales* cs) {
+  ConvertVChunkT<D, DT>(kv, table, kv_head, c0, nc, vf, cs);
+}
+
+// Calls fn.template operator()<DT>() for the run-time dtype.
+template <typename Fn>
+inline void WithKvDtype(KvDtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case KvDtype::kF32: return fn.template operator()<KvDtype::kF32>();
+    case KvDtype::kF16: return fn.template operator()<KvDtype::kF16>();
+    case KvDtype::kBF16: return fn.template operator()<KvDtype::kBF16>();
+    case KvDtype::kInt8: return fn.template operator()<KvDtype::kInt8>();
+    case KvDtype::kFp8E4M3: return fn.template operator()<KvDtype::kFp8E4M3>();
+    case KvDtype::kFp8E5M2: return fn.template operator()<KvDtype::kFp8E5M2>();
+    case KvDtype::kInt4: return fn.template operator()<KvDtype::kInt4>();
+  }
+}
+inline bool IsPlain(KvDtype d) { return d == KvDtype::kF32 || d == KvDtype::kF16; }
+// RunPartition's conversion mode: f32/f16 (decided per chunk), any types (out-of-line calls),
+// or a KvDtype's value: K and V both of that type, inlined.
+constexpr int kConvPlain = -1, kConvAny = -2;
+inline bool HasScale(KvDtype d) {
+  return d == KvDtype::kInt8 || d == KvDtype::kFp8E4M3 || d == KvDtype::kInt4;
+}
+inline bool HasMin(KvDtype d) { return d == KvDtype::kInt4; }
+
 // Runs partition `p` for every row of the tile that has slots in it, leaving each such row's
 // partial state (acc[D], m, l) at state + r * (D + 2). Returns the first such row.
-template <int D>
+template <int D, int kConv>
 int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
                  TileScratch& sc, const float* const* qrows) {
   const int rows = t.num_tokens * t.group;
@@ -289,6 +583,13 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
   const VI iota = Iota();
   float* kt = sc.kt.data();
   float* vf = sc.vf.data();
+  // Quantized types: per-slot scales (and int4 minimums) are applied to the scores and to the
+  // probabilities, once per slot and row, rather than to every element.
+  constexpr bool kPlain = kConv == kConvPlain;
+  const bool k_scaled = !kPlain && HasScale(kv.k_dtype), k_min = !kPlain && HasMin(kv.k_dtype);
+  const bool v_scaled = !kPlain && HasScale(kv.v_dtype), v_min = !kPlain && HasMin(kv.v_dtype);
+  const float k_factor = scale * RawFactor(kv.k_dtype), v_factor = RawFactor(kv.v_dtype);
+  ChunkScales kcs, vcs;
   for (int c0 = s0; c0 < s1; c0 += W) {
     const int nc = std::min(W, s1 - c0);  // slots of the chunk any row sees
     // K: convert and transpose to kt[D][W]; slots past nc are zero (and masked below).
@@ -296,23 +597,50 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
       const uint8_t* ptr[W] = {};
       ForSlots<true>(kv, t.block_table, t.kv_head, c0, nc,
                      [&](int i, const uint8_t* s) { ptr[i] = s; });
-      for (int i = 0; i < D; i += W) {
-        VF r[W];
-        for (int s = 0; s < W; ++s) r[s] = s < nc ? LoadKv(kv.k_dtype, ptr[s], i) : VF{};
-        Transpose(r);
-        for (int s = 0; s < W; ++s) StoreF(kt + (i + s) * W, r[s]);
+      if constexpr (kPlain) {
+        if (kv.k_dtype == KvDtype::kF16) {
+          ConvertKChunkT<D, KvDtype::kF16>(ptr, nc, kt, &kcs);
+        } else {
+          ConvertKChunkT<D, KvDtype::kF32>(ptr, nc, kt, &kcs);
+        }
+      } else if constexpr (kConv >= 0) {
+        ConvertKChunkT<D, static_cast<KvDtype>(kConv)>(ptr, nc, kt, &kcs);
+      } else {
+        WithKvDtype(kv.k_dtype,
+                    [&]<KvDtype DT>() { ConvertKChunkOutOfLine<D, DT>(ptr, nc, kt, &kcs); });
       }
     }
-    ForSlots<false>(kv, t.block_table, t.kv_head, c0, nc, [&](int s, const uint8_t* row) {
-      for (int i = 0; i < D; i += W) StoreF(vf + s * D + i, LoadKv(kv.v_dtype, row, i));
-    });
+    // V: convert to vf[nc][D].
+    if constexpr (kPlain) {
+      if (kv.v_dtype == KvDtype::kF16) {
+        ConvertVChunkT<D, KvDtype::kF16>(kv, t.block_table, t.kv_head, c0, nc, vf, &vcs);
+      } else {
+        ConvertVChunkT<D, KvDtype::kF32>(kv, t.block_table, t.kv_head, c0, nc, vf, &vcs);
+      }
+    } else if constexpr (kConv >= 0) {
+      ConvertVChunkT<D, static_cast<KvDtype>(kConv)>(kv, t.block_table, t.kv_head, c0, nc, vf,
+                                                     &vcs);
+    } else {
+      WithKvDtype(kv.v_dtype, [&]<KvDtype DT>() {
+        ConvertVChunkOutOfLine<D, DT>(kv, t.block_table, t.kv_head, c0, nc, vf, &vcs);
+      });
+    }
     // First row that sees slot c0.
     const int jc = std::max(0, c0 - t.first_slots + 1);
     const int rc = jc * t.group;
+    const VF ks = k_scaled ? kcs.Scales() * k_factor : SplatF(scale);
+    const VF km = k_min ? kcs.Mins() * scale : VF{};
     for (int r = rc; r < rows; r += 8) {
       const int nr = std::min(8, rows - r);
-      ScoreRowsN<D>(nr, qrows + r, kt, scale, sc.scores.data() + static_cast<size_t>(r) * W);
+      float* out = sc.scores.data() + static_cast<size_t>(r) * W;
+      if (k_min) {
+        ScoreRowsN<D, true>(nr, qrows + r, kt, ks, km, sc.qsum.data() + r, out);
+      } else {
+        ScoreRowsN<D, false>(nr, qrows + r, kt, ks, km, nullptr, out);
+      }
     }
+    const VF vs = v_scaled ? vcs.Scales() * v_factor : SplatF(1.f);
+    const VF vm = v_min ? vcs.Mins() : VF{};
     for (int r = rc; r < rows; ++r) {
       const int visible = t.first_slots + r / t.group;
       const int v = std::min(W, visible - c0);  // slots of this chunk the row sees, >= 1
@@ -335,6 +663,9 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
       VF pr = Exp(s - m);
       pr = valid ? pr : VF{};
       l += HSum(pr);
+      // Quantized values: Σ p_s (s_s c_s + m_s) = Σ (p_s s_s) c_s + Σ p_s m_s.
+      const float pm = v_min ? HSum(pr * vm) : 0.f;
+      if (v_scaled) pr = pr * vs;
       float* probs = sc.probs.data();
       StoreF(probs, pr);
       // Two interleaved partial sums (even and odd slots) halve the FMA dependency chains;
@@ -354,20 +685,70 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
         const float* v0 = vf + k * D;
         for (int i = 0; i < D / W; ++i) even[i] = Fma(probs[k], LoadF(v0 + i * W), even[i]);
       }
-      for (int i = 0; i < D / W; ++i) StoreF(st + i * W, acc[i] + (even[i] + odd[i]));
+      if (v_min) {
+        for (int i = 0; i < D / W; ++i) StoreF(st + i * W, acc[i] + ((even[i] + odd[i]) + pm));
+      } else {
+        for (int i = 0; i < D / W; ++i) StoreF(st + i * W, acc[i] + (even[i] + odd[i]));
+      }
       st[D] = m;
       st[D + 1] = l;
+    }
+  }
+  // Rotated values: the partial sums are in the rotated basis; map them back (linear, so doing
+  // it per partition equals doing it after the merge, and both paths do the same).
+  if (!kPlain && KvDtypeIsRotated(kv.v_dtype)) {
+    for (int r = r_first; r < rows; ++r) {
+      UnrotateAcc<D>(sc.state.data() + static_cast<size_t>(r) * (D + 2));
     }
   }
   return r_first;
 }
 
+// The instantiation of RunPartition for the tile's K/V types.
 template <int D>
-void RowPointers(const AttentionTile& t, std::vector<const float*>& q) {
+int RunPartitionFor(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
+                    TileScratch& sc, const float* const* qrows) {
+  if (IsPlain(kv.k_dtype) && IsPlain(kv.v_dtype)) {
+    return RunPartition<D, kConvPlain>(t, kv, scale, p, sc, qrows);
+  }
+  if (kv.k_dtype == kv.v_dtype) {
+    switch (kv.k_dtype) {
+      case KvDtype::kInt8:
+        return RunPartition<D, static_cast<int>(KvDtype::kInt8)>(t, kv, scale, p, sc, qrows);
+      case KvDtype::kFp8E4M3:
+        return RunPartition<D, static_cast<int>(KvDtype::kFp8E4M3)>(t, kv, scale, p, sc, qrows);
+      case KvDtype::kInt4:
+        return RunPartition<D, static_cast<int>(KvDtype::kInt4)>(t, kv, scale, p, sc, qrows);
+      default:
+        break;
+    }
+  }
+  return RunPartition<D, kConvAny>(t, kv, scale, p, sc, qrows);
+}
+
+// Query row pointers; against rotated keys, the rows rotated into sc.qrot.
+template <int D>
+void RowPointers(const AttentionTile& t, const PagedKvLayerView& kv, TileScratch& sc,
+                 std::vector<const float*>& q) {
   const int rows = t.num_tokens * t.group;
   q.resize(rows);
   for (int r = 0; r < rows; ++r) {
     q[r] = t.q + (r / t.group) * t.q_stride + static_cast<int64_t>(r % t.group) * D;
+  }
+  if (KvDtypeIsRotated(kv.k_dtype)) {
+    for (int r = 0; r < rows; ++r) {
+      float* out = sc.qrot.data() + static_cast<size_t>(r) * D;
+      RotateQuery<D>(q[r], out);
+      q[r] = out;
+    }
+  }
+  // Keys with a per-slot minimum (int4) add m · Σ_i q_i to each score.
+  if (HasMin(kv.k_dtype)) {
+    for (int r = 0; r < rows; ++r) {
+      VF sum{};
+      for (int i = 0; i < D; i += W) sum += LoadF(q[r] + i);
+      sc.qsum[r] = HSum(sum);
+    }
   }
 }
 
@@ -377,10 +758,10 @@ void TileAll(const AttentionTile& t, const PagedKvLayerView& kv, float scale) {
   const int rows = t.num_tokens * t.group;
   sc.Reserve(rows, D);
   thread_local std::vector<const float*> q;
-  RowPointers<D>(t, q);
+  RowPointers<D>(t, kv, sc, q);
   const int np = AttentionPartitions(t.first_slots + t.num_tokens - 1);
   for (int p = 0; p < np; ++p) {
-    const int r0 = RunPartition<D>(t, kv, scale, p, sc, q.data());
+    const int r0 = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
     for (int r = r0; r < rows; ++r) {
       float* merged = sc.merged.data() + static_cast<size_t>(r) * (D + 2);
       const float* part = sc.state.data() + static_cast<size_t>(r) * (D + 2);
@@ -404,8 +785,8 @@ void TilePartition(const AttentionTile& t, const PagedKvLayerView& kv, float sca
   const int rows = t.num_tokens * t.group;
   sc.Reserve(rows, D);
   thread_local std::vector<const float*> q;
-  RowPointers<D>(t, q);
-  const int r0 = RunPartition<D>(t, kv, scale, p, sc, q.data());
+  RowPointers<D>(t, kv, sc, q);
+  const int r0 = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
   std::memcpy(partials + static_cast<size_t>(r0) * (D + 2),
               sc.state.data() + static_cast<size_t>(r0) * (D + 2),
               sizeof(float) * (rows - r0) * (D + 2));

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "quant/kv_dtype.h"
+
 namespace kvserve {
 
 Histogram::Histogram(std::vector<double> bounds)
@@ -144,6 +146,14 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
   w.Gauge("kvserve:kv_cache_blocks", "", kv.num_cached, "state=\"cached\"");
   w.Gauge("kvserve:kv_cache_blocks", "", kv.num_in_use, "state=\"in_use\"");
   w.Gauge("kvserve:kv_cache_blocks_total", "All KV-cache blocks.", kv.num_blocks);
+  w.Gauge("kvserve:kv_cache_bytes_per_token",
+          "KV-cache bytes of one token over all layers, K and V, scales included.",
+          static_cast<double>(stats.kv_bytes_per_token));
+  w.Gauge("kvserve:kv_cache_capacity_tokens", "Tokens the whole KV cache holds.",
+          static_cast<double>(stats.kv_capacity_tokens));
+  w.Gauge("kvserve:cache_config_info", "KV-cache element types (value 1).", 1,
+          fmt::format("cache_type_k=\"{}\",cache_type_v=\"{}\"", KvDtypeName(stats.kv_k_dtype),
+                      KvDtypeName(stats.kv_v_dtype)));
   w.Counter("kvserve:prefix_cache_queries_total",
             "Prompt tokens looked up in the prefix cache.", static_cast<double>(kv.query_tokens));
   w.Counter("kvserve:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",

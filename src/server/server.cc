@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/synthetic_model.h"
+#include "kv/kv_storage.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/log.h"
@@ -72,6 +73,9 @@ Status Serve(const ServeConfig& config) {
   const EngineStats stats = engine->stats();
   KV_LOG(Info, "serving '{}' ({} KV blocks of {} tokens, max model length {})", name,
               stats.kv.num_blocks, engine->config().block_size, engine->config().max_model_len);
+  fmt::print(stderr, "kvserve: {}\n",
+             KvCapacitySummary(stats.kv_k_dtype, stats.kv_v_dtype, stats.kv_bytes_per_token,
+                               stats.kv_capacity_tokens));
   std::printf("kvserve: listening on http://%s:%d\n", http.host.c_str(), port);
   std::fflush(stdout);
 

@@ -53,4 +53,16 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
   return fail();
 }
 
+std::string FormatByteSize(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  static constexpr const char* kNames[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < std::size(kNames)) {
+    v /= 1024.0;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", v, kNames[u]);
+}
+
 }  // namespace kvserve

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "kvserve/status.h"
@@ -13,5 +14,9 @@ namespace kvserve {
 // InvalidArgument (naming the accepted forms) for anything else, a negative or non-finite
 // number, or a value above 2^62.
 Result<uint64_t> ParseByteSize(std::string_view text);
+
+// "512 B", "3.5 KiB", "2.0 GiB": binary units with one decimal (the unit that keeps the number
+// below 1024).
+std::string FormatByteSize(uint64_t bytes);
 
 }  // namespace kvserve

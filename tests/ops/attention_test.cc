@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace kvserve {
@@ -73,7 +76,7 @@ TEST_P(AttentionTest, PagedMatchesNaiveWithScatteredBlocks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KvTypes, AttentionTest, ::testing::Values(KvDtype::kF32, KvDtype::kF16),
+INSTANTIATE_TEST_SUITE_P(KvTypes, AttentionTest, ::testing::ValuesIn(kAllKvDtypes),
                          [](const auto& p) { return std::string(KvDtypeName(p.param)); });
 
 // A paged K/V arena for one layer with a scrambled block table. Slots nobody wrote hold NaN, so
@@ -125,8 +128,12 @@ struct IsaGuard {
   ~IsaGuard() { SetAttentionIsa("best"); }
 };
 
+bool Supports(KvDtype dtype, int head_dim) { return CheckKvDtype(dtype, head_dim).ok(); }
+
 // The fast kernel against the reference over head dims, group sizes, context lengths around
-// chunk, block and partition boundaries, K/V dtypes and every ISA this CPU has.
+// chunk, block and partition boundaries, K/V dtypes and every ISA this CPU has. Both dequantize
+// the same bytes (the reference through LoadKvVector, un-rotated; the kernel inside its chunk
+// conversion, against a rotated query for int4), so they agree to float rounding for every type.
 TEST(AttentionFast, MatchesReference) {
   IsaGuard guard;
   std::mt19937 rng(11);
@@ -135,9 +142,14 @@ TEST(AttentionFast, MatchesReference) {
                                     33,  63,  100, 255, 511, 512, 513, 1023, 1025, 1537, 2100};
   for (const std::string& isa : Isas()) {
     ASSERT_TRUE(SetAttentionIsa(isa));
-    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kF32}) {
+    for (KvDtype dtype : kAllKvDtypes) {
       for (int head_dim : {64, 128, 16, 80, 40}) {
+        if (!Supports(dtype, head_dim)) continue;
+        // The quantized types share the f16/f32 code paths but the conversion: fewer shapes.
+        const bool plain = dtype == KvDtype::kF16 || dtype == KvDtype::kF32;
+        if (!plain && head_dim != 64 && head_dim != 16 && head_dim != 80) continue;
         for (int block_size : {16, 5}) {
+          if (!plain && block_size != (head_dim == 64 ? 5 : 16)) continue;
           const int max_len = head_dim == 64 ? 2100 : 600;
           Arena a(dtype, head_dim, block_size, 2, max_len, rng);
           for (int group : {1, 2, 3, 4, 5, 6, 7, 8}) {
@@ -179,9 +191,11 @@ TEST(AttentionFast, RowsAreBitIdenticalHoweverTheWorkIsSplit) {
   std::normal_distribution<float> nd(0.f, 1.f);
   for (const std::string& isa : Isas()) {
     ASSERT_TRUE(SetAttentionIsa(isa));
-    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kF32}) {
+    for (KvDtype dtype : kAllKvDtypes) {
       for (int head_dim : {64, 128}) {
         for (int group : {1, 4, 8}) {
+          const bool plain = dtype == KvDtype::kF16 || dtype == KvDtype::kF32;
+          if (!plain && group == 4) continue;
           const int cached = head_dim == 64 ? 1000 : 500, num_new = 40;
           const int total = cached + num_new;
           Arena a(dtype, head_dim, 16, 1, total, rng);
@@ -242,6 +256,86 @@ TEST(AttentionFast, RowsAreBitIdenticalHoweverTheWorkIsSplit) {
         }
       }
     }
+  }
+}
+
+// K and V of mixed types: each side converts with its own type (int4 keys rotate the query,
+// int4 values rotate the output back), the other side untouched.
+TEST(AttentionFast, MixedKeyAndValueTypesMatchTheReference) {
+  IsaGuard guard;
+  for (const std::string& isa : Isas()) {
+    ASSERT_TRUE(SetAttentionIsa(isa));
+    for (auto [kt, vt] :
+         {std::pair{KvDtype::kInt4, KvDtype::kF16}, std::pair{KvDtype::kF16, KvDtype::kInt4},
+          std::pair{KvDtype::kInt8, KvDtype::kFp8E4M3},
+          std::pair{KvDtype::kFp8E5M2, KvDtype::kBF16}}) {
+      std::mt19937 rng_k(21), rng_v(21);
+      Arena ka(kt, 64, 16, 1, 700, rng_k), va(vt, 64, 16, 1, 700, rng_v);
+      PagedKvLayerView view = ka.view;  // same block table: the arenas drew the same shuffle
+      view.v = va.view.v;
+      view.v_dtype = vt;
+      view.v_head_bytes = va.view.v_head_bytes;
+      std::mt19937 rng(3);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      for (int len : {1, 17, 513, 700}) {
+        const int group = 4;
+        std::vector<float> q(static_cast<size_t>(group) * 64);
+        for (float& x : q) x = nd(rng);
+        std::vector<float> scratch(AttentionScratchFloats(len, group, 64));
+        std::vector<float> want(q.size()), got(q.size());
+        AttendGroupReference(q.data(), group, 0, view, ka.table, len, 0.125f, scratch.data(),
+                             want.data());
+        AttendGroup(q.data(), group, 0, view, ka.table, len, 0.125f, nullptr, got.data());
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 3e-5) << isa << " " << KvDtypeName(kt) << "/"
+                                             << KvDtypeName(vt) << " len=" << len << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+// Each quantized type against the same K/V kept in f32: the output error is bounded by what the
+// type's rounding allows.
+TEST(AttentionFast, QuantizedTypesStayCloseToUnquantizedAttention) {
+  struct Case {
+    KvDtype dtype;
+    double bound;  // max |out - out_f32| / max |out_f32|
+  };
+  // Uniform random K/V (no outliers, near-zero outputs over long contexts): a loose sanity
+  // bound per type, about twice the measured maxima (f16 5e-4, bf16 3e-3, int8 1e-2,
+  // fp8_e4m3 6e-2, fp8_e5m2 1.2e-1, int4 2.4e-1). Quality on real models: kvserve perplexity.
+  const Case cases[] = {{KvDtype::kF16, 2e-3},       {KvDtype::kBF16, 1e-2},
+                        {KvDtype::kInt8, 2e-2},      {KvDtype::kFp8E4M3, 1.2e-1},
+                        {KvDtype::kFp8E5M2, 2.5e-1}, {KvDtype::kInt4, 5e-1}};
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const Case& c : cases) {
+    double worst = 0;
+    for (int head_dim : {64, 128}) {
+      std::mt19937 rng_a(31), rng_b(31);
+      Arena ref(KvDtype::kF32, head_dim, 16, 1, 1100, rng_a);
+      Arena quant(c.dtype, head_dim, 16, 1, 1100, rng_b);
+      ASSERT_EQ(ref.table, quant.table);
+      for (int len : {1, 5, 64, 600, 1100}) {
+        const int group = 2;
+        std::vector<float> q(static_cast<size_t>(group) * head_dim);
+        for (float& x : q) x = nd(rng) * 2.f;
+        const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> want(q.size()), got(q.size());
+        AttendGroup(q.data(), group, 0, ref.view, ref.table, len, scale, nullptr, want.data());
+        AttendGroup(q.data(), group, 0, quant.view, quant.table, len, scale, nullptr, got.data());
+        double max_ref = 0, max_err = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[i])));
+          max_err = std::max(max_err, std::fabs(static_cast<double>(got[i]) - want[i]));
+        }
+        worst = std::max(worst, max_err / max_ref);
+      }
+    }
+    EXPECT_LE(worst, c.bound) << KvDtypeName(c.dtype);
+    std::printf("[ measured ] %-9s max relative error %.2e (bound %.0e)\n",
+                std::string(KvDtypeName(c.dtype)).c_str(), worst, c.bound);
   }
 }
 

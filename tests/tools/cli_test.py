@@ -106,6 +106,68 @@ class CliTest(unittest.TestCase):
     def test_bad_cache_type_is_refused(self):
         self.assert_clean_error(run("run", "--prompt", "x", "--cache-type-k", "q3", check=False))
 
+    def test_unknown_cache_type_names_the_valid_ones(self):
+        proc = run("run", "--model", self.model, "--prompt", "x", "--cache-type-v", "int3",
+                   check=False)
+        self.assert_clean_error(proc, "--cache-type-v", "'int3'",
+                                "f32, f16, bf16, int8, fp8_e4m3, fp8_e5m2, int4")
+
+    def test_int4_cache_needs_a_power_of_two_head_dim(self):
+        odd = os.path.join(self.tmp.name, "hd24.gguf")
+        run("make-model", "--out", odd, "--arch", "llama", "--layers", "1", "--hidden", "96",
+            "--heads", "4", "--kv-heads", "2", "--ffn", "64", "--vocab", "300")
+        proc = run("run", "--model", odd, "--prompt-ids", "1,2", "-n", "1", "--cache-type-k",
+                   "int4", check=False)
+        self.assert_clean_error(proc, "power of two", "24")
+        run("run", "--model", odd, "--prompt-ids", "1,2", "-n", "1", "--cache-type-k", "int8")
+
+    def test_startup_line_gives_bytes_per_token_and_capacity(self):
+        # The test model: 2 layers, 2 KV heads, head_dim 16. int8 K: 16 + 2 bytes, int4 V: 8 + 4.
+        proc = run("run", "--model", self.model, "--prompt-ids", "1,2,3", "-n", "2",
+                   "--cache-type-k", "int8", "--cache-type-v", "int4", "--kv-cache-memory",
+                   "64KiB", "--json")
+        per_token = 2 * 2 * ((16 + 2) + (8 + 4))
+        tokens = 65536 // (per_token * 16) * 16
+        self.assertIn(f"kvserve: KV cache int8/int4: {per_token} bytes/token, {tokens} tokens in",
+                      proc.stderr)
+        json.loads(proc.stdout)  # stdout stays pure JSON
+
+    def test_perplexity_compares_a_quantized_cache_with_f16(self):
+        path = os.path.join(self.tmp.name, "ppl-q.txt")
+        with open(path, "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog and runs far away " * 6)
+        base = ["perplexity", "--model", self.model, "--file", path, "--ctx", "64", "--json",
+                "--threads", "2"]
+        f16 = json.loads(run(*base).stdout)
+        self.assertEqual(f16["kl_divergence"], 0.0)
+        self.assertEqual(f16["top1_agreement"], 1.0)
+        self.assertFalse(f16["compared"])
+        self.assertEqual(f16["reference_perplexity"], f16["perplexity"])
+        self.assertEqual(f16["bytes_per_token"], 2 * 2 * 2 * 16 * 2)
+        for k, v, head_bytes in [("int8", "int8", 18 + 18), ("fp8_e4m3", "fp8_e5m2", 18 + 16),
+                                 ("int4", "int4", 12 + 12), ("f32", "f16", 64 + 32)]:
+            out = json.loads(run(*base, "--cache-type-k", k, "--cache-type-v", v).stdout)
+            for key in ("perplexity", "tokens", "kl_divergence", "top1_agreement",
+                        "reference_perplexity", "cache_type_k", "cache_type_v", "bytes_per_token"):
+                self.assertIn(key, out)
+            self.assertTrue(out["compared"])
+            self.assertEqual((out["cache_type_k"], out["cache_type_v"]), (k, v))
+            self.assertEqual(out["bytes_per_token"], 2 * 2 * head_bytes)
+            self.assertEqual(out["tokens"], f16["tokens"])
+            # The reference run is the f16 run above, window for window.
+            self.assertAlmostEqual(out["reference_perplexity"], f16["perplexity"],
+                                   delta=1e-9 * f16["perplexity"])
+            self.assertGreaterEqual(out["kl_divergence"], 0.0)
+            self.assertLess(out["kl_divergence"], 0.5)
+            self.assertGreaterEqual(out["top1_agreement"], 0.0)
+            self.assertLessEqual(out["top1_agreement"], 1.0)
+            self.assertNotEqual(out["perplexity"], f16["perplexity"])
+        # The human table names both rows.
+        table = run(*base[:-3], "--cache-type-k", "int8", "--cache-type-v", "int8").stdout
+        self.assertIn("f16/f16", table)
+        self.assertIn("int8/int8", table)
+        self.assertIn("KL vs f16", table)
+
     def test_invalid_utf8_prompt_does_not_crash(self):
         path = os.path.join(self.tmp.name, "bad.txt")
         with open(path, "wb") as f:

@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "engine_options.h"
 #include "prefix/eviction_policy.h"
 #include "quant/kv_dtype.h"
 #include "server/server.h"
@@ -13,7 +14,9 @@ namespace {
 struct ServeOptions {
   ServeConfig config;
   std::string kv_cache_memory;
-  std::string kv_cache_dtype = "f16";
+  std::string kv_cache_dtype;  // shorthand for both types
+  std::string cache_type_k;
+  std::string cache_type_v;
   std::string eviction_policy = "lru";
   std::string max_body = "8MiB";
   bool enable_prefix_caching = false;
@@ -33,9 +36,16 @@ void RunServe(ServeOptions& o) {
   auto body = ParseByteSize(o.max_body);
   if (!body.ok()) Fail("--max-body-bytes: " + body.status().message());
   c.http.max_body_bytes = static_cast<size_t>(*body);
-  const auto dtype = ParseKvDtype(o.kv_cache_dtype);
-  if (!dtype) Fail("--kv-cache-dtype must be f16 or f32");
-  c.engine.k_dtype = c.engine.v_dtype = *dtype;
+  // --kv-cache-dtype sets both types; --cache-type-k / --cache-type-v override one.
+  const auto dtype = [](const std::string& name, std::string_view flag, KvDtype fallback) {
+    if (name.empty()) return fallback;
+    auto d = ParseKvDtypeOrError(name, flag);
+    if (!d.ok()) Fail(d.status().message());
+    return *d;
+  };
+  const KvDtype both = dtype(o.kv_cache_dtype, "--kv-cache-dtype", KvDtype::kF16);
+  c.engine.k_dtype = dtype(o.cache_type_k, "--cache-type-k", both);
+  c.engine.v_dtype = dtype(o.cache_type_v, "--cache-type-v", both);
   auto policy = ParseEvictionPolicy(o.eviction_policy);
   if (!policy.ok()) Fail("--eviction-policy: " + policy.status().message());
   c.engine.eviction_policy = *policy;
@@ -69,7 +79,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache budget, e.g. 2GiB");
   cmd->add_option("--num-blocks", c.engine.num_blocks, "KV blocks (overrides --kv-cache-memory)");
   cmd->add_option("--block-size", c.engine.block_size, "Tokens per KV block (default 16)");
-  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV cache element type: f16 or f32");
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                  "KV cache type of keys and values (shorthand for both flags below)");
+  cmd->add_option("--cache-type-k", o->cache_type_k, KvCacheTypeHelp("keys"));
+  cmd->add_option("--cache-type-v", o->cache_type_v, KvCacheTypeHelp("values"));
   cmd->add_option("--max-model-len", c.engine.max_model_len,
                   "Prompt + completion tokens per request (default: the model's context)");
   cmd->add_flag("--enable-prefix-caching", o->enable_prefix_caching,

@@ -1,21 +1,26 @@
 #include "engine_options.h"
 
+#include <fmt/format.h>
+
 #include "commands.h"
 #include "engine/synthetic_model.h"
+#include "util/byte_size.h"
 
 namespace kvserve::cli {
 
 void AddEngineOptions(CLI::App* cmd, EngineOptions& o) {
   cmd->add_option("-m,--model", o.model, "GGUF model file (default: the embedded model)");
   cmd->add_option("-t,--threads", o.threads, "Worker threads (default: all hardware threads)");
-  cmd->add_option("--cache-type-k", o.cache_type_k, "KV cache type of keys: f16 or f32");
-  cmd->add_option("--cache-type-v", o.cache_type_v, "KV cache type of values: f16 or f32");
+  cmd->add_option("--cache-type-k", o.cache_type_k, KvCacheTypeHelp("keys"));
+  cmd->add_option("--cache-type-v", o.cache_type_v, KvCacheTypeHelp("values"));
+  cmd->add_option("--kv-cache-memory", o.kv_cache_memory,
+                  "KV cache budget, e.g. 256MiB (default: room for one --ctx sequence)");
   cmd->add_option("-c,--ctx,--max-model-len", o.ctx, "Maximum tokens per sequence (default: model's)");
   cmd->add_option("--block-size", o.block_size, "Tokens per KV block");
   cmd->add_option("-b,--batch", o.batch, "Most tokens per forward pass (prefill chunk)");
 }
 
-Loaded Load(const EngineOptions& o, bool need_tokenizer) {
+Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet) {
   auto file = OpenModelOrDefault(o.model);
   if (!file.ok()) Fail(file.status().ToString());
   Loaded out;
@@ -32,15 +37,28 @@ Loaded Load(const EngineOptions& o, bool need_tokenizer) {
   GeneratorConfig gc;
   gc.num_threads = o.threads;
   gc.block_size = o.block_size;
-  const auto k = ParseKvDtype(o.cache_type_k);
-  const auto v = ParseKvDtype(o.cache_type_v);
-  if (!k || !v) Fail("--cache-type-k/--cache-type-v must be f16 or f32");
+  const auto k = ParseKvDtypeOrError(o.cache_type_k, "--cache-type-k");
+  if (!k.ok()) Fail(k.status().message());
+  const auto v = ParseKvDtypeOrError(o.cache_type_v, "--cache-type-v");
+  if (!v.ok()) Fail(v.status().message());
   gc.k_dtype = *k;
   gc.v_dtype = *v;
+  if (!o.kv_cache_memory.empty()) {
+    auto bytes = ParseByteSize(o.kv_cache_memory);
+    if (!bytes.ok()) Fail("--kv-cache-memory: " + bytes.status().message());
+    gc.kv_cache_bytes = *bytes;
+  }
   auto gen = Generator::Create(std::move(model).value(), gc);
   if (!gen.ok()) Fail(gen.status().ToString());
   out.generator = std::move(gen).value();
+  const KvStorage& kv = out.generator->kv_storage();
+  if (!quiet) fmt::print(stderr, "kvserve: {}\n", KvCapacitySummary(kv.layout(), kv.num_blocks()));
   return out;
+}
+
+std::string KvCacheTypeHelp(std::string_view what) {
+  return fmt::format("KV cache type of {}: {} (default f16; see docs/kv_dtypes.md)", what,
+                     KvDtypeNames());
 }
 
 }  // namespace kvserve::cli

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -21,6 +22,7 @@ struct EngineOptions {
   int ctx = 0;
   int block_size = 16;
   int batch = 512;
+  std::string kv_cache_memory;  // budget, e.g. "2GiB"; empty = room for one --ctx sequence
 };
 
 void AddEngineOptions(CLI::App* cmd, EngineOptions& o);
@@ -30,7 +32,11 @@ struct Loaded {
   std::optional<Tokenizer> tokenizer;
 };
 
-// Loads the model and builds its Generator; Fail()s with a clear message on any error.
-Loaded Load(const EngineOptions& o, bool need_tokenizer);
+// Loads the model and builds its Generator; Fail()s with a clear message on any error. Prints
+// the KV cache's start-up line (types, bytes per token, capacity) to stderr unless `quiet`.
+Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet = false);
+
+// The help text of a KV cache type flag.
+std::string KvCacheTypeHelp(std::string_view what);
 
 }  // namespace kvserve::cli
