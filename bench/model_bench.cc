@@ -159,16 +159,7 @@ double AttentionStep(Bench& b, int context, int steps) {
   for (int s = 0; s < steps; ++s) {
     const auto t0 = Clock::now();
     for (int layer = 0; layer < l.num_layers; ++layer) {
-      PagedKvLayerView v;
-      v.k = b.kv->KTile(layer, BlockId(0), 0);
-      v.v = b.kv->VTile(layer, BlockId(0), 0);
-      v.k_dtype = l.k_dtype;
-      v.v_dtype = l.v_dtype;
-      v.num_kv_heads = l.num_kv_heads;
-      v.head_dim = l.head_dim;
-      v.block_size = l.block_size;
-      v.k_head_bytes = l.k_head_bytes();
-      v.v_head_bytes = l.v_head_bytes();
+      const PagedKvLayerView v = KvLayerView(*b.kv, layer);
       b.pool->Run([&](int t, int nt) {
         for (int h = t; h < l.num_kv_heads; h += nt) {
           AttentionTile tile;

@@ -22,7 +22,9 @@ void AddBias(float* y, const std::vector<float>& bias, int64_t num_tokens) {
   for (int64_t t = 0; t < num_tokens; ++t) AddInPlace(y + t * n, bias.data(), n);
 }
 
-PagedKvLayerView LayerView(const KvStorage& kv, int layer) {
+}  // namespace
+
+PagedKvLayerView KvLayerView(const KvStorage& kv, int layer) {
   const KvLayout& l = kv.layout();
   PagedKvLayerView v;
   v.k = kv.KTile(layer, BlockId(0), 0);
@@ -36,8 +38,6 @@ PagedKvLayerView LayerView(const KvStorage& kv, int layer) {
   v.v_head_bytes = l.v_head_bytes();
   return v;
 }
-
-}  // namespace
 
 Status Model::ValidateBatch(const ForwardBatch& batch, const KvStorage& kv) const {
   const int n = batch.num_tokens();
@@ -165,7 +165,7 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
 void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, ThreadPool& pool) {
   Scratch& s = *scratch_;
   const ModelConfig& c = config_;
-  const PagedKvLayerView view = LayerView(kv, li);
+  const PagedKvLayerView view = KvLayerView(kv, li);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int group = c.group();
   const int64_t q_dim = c.q_dim();

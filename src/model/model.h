@@ -17,12 +17,16 @@
 #include "kvserve/status.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
+#include "ops/attention.h"
 #include "ops/matmul.h"
 #include "ops/rope.h"
 #include "util/aligned_buffer.h"
 #include "util/thread_pool.h"
 
 namespace kvserve {
+
+// The attention kernel's view of one layer of a KV storage (arena bases, dtypes, strides).
+PagedKvLayerView KvLayerView(const KvStorage& kv, int layer);
 
 struct ModelOptions {
   int max_batch_tokens = 512;  // most tokens one Forward() may carry
