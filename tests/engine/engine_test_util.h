@@ -41,11 +41,12 @@ inline std::unique_ptr<Model> TinyModel(int max_batch_tokens) {
   return std::move(model).value();
 }
 
-// Greedy output of `prompt` run alone, memoized.
+// Greedy output of `prompt` run alone (with the given KV cache types), memoized.
 class Reference {
  public:
-  Reference() {
-    auto gen = Generator::Create(TinyModel(64), GeneratorConfig{.num_threads = 1});
+  explicit Reference(KvDtype k_dtype = KvDtype::kF16, KvDtype v_dtype = KvDtype::kF16) {
+    auto gen = Generator::Create(
+        TinyModel(64), GeneratorConfig{.num_threads = 1, .k_dtype = k_dtype, .v_dtype = v_dtype});
     EXPECT_TRUE(gen.ok()) << gen.status().ToString();
     gen_ = std::move(gen).value();
   }

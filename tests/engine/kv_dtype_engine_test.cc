@@ -49,20 +49,6 @@ std::unique_ptr<EngineCore> MakeCore(const EngineConfig& config) {
   return std::move(core).value();
 }
 
-std::vector<TokenId> RunAlone(KvDtype k, KvDtype v, const std::vector<TokenId>& prompt,
-                              int max_tokens) {
-  auto gen = Generator::Create(TinyModel(64),
-                               GeneratorConfig{.num_threads = 1, .k_dtype = k, .v_dtype = v});
-  EXPECT_TRUE(gen.ok()) << gen.status().ToString();
-  GenerateRequest r;
-  r.prompt = prompt;
-  r.sampling.temperature = 0.f;
-  r.max_tokens = max_tokens;
-  auto result = (*gen)->Generate(r, nullptr);
-  EXPECT_TRUE(result.ok()) << result.status().ToString();
-  return result->ids;
-}
-
 class QuantizedEngine : public ::testing::TestWithParam<std::pair<KvDtype, KvDtype>> {};
 
 TEST_P(QuantizedEngine, PrefixCachedBatchedGreedyOutputEqualsEachRequestRunAlone) {
@@ -96,8 +82,9 @@ TEST_P(QuantizedEngine, PrefixCachedBatchedGreedyOutputEqualsEachRequestRunAlone
     }
     events.clear();
   }
+  testing_util::Reference alone(k, v);
   for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(got[i], RunAlone(k, v, prompts[i], 8))
+    EXPECT_EQ(got[i], alone.Greedy(prompts[i], 8))
         << KvDtypeName(k) << "/" << KvDtypeName(v) << " request " << i;
   }
   for (int i = 3; i < 6; ++i) EXPECT_GE(cached[i], 32) << "request " << i;
