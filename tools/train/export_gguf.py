@@ -74,7 +74,7 @@ class GgufWriter:
         for key, vtype, v in self.kv:
             head += [self._str(key), struct.pack("<I", vtype), self._value(vtype, v)]
         offset, blobs = 0, []
-        for name, (shape, data), ggml_type in ((n, a, t) for n, a, t in self.tensors):
+        for name, (shape, data), ggml_type in self.tensors:
             dims = list(reversed(shape))  # ggml lists ne0 (the row length) first
             head += [self._str(name), struct.pack("<I", len(dims)),
                      struct.pack(f"<{len(dims)}Q", *dims), struct.pack("<IQ", ggml_type, offset)]
@@ -145,7 +145,6 @@ def tokenizer_metadata(g, sp_path):
     g.add("tokenizer.ggml.add_eos_token", T_BOOL, False)
     g.add("tokenizer.ggml.add_space_prefix", T_BOOL, True)
     g.add("tokenizer.chat_template", T_STR, CHATML_TEMPLATE)
-    return sp
 
 
 def export(a):
