@@ -46,6 +46,9 @@ class Model {
   KvLayout MakeKvLayout(int block_size, KvDtype k_dtype, KvDtype v_dtype) const;
   // Bytes of the weights as stored.
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Weight bytes one decode step reads: all of them, except that an embedding table not tied
+  // to the output matrix is read one row per token.
+  uint64_t decode_read_bytes() const { return decode_read_bytes_; }
 
   // Runs the batch: writes the K/V of every new token into `kv` and fills
   // logits: [batch.logits_rows.size(), vocab].
@@ -75,6 +78,7 @@ class Model {
   std::vector<Layer> layers_;
   std::unique_ptr<Scratch> scratch_;
   uint64_t weight_bytes_ = 0;
+  uint64_t decode_read_bytes_ = 0;
 };
 
 }  // namespace kvserve

@@ -14,6 +14,12 @@ namespace {
 constexpr int kRows = 4;
 constexpr int kTokens = 4;
 
+// The first token tile over NR rows prefetches the same block NR rows on (see the NOTE on
+// prefetch in matmul_avx512.cc); later tiles find the rows in L1.
+inline int64_t PrefetchDistance(const WeightMatrix& w, int nr, int64_t t) {
+  return t == 0 ? nr * static_cast<int64_t>(w.row_bytes) : 0;
+}
+
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 inline float HorizontalSum(__m256 v) {
@@ -29,7 +35,7 @@ inline float HorizontalSum(__m256 v) {
 
 template <int NR, int NT>
 void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
-              int64_t y_stride) {
+              int64_t y_stride, int64_t prefetch) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][NR];
   for (int t = 0; t < NT; ++t)
@@ -39,6 +45,11 @@ void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_
     __m256i w[NR], aw[NR];
     float dw[NR];
     for (int i = 0; i < NR; ++i) {
+      if (prefetch != 0 && b % 2 == 0) {  // two blocks are 68 bytes: two lines cover them
+        const char* next = reinterpret_cast<const char*>(rows[i] + b) + prefetch;
+        _mm_prefetch(next, _MM_HINT_T0);
+        _mm_prefetch(next + 64, _MM_HINT_T0);
+      }
       w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i][b].qs));
       aw[i] = _mm256_sign_epi8(w[i], w[i]);
       dw[i] = Half(rows[i][b].d);
@@ -66,13 +77,18 @@ void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
   const int64_t nb = w.cols / 32;
   int64_t t = 0;
   for (; t + kTokens <= a.num_tokens; t += kTokens) {
-    Q8_0Tile<NR, kTokens>(rows, nb, x, t, a.y + t * w.rows + r, w.rows);
+    Q8_0Tile<NR, kTokens>(rows, nb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));
   }
-  for (; t < a.num_tokens; ++t) Q8_0Tile<NR, 1>(rows, nb, x, t, a.y + t * w.rows + r, w.rows);
+  for (; t < a.num_tokens; ++t) {
+    Q8_0Tile<NR, 1>(rows, nb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));
+  }
 }
 
 void Q8_0PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   int64_t r = r0;
+  if (a.num_tokens < kTokens) {  // decode: one row at a time, as in Q8_0PanelAvx512
+    for (; r < r1; ++r) Q8_0Rows<1>(a, x, r);
+  }
   for (; r + kRows <= r1; r += kRows) Q8_0Rows<kRows>(a, x, r);
   for (; r < r1; ++r) Q8_0Rows<1>(a, x, r);
 }
@@ -106,14 +122,20 @@ inline void LoadQ4K(const BlockQ4_K& blk, Q4KSuper& s) {
 
 template <int NR, int NT>
 void Q4KTile(const BlockQ4_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
-             int64_t y_stride) {
+             int64_t y_stride, int64_t prefetch) {
   __m256 acc[NT][NR];
   float mins[NT][NR] = {};
   for (int t = 0; t < NT; ++t)
     for (int i = 0; i < NR; ++i) acc[t][i] = _mm256_setzero_ps();
   Q4KSuper sup[NR];
   for (int64_t s = 0; s < nsb; ++s) {
-    for (int i = 0; i < NR; ++i) LoadQ4K(rows[i][s], sup[i]);
+    for (int i = 0; i < NR; ++i) {
+      if (prefetch != 0) {  // 144 bytes: three lines
+        const char* next = reinterpret_cast<const char*>(rows[i] + s) + prefetch;
+        for (int l = 0; l < 3; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      }
+      LoadQ4K(rows[i][s], sup[i]);
+    }
     for (int t = 0; t < NT; ++t) {
       const int64_t tok = t0 + t;
       const int8_t* xq = x.q + tok * x.cols + s * 256;
@@ -147,9 +169,11 @@ void Q4KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
   const int64_t nsb = w.cols / 256;
   int64_t t = 0;
   for (; t + 2 <= a.num_tokens; t += 2) {
-    Q4KTile<NR, 2>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+    Q4KTile<NR, 2>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));
   }
-  for (; t < a.num_tokens; ++t) Q4KTile<NR, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+  for (; t < a.num_tokens; ++t) {
+    Q4KTile<NR, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));
+  }
 }
 
 void Q4KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
@@ -177,14 +201,20 @@ inline void LoadQ6K(const BlockQ6_K& blk, Q6KSuper& s) {
 
 template <int NR, int NT>
 void Q6KTile(const BlockQ6_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
-             int64_t y_stride) {
+             int64_t y_stride, int64_t prefetch) {
   const __m256i k32 = _mm256_set1_epi8(32);
   __m256 acc[NT][NR];
   for (int t = 0; t < NT; ++t)
     for (int i = 0; i < NR; ++i) acc[t][i] = _mm256_setzero_ps();
   Q6KSuper sup[NR];
   for (int64_t s = 0; s < nsb; ++s) {
-    for (int i = 0; i < NR; ++i) LoadQ6K(rows[i][s], sup[i]);
+    for (int i = 0; i < NR; ++i) {
+      if (prefetch != 0) {  // 210 bytes: four lines
+        const char* next = reinterpret_cast<const char*>(rows[i] + s) + prefetch;
+        for (int l = 0; l < 4; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      }
+      LoadQ6K(rows[i][s], sup[i]);
+    }
     for (int t = 0; t < NT; ++t) {
       const int64_t tok = t0 + t;
       const int8_t* xq = x.q + tok * x.cols + s * 256;
@@ -214,8 +244,12 @@ void Q6KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const BlockQ6_K* rows[1] = {reinterpret_cast<const BlockQ6_K*>(w.row(r))};
     int64_t t = 0;
-    for (; t + 2 <= a.num_tokens; t += 2) Q6KTile<1, 2>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
-    for (; t < a.num_tokens; ++t) Q6KTile<1, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows);
+    for (; t + 2 <= a.num_tokens; t += 2) {
+      Q6KTile<1, 2>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, 1, t));
+    }
+    for (; t < a.num_tokens; ++t) {
+      Q6KTile<1, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, 1, t));
+    }
   }
 }
 

@@ -20,7 +20,16 @@ namespace {
 
 constexpr int kRows = 4;    // weight rows per tile
 constexpr int kTokens = 4;  // tokens per tile
-constexpr int kPrefetchBytes = 2048;
+
+// NOTE (prefetch): the hardware prefetchers stop at 4 KiB pages and follow few streams. The
+// first token tile over a group of NR rows prefetches, per weight block it reads, the same
+// block of the row NR rows on: the next group's, one group ahead in reading order. (A fixed
+// distance would land in a neighbouring row that its own stream is already reading.) The other
+// token tiles find the rows in L1. Measured on 2 Zen 5 cores, 1B Q8_0: batch-4 decode 87 -> 135
+// tokens/s, batch-8 98 -> 153.
+inline int64_t PrefetchDistance(const WeightMatrix& w, int nr, int64_t t) {
+  return t == 0 ? nr * static_cast<int64_t>(w.row_bytes) : 0;
+}
 
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -36,7 +45,7 @@ inline __m512 SplitScale(float a, float b) {
 
 template <int NR, int NT>
 void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_t t0,
-              float* y, int64_t y_stride) {
+              float* y, int64_t y_stride, int64_t prefetch) {
   const __m512i sign_bit = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[NT][NR];
   for (int t = 0; t < NT; ++t)
@@ -48,6 +57,11 @@ void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_
     __m512 dw[NR];
     for (int i = 0; i < NR; ++i) {
       const BlockQ8_0* blk = rows[i] + b;
+      if (prefetch != 0) {  // two blocks are 68 bytes: two lines cover them
+        const char* next = reinterpret_cast<const char*>(blk) + prefetch;
+        _mm_prefetch(next, _MM_HINT_T0);
+        _mm_prefetch(next + 64, _MM_HINT_T0);
+      }
       const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs));
       const __m256i hi = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs))
                               : _mm256_setzero_si256();
@@ -96,7 +110,8 @@ void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ8_0*>(w.row(r + i));
   const int64_t n = w.cols / 32;
   ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
-    Q8_0Tile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows);
+    Q8_0Tile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows,
+                                      PrefetchDistance(w, NR, t));
   });
 }
 
@@ -143,15 +158,17 @@ inline void LoadQ4K(const BlockQ4_K& blk, Q4KSuper& s) {
 
 template <int NR, int NT>
 void Q4KTile(const BlockQ4_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
-             int64_t y_stride) {
+             int64_t y_stride, int64_t prefetch) {
   __m512 acc[NT][NR];
   for (int t = 0; t < NT; ++t)
     for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_setzero_ps();
   Q4KSuper sup[NR];
   for (int64_t s = 0; s < nsb; ++s) {
     for (int i = 0; i < NR; ++i) {
-      const char* next = reinterpret_cast<const char*>(rows[i] + s) + kPrefetchBytes;
-      for (int l = 0; l < 3; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      if (prefetch != 0) {  // 144 bytes: three lines
+        const char* next = reinterpret_cast<const char*>(rows[i] + s) + prefetch;
+        for (int l = 0; l < 3; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      }
       LoadQ4K(rows[i][s], sup[i]);
     }
     for (int t = 0; t < NT; ++t) {
@@ -186,7 +203,8 @@ void Q4KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ4_K*>(w.row(r + i));
   const int64_t n = w.cols / 256;
   ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
-    Q4KTile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows);
+    Q4KTile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows,
+                                     PrefetchDistance(w, NR, t));
   });
 }
 
@@ -225,14 +243,20 @@ inline void LoadQ6K(const BlockQ6_K& blk, Q6KSuper& s) {
 
 template <int NR, int NT>
 void Q6KTile(const BlockQ6_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
-             int64_t y_stride) {
+             int64_t y_stride, int64_t prefetch) {
   const __m512i k32 = _mm512_set1_epi8(32);
   __m512 acc[NT][NR];
   for (int t = 0; t < NT; ++t)
     for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_setzero_ps();
   Q6KSuper sup[NR];
   for (int64_t s = 0; s < nsb; ++s) {
-    for (int i = 0; i < NR; ++i) LoadQ6K(rows[i][s], sup[i]);
+    for (int i = 0; i < NR; ++i) {
+      if (prefetch != 0) {  // 210 bytes: four lines
+        const char* next = reinterpret_cast<const char*>(rows[i] + s) + prefetch;
+        for (int l = 0; l < 4; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      }
+      LoadQ6K(rows[i][s], sup[i]);
+    }
     for (int t = 0; t < NT; ++t) {
       const int64_t tok = t0 + t;
       const int8_t* xq = x.q + tok * x.cols + s * 256;
@@ -265,7 +289,8 @@ void Q6KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ6_K*>(w.row(r + i));
   const int64_t n = w.cols / 256;
   ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
-    Q6KTile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows);
+    Q6KTile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows,
+                                     PrefetchDistance(w, NR, t));
   });
 }
 
