@@ -282,15 +282,18 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
     // Generation from an empty context, as llama-bench's tg runs are.
     tg.push_back(DecodeSteps(b, 1, 0, o.tg, logits));
   }
+  // The host's bandwidth varies over minutes (shared machines): probed again right after this
+  // model's runs, the better of the two is the bound.
+  bandwidth = std::max(bandwidth, MeasureBandwidth(pool, o.reps));
   const double weight_gb = (*model)->weight_bytes() / 1e9;
   const double read_gb = (*model)->decode_read_bytes() / 1e9;  // per decode step
   const double bound = bandwidth / read_gb;
   const double pp_med = Median(pp), tg_med = Median(tg);
   const double gflops = MatmulFlopsPerToken(**model) * pp_med / 1e9;
   fmt::print("{:<28} {:>6.2f} GB ({:.2f} read/token)  pp{} {:>7.1f} t/s ({:>6.1f} GFLOP/s, "
-             "{:>4.1f}% of peak)  tg{} {:>6.2f} t/s  bound {:>6.2f} t/s ({:>4.1f}%)\n",
+             "{:>4.1f}% of peak)  tg{} {:>6.2f} t/s  bound {:>6.2f} t/s at {:.1f} GB/s ({:>4.1f}%)\n",
              path.substr(path.find_last_of('/') + 1), weight_gb, read_gb, o.pp, pp_med, gflops,
-             100 * gflops / peak, o.tg, tg_med, bound, 100 * tg_med / bound);
+             100 * gflops / peak, o.tg, tg_med, bound, bandwidth, 100 * tg_med / bound);
 
   if (o.batches.empty() || o.long_context <= 0) return;  // pp/tg only
   // Batched decode: num_seqs sequences of 128 tokens, one step each for 16 steps.

@@ -188,11 +188,19 @@ struct Tiles {
 template <typename V>
 inline constexpr Tiles<V> kTiles{std::make_index_sequence<V::kTileRows>{}};
 
+// Rows of a panel are converted one after another, so one page ahead is the next row's start
+// (see the NOTE on decode prefetching): the panel streams from memory as decode does, which
+// batches of a few tokens (batched decode) need.
 template <typename V, bool kBF16>
 void ConvertRow(const uint16_t* src, int64_t cols, float* dst) {
   constexpr int L = V::kLanes;
   int64_t c = 0;
-  for (; c + L <= cols; c += L) V::Store(dst + c, V::template LoadHalf<kBF16>(src + c));
+  for (; c + L <= cols; c += L) {
+    if (c % 32 == 0) {  // once per 64-byte line
+      _mm_prefetch(reinterpret_cast<const char*>(src + c) + kPrefetchBytes, _MM_HINT_T0);
+    }
+    V::Store(dst + c, V::template LoadHalf<kBF16>(src + c));
+  }
   if (c < cols) {
     V::Store(dst + c, V::template LoadHalfPartial<kBF16>(src + c, static_cast<int>(cols - c)));
   }
