@@ -52,7 +52,14 @@ inline VF LoadF(const float* p) {
   return v;
 }
 inline void StoreF(float* p, VF v) { std::memcpy(p, &v, sizeof(v)); }
-inline VF SplatF(float x) { return VF{} + x; }
+// NOTE: not VF{} + x: adding zero is not an identity for floats (-0 + 0 = +0), so the compiler
+// must emit the addition before the broadcast, and in ScoreRows every FMA paid for it
+// (one vaddss + vbroadcastss per FMA instead of a broadcast operand).
+template <size_t... I>
+inline VF SplatImpl(float x, std::index_sequence<I...>) {
+  return VF{((void)I, x)...};
+}
+inline VF SplatF(float x) { return SplatImpl(x, std::make_index_sequence<W>{}); }
 // a * b + c, fused where the ISA has FMA. The TUs are built with -ffp-contract=off, so these are
 // the only fused operations and they are the same in every instantiation.
 inline VF Fma(VF a, VF b, VF c) {
@@ -78,8 +85,8 @@ inline VF Fma(VF a, VF b, VF c) {
   return a * b + c;
 #endif
 }
-inline VF Fma(VF a, float b, VF c) { return Fma(a, VF{} + b, c); }
-inline VF Fma(float a, VF b, VF c) { return Fma(VF{} + a, b, c); }
+inline VF Fma(VF a, float b, VF c) { return Fma(a, SplatF(b), c); }
+inline VF Fma(float a, VF b, VF c) { return Fma(SplatF(a), b, c); }
 
 inline VI Iota() {
   VI v;
