@@ -270,6 +270,9 @@ struct Avx2Vec {
   // Decode reads 4 rows side by side: one 8-lane FMA chain per row alone could not keep up
   // with memory (measured 17 GB/s per core with 1 row, 18.5 with 4).
   static constexpr int kDirectRows = 4;
+  // 4 rows x 3 tokens fill the 16 registers; from 4 tokens on, the prefill path.
+  static constexpr int kDirectTokens = 3;
+  static constexpr int64_t kGemmMinTokens = 4;
   // 4 rows x 3 tokens: 12 accumulators + 4 weight vectors of 16 registers (activations are
   // FMA memory operands).
   static constexpr int kTileRows = 4;

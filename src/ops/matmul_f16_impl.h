@@ -3,7 +3,9 @@
 // internal linkage, so the copies compiled for different instruction sets never mix.
 // Internal to ops/.
 //
-// V provides: Vec, kLanes, kDirectRows (rows read side by side on the decode path), kTileRows x
+// V provides: Vec, kLanes, kDirectRows (rows read side by side on the decode path),
+// kDirectTokens (the most tokens of one register tile there), kGemmMinTokens (from this many
+// tokens on, the prefill path), kTileRows x
 // kTileTokens (the prefill register tile), Zero, Load, LoadPartial (n < kLanes floats,
 // zero-filled, never reads past p + n), LoadHalf<kBF16> / LoadHalfPartial<kBF16> (the same for
 // 16-bit weights, converted exactly to float), Store, Fma(a, b, c) = a * b + c, Sum (a fixed
@@ -33,9 +35,8 @@ namespace kvserve::kernels {
 namespace {
 namespace half {
 
-// Below this many tokens the weights are converted in registers (memory-bound decode); from it
-// on, once per panel into scratch (compute-bound prefill).
-constexpr int64_t kGemmMinTokens = 4;
+// Below V::kGemmMinTokens tokens the weights are converted in registers (memory-bound decode and
+// batched decode); from it on, once per panel into scratch (compute-bound prefill).
 // Prefill path blocking (measured on Zen 5, 48 KiB L1 / 1 MiB L2 per core):
 // - a panel of up to 32 converted rows stays in L2 (<= 768 KiB) while every token tile streams
 //   past it; the activations are re-read from L3 once per panel, so panels are made as tall as
@@ -88,20 +89,24 @@ void DirectTile(const uint16_t* const* w, const float* x, int64_t cols, float* y
     for (int i = 0; i < NR; ++i) y[t * y_stride + i] = V::Sum(acc[t][i]);
 }
 
+// DirectTile<NT = n> for a run-time n in [1, kDirectTokens].
+template <typename V, bool kBF16, int NR, int... I>
+void DirectTokens(int64_t n, const uint16_t* const* rows, const float* x, int64_t cols, float* y,
+                  int64_t y_stride, std::integer_sequence<int, I...>) {
+  ((n == I + 1 ? DirectTile<V, kBF16, NR, I + 1>(rows, x, cols, y, y_stride) : void()), ...);
+}
+
 template <typename V, bool kBF16, int NR>
 void DirectRows(const PanelArgs& a, const float* x, int64_t r) {
   const WeightMatrix& w = *a.w;
   const uint16_t* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const uint16_t*>(w.row(r + i));
-  float* y = a.y + r;
-  switch (a.num_tokens) {
-    case 1: DirectTile<V, kBF16, NR, 1>(rows, x, w.cols, y, w.rows); break;
-    case 2: DirectTile<V, kBF16, NR, 2>(rows, x, w.cols, y, w.rows); break;
-    case 3: DirectTile<V, kBF16, NR, 3>(rows, x, w.cols, y, w.rows); break;
-    default:
-      for (int64_t t = 0; t < a.num_tokens; ++t) {
-        DirectTile<V, kBF16, NR, 1>(rows, x + t * w.cols, w.cols, y + t * w.rows, w.rows);
-      }
+  // Tiles of up to kDirectTokens tokens; the rows stay in L1 for the tiles after the first.
+  for (int64_t t = 0; t < a.num_tokens; t += V::kDirectTokens) {
+    const float* xt = x + t * w.cols;
+    float* y = a.y + t * w.rows + r;
+    DirectTokens<V, kBF16, NR>(std::min<int64_t>(V::kDirectTokens, a.num_tokens - t), rows, xt,
+                               w.cols, y, w.rows, std::make_integer_sequence<int, V::kDirectTokens>{});
   }
 }
 
@@ -242,7 +247,7 @@ void GemmPanel(const PanelArgs& a, const float* x, int64_t r0, int64_t r1) {
 
 template <typename V, bool kBF16>
 void Panel(const PanelArgs& a, const float* x, int64_t r0, int64_t r1) {
-  if (a.num_tokens < kGemmMinTokens) {
+  if (a.num_tokens < V::kGemmMinTokens) {
     DirectPanel<V, kBF16>(a, x, r0, r1);
   } else {
     GemmPanel<V, kBF16>(a, x, r0, r1);
