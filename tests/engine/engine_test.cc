@@ -14,7 +14,10 @@
 namespace kvserve {
 namespace {
 
+using testing_util::Greedy;
+using testing_util::MakeCore;
 using testing_util::Reference;
+using testing_util::SmallConfig;
 using testing_util::TinyModel;
 
 std::vector<TokenId> Prompt(int seed, int n) {
@@ -23,30 +26,6 @@ std::vector<TokenId> Prompt(int seed, int n) {
   return p;
 }
 
-EngineRequest Greedy(std::vector<TokenId> prompt, int max_tokens, int n = 1) {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0.f;
-  r.max_tokens = max_tokens;
-  r.n = n;
-  return r;
-}
-
-EngineConfig SmallConfig() {
-  EngineConfig c;
-  c.num_threads = 1;
-  c.block_size = 16;
-  c.num_blocks = 64;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 48;
-  return c;
-}
-
-std::unique_ptr<EngineCore> MakeCore(const EngineConfig& config) {
-  auto core = EngineCore::Create(TinyModel(64), config);
-  EXPECT_TRUE(core.ok()) << core.status().ToString();
-  return std::move(core).value();
-}
 
 std::pair<int64_t, int> Key(int64_t id, int index) { return {id, index}; }
 

@@ -1,6 +1,7 @@
 // Helpers for engine tests: a tiny synthetic model (2 layers, hidden 64, vocab 300) loaded from
-// the same bytes as often as needed, and the reference output of one request run alone on a
-// Generator (no batching, no prefix cache).
+// the same bytes as often as needed, a small cache configuration and an EngineCore over it,
+// greedy requests, and the reference output of one request run alone on a Generator (no
+// batching, no prefix cache).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/engine_core.h"
 #include "engine/generator.h"
 #include "engine/synthetic_model.h"
 #include "model/model.h"
@@ -39,6 +41,32 @@ inline std::unique_ptr<Model> TinyModel(int max_batch_tokens) {
   auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch_tokens, 0});
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   return std::move(model).value();
+}
+
+// 64 blocks of 16 slots, 8 sequences and 48 tokens per step, one thread.
+inline EngineConfig SmallConfig() {
+  EngineConfig c;
+  c.num_threads = 1;
+  c.block_size = 16;
+  c.num_blocks = 64;
+  c.max_num_seqs = 8;
+  c.max_num_batched_tokens = 48;
+  return c;
+}
+
+inline std::unique_ptr<EngineCore> MakeCore(const EngineConfig& config) {
+  auto core = EngineCore::Create(TinyModel(64), config);
+  EXPECT_TRUE(core.ok()) << core.status().ToString();
+  return std::move(core).value();
+}
+
+inline EngineRequest Greedy(std::vector<TokenId> prompt, int max_tokens, int n = 1) {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0.f;
+  r.max_tokens = max_tokens;
+  r.n = n;
+  return r;
 }
 
 // Greedy output of `prompt` run alone (with the given KV cache types), memoized.

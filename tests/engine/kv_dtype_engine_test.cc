@@ -15,6 +15,8 @@
 namespace kvserve {
 namespace {
 
+using testing_util::Greedy;
+using testing_util::MakeCore;
 using testing_util::TinyModel;
 
 std::vector<TokenId> Prompt(int seed, int n) {
@@ -23,30 +25,13 @@ std::vector<TokenId> Prompt(int seed, int n) {
   return p;
 }
 
-EngineRequest Greedy(std::vector<TokenId> prompt, int max_tokens) {
-  EngineRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = 0.f;
-  r.max_tokens = max_tokens;
-  return r;
-}
-
+// The engine tests' small cache on 2 threads, with the given KV cache types.
 EngineConfig Config(KvDtype k, KvDtype v) {
-  EngineConfig c;
+  EngineConfig c = testing_util::SmallConfig();
   c.num_threads = 2;
-  c.block_size = 16;
-  c.num_blocks = 64;
-  c.max_num_seqs = 8;
-  c.max_num_batched_tokens = 48;
   c.k_dtype = k;
   c.v_dtype = v;
   return c;
-}
-
-std::unique_ptr<EngineCore> MakeCore(const EngineConfig& config) {
-  auto core = EngineCore::Create(TinyModel(64), config);
-  EXPECT_TRUE(core.ok()) << core.status().ToString();
-  return std::move(core).value();
 }
 
 class QuantizedEngine : public ::testing::TestWithParam<std::pair<KvDtype, KvDtype>> {};
