@@ -2,8 +2,8 @@
 //
 // For each GGUF model given it prints prompt processing (pp, one batch of N tokens) and token
 // generation (tg, one token per step from an empty context) in tokens/s, the decode bound
-// (measured memory bandwidth / weight bytes a decode step reads) and the achieved fraction, prefill GFLOP/s against
-// the measured peak, batched decode throughput at several batch sizes, and decode speed at a
+// (measured memory bandwidth / weight bytes a decode step reads) and the achieved fraction,
+// prefill GFLOP/s against the measured peak, batched decode throughput at several batch sizes, and decode speed at a
 // short and a long context, and optionally a prefill on top of a cached context (--pp-at).
 // Every speed is the median of --reps runs; the bandwidth and FMA peak are the best of theirs
 // (limits: a busy neighbour only lowers them).
@@ -77,6 +77,8 @@ double MeasureBandwidth(ThreadPool& pool, int reps) {
       std::memcpy(buf.data() + i, &v, 8);
     }
   });
+  // The ranges are contiguous from 0: the last one ends at the bytes read in all.
+  const double read = static_cast<double>(range(pool.num_threads() - 1, pool.num_threads()).second);
   std::vector<double> runs;
   std::vector<uint64_t> sink(pool.num_threads());
   for (int r = 0; r < reps + 1; ++r) {
@@ -96,7 +98,6 @@ double MeasureBandwidth(ThreadPool& pool, int reps) {
                                          _mm256_xor_si256(acc[2], acc[3]));
       sink[t] = static_cast<uint64_t>(_mm256_extract_epi64(x, 0));
     });
-    const double read = static_cast<double>(range(pool.num_threads() - 1, pool.num_threads()).second);
     if (r > 0) runs.push_back(read / SecondsSince(t0) / 1e9);  // first run warms up
   }
   return *std::max_element(runs.begin(), runs.end());  // a bound: noise only lowers it
@@ -291,7 +292,8 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   const double pp_med = Median(pp), tg_med = Median(tg);
   const double gflops = MatmulFlopsPerToken(**model) * pp_med / 1e9;
   fmt::print("{:<28} {:>6.2f} GB ({:.2f} read/token)  pp{} {:>7.1f} t/s ({:>6.1f} GFLOP/s, "
-             "{:>4.1f}% of peak)  tg{} {:>6.2f} t/s  bound {:>6.2f} t/s at {:.1f} GB/s ({:>4.1f}%)\n",
+             "{:>4.1f}% of peak)  tg{} {:>6.2f} t/s  bound {:>6.2f} t/s at {:.1f} GB/s "
+             "({:>4.1f}%)\n",
              path.substr(path.find_last_of('/') + 1), weight_gb, read_gb, o.pp, pp_med, gflops,
              100 * gflops / peak, o.tg, tg_med, bound, bandwidth, 100 * tg_med / bound);
 

@@ -48,7 +48,10 @@ class Model {
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Weight bytes one decode step reads: all of them, except that an embedding table not tied
   // to the output matrix is read one row per token.
-  uint64_t decode_read_bytes() const { return decode_read_bytes_; }
+  uint64_t decode_read_bytes() const {
+    if (output_.data == token_embd_.data) return weight_bytes_;
+    return weight_bytes_ - token_embd_.row_bytes * static_cast<uint64_t>(token_embd_.rows - 1);
+  }
 
   // Runs the batch: writes the K/V of every new token into `kv` and fills
   // logits: [batch.logits_rows.size(), vocab].
@@ -78,7 +81,6 @@ class Model {
   std::vector<Layer> layers_;
   std::unique_ptr<Scratch> scratch_;
   uint64_t weight_bytes_ = 0;
-  uint64_t decode_read_bytes_ = 0;
 };
 
 }  // namespace kvserve

@@ -118,11 +118,6 @@ Status Model::LoadWeights() {
     KV_ASSIGN_OR_RETURN(l.w_down, Matrix(f, name("ffn_down.weight"), c.hidden, c.ffn));
   }
   for (const GgufTensorInfo& t : f.tensors()) weight_bytes_ += t.size_bytes;
-  // A decode step reads one row of an untied embedding table, not all of it.
-  decode_read_bytes_ = weight_bytes_;
-  if (output_.data != token_embd_.data) {
-    decode_read_bytes_ -= token_embd_.row_bytes * static_cast<uint64_t>(token_embd_.rows - 1);
-  }
 
   const size_t T = options_.max_batch_tokens;
   scratch_ = std::make_unique<Scratch>();

@@ -77,7 +77,8 @@ void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
   const int64_t nb = w.cols / 32;
   int64_t t = 0;
   for (; t + kTokens <= a.num_tokens; t += kTokens) {
-    Q8_0Tile<NR, kTokens>(rows, nb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));
+    Q8_0Tile<NR, kTokens>(rows, nb, x, t, a.y + t * w.rows + r, w.rows,
+                          PrefetchDistance(w, NR, t));
   }
   for (; t < a.num_tokens; ++t) {
     Q8_0Tile<NR, 1>(rows, nb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));

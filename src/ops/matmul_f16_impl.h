@@ -106,7 +106,8 @@ void DirectRows(const PanelArgs& a, const float* x, int64_t r) {
     const float* xt = x + t * w.cols;
     float* y = a.y + t * w.rows + r;
     DirectTokens<V, kBF16, NR>(std::min<int64_t>(V::kDirectTokens, a.num_tokens - t), rows, xt,
-                               w.cols, y, w.rows, std::make_integer_sequence<int, V::kDirectTokens>{});
+                               w.cols, y, w.rows,
+                               std::make_integer_sequence<int, V::kDirectTokens>{});
   }
 }
 
