@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build g++ clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libcpp-httplib-dev
+  libssl-dev libxxhash-dev libhiredis-dev redis-server
   python3 python3-numpy
 )
 # Node.js and npm: take Debian's only where the machine has none (a newer one may already be there).

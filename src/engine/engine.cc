@@ -44,6 +44,10 @@ void RequestStream::Push(RequestOutput event) {
 
 Engine::Engine(std::unique_ptr<EngineCore> core) : core_(std::move(core)) {
   stats_ = core_->stats();
+  core_->SetTierLoadCallback([this] {
+    { std::lock_guard lock(mu_); }  // a waiter checks HasWork() under mu_: no lost wake-up
+    cv_.notify_all();
+  });
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -61,6 +65,7 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   thread_.join();
+  core_->SetTierLoadCallback(nullptr);  // mu_ and cv_ die before core_
 }
 
 Result<std::shared_ptr<RequestStream>> Engine::AddRequest(EngineRequest request) {

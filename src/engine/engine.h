@@ -63,6 +63,8 @@ class Engine {
   // A snapshot taken after the latest step.
   EngineStats stats() const;
   const EngineConfig& config() const { return core_->config(); }
+  // One line per configured lower KV tier (EngineCore::TierDescriptions).
+  std::vector<std::string> TierDescriptions() const { return core_->TierDescriptions(); }
 
  private:
   struct Pending {

@@ -4,10 +4,26 @@
 
 #include <cstdint>
 
+#include <string>
+
 #include "prefix/eviction_policy.h"
+#include "prefix/tiered_store.h"
 #include "quant/kv_dtype.h"
 
 namespace kvserve {
+
+// Lower tiers of the KV cache (docs/kv_tiers.md). Empty path and URL: RAM only.
+struct KvTierConfig {
+  std::string disk_path;          // --kv-disk-path: a directory that survives restarts
+  uint64_t disk_size_bytes = 0;   // --kv-disk-size; 0 = 10% of the free space, capped
+  std::string redis_url;          // --kv-redis-url: redis://HOST:PORT[/DB], shared by replicas
+  int redis_ttl_seconds = 0;      // --kv-redis-ttl; 0 = keys do not expire
+  int redis_timeout_ms = 200;     // --kv-redis-timeout-ms
+  TierWritePolicy write_policy = TierWritePolicy::kWriteThrough;  // --kv-disk-write-policy
+  uint64_t max_queued_write_bytes = 256ull << 20;  // writes waiting for the tier writer
+
+  bool any() const { return !disk_path.empty() || !redis_url.empty(); }
+};
 
 struct EngineConfig {
   int num_threads = 0;                // compute threads; 0 = one per hardware thread
@@ -22,6 +38,7 @@ struct EngineConfig {
   int max_num_batched_tokens = 0;     // tokens per step; 0 = the model's max batch
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;
   double max_pinned_fraction = 0.25;  // share of the cache Pin may hold
+  KvTierConfig tiers;
 };
 
 }  // namespace kvserve

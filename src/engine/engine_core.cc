@@ -5,8 +5,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gguf/weights_digest.h"
+#include "prefix/block_record.h"
+#include "prefix/disk_tier.h"
+#include "prefix/redis_tier.h"
 #include "quant/kv_dtype.h"
 #include "util/check.h"
+#include "util/log.h"
 
 namespace kvserve {
 namespace {
@@ -15,11 +20,14 @@ double Seconds(EngineCore::Clock::time_point a, EngineCore::Clock::time_point b)
   return std::chrono::duration<double>(b - a).count();
 }
 
-// What makes two models' K/V differ for the same tokens, as far as the metadata tells.
-std::string ModelFingerprint(const Model& model, const KvLayout& layout) {
+// What makes two models' K/V differ for the same tokens: the exact weights (their digest), the
+// configuration read from the metadata, the KV layout.
+std::string ModelFingerprint(const Model& model, const KvLayout& layout,
+                             const Digest256& weights) {
   const ModelConfig& c = model.config();
   return fmt::format(
-      "{}|{}|l{} h{} nh{} kv{} hd{} ffn{} v{} eps{} rope{}:{}:{}:{} w{}|k{} v{} bs{}",
+      "{}|{}|{}|l{} h{} nh{} kv{} hd{} ffn{} v{} eps{} rope{}:{}:{}:{} w{}|k{} v{} bs{}",
+      weights.Hex(),
       c.arch ? c.arch->name : "?", c.name, c.num_layers, c.hidden, c.num_heads, c.num_kv_heads,
       c.head_dim, c.ffn, c.vocab, c.rms_eps, c.rope.freq_base, c.rope.rotary_dim,
       static_cast<int>(c.rope.scaling), c.rope.scaling_factor, model.weight_bytes(),
@@ -91,7 +99,9 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
       core->kv_manager_.get());
   core->pool_ = std::make_unique<ThreadPool>(
       config.num_threads > 0 ? config.num_threads : ThreadPool::DefaultThreads());
-  core->model_fingerprint_ = ModelFingerprint(*core->model_, layout);
+  core->model_fingerprint_ =
+      ModelFingerprint(*core->model_, layout, WeightsDigest(core->model_->file(), *core->pool_));
+  KV_RETURN_IF_ERROR(core->OpenTiers());
   const size_t vocab = static_cast<size_t>(core->model_->config().vocab);
   core->logits_.resize(static_cast<size_t>(config.max_num_seqs) * vocab);
   core->scratch_.resize(vocab);
@@ -147,12 +157,19 @@ Status EngineCore::Add(RequestId id, EngineRequest request, Clock::time_point ar
   KV_ASSIGN_OR_RETURN(SeqCtx seq, MakeSeq(id, request, 0));
   const SeqId sid = NewSeqId();
   const CacheNamespace ns = NamespaceFor(request.cache_salt);
-  KV_RETURN_IF_ERROR(scheduler_->Add(
-      SeqSpec{sid, ns, request.prompt, request.max_tokens, request.priority}));
   seqs_.emplace(sid, std::move(seq));
   RequestCtx ctx{std::move(request), ns, arrival, {sid}};
   requests_.emplace(id, std::move(ctx));
+  if (!StartTierLoad(id)) Schedule(id);
   return Status::Ok();
+}
+
+void EngineCore::Schedule(RequestId id) {
+  RequestCtx& r = requests_.at(id);
+  r.phase = Phase::kScheduled;
+  const Status st = scheduler_->Add(SeqSpec{r.seqs.front(), r.ns, r.request.prompt,
+                                            r.request.max_tokens, r.request.priority});
+  KV_CHECK(st.ok(), "admission was checked at Add: {}", st.ToString());
 }
 
 bool EngineCore::TakeText(SeqCtx& s, const EngineRequest& r, std::string text, bool final,
@@ -218,13 +235,21 @@ void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
   e.finished = true;
   e.finish_reason = reason;
   e.error = std::move(error);
+  const bool scheduled = scheduler_->Contains(seq);
   e.metrics.prompt_tokens = static_cast<int>(r.request.prompt.size());
-  e.metrics.cached_tokens = scheduler_->num_cached_tokens(seq);
-  e.metrics.computed_tokens = scheduler_->num_computed_total(seq);
+  e.metrics.cached_tokens = scheduled ? scheduler_->num_cached_tokens(seq) : 0;
+  e.metrics.computed_tokens = scheduled ? scheduler_->num_computed_total(seq) : 0;
   e.metrics.generated_tokens = s.num_generated;
   e.metrics.ttft_seconds = r.ttft_seconds;
   e.metrics.e2e_seconds = Seconds(r.arrival, Clock::now());
-  scheduler_->Remove(seq);
+  FillTierMetrics(r, e.metrics.cached_tokens, &e.metrics);
+  if (scheduled) {
+    scheduler_->Remove(seq);
+  } else if (r.phase == Phase::kTierLoad) {  // left while its blocks load: let the holder go
+    TierLoading& l = tier_loads_.at(r.load_id);
+    kv_manager_->EndSequence(l.holder);
+    l.request = RequestId();
+  }  // kTierWait: FinishTierLoads skips requests that are gone
   seqs_.erase(seq);
   r.seqs.erase(std::find(r.seqs.begin(), r.seqs.end(), seq));
   // Before the first sampling a request has one sequence even when n > 1: it ends whole.
@@ -254,6 +279,7 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
 }
 
 Status EngineCore::Step(std::vector<RequestOutput>* out) {
+  if (tiers_) FinishTierLoads();
   ScheduleOutput so = scheduler_->Schedule();
   ++num_steps_;
   for (SeqId s : so.failed) {
@@ -357,7 +383,161 @@ EngineStats EngineCore::stats() const {
   st.kv_v_dtype = layout.v_dtype;
   st.kv_bytes_per_token = layout.bytes_per_token();
   st.kv_capacity_tokens = KvCapacityTokens(layout, kv_.num_blocks());
+  if (tiers_) st.tiers = tiers_->stats();
+  st.failed_tiers = failed_tiers_;
   return st;
+}
+
+std::vector<std::string> EngineCore::TierDescriptions() const {
+  std::vector<std::string> lines = tier_descriptions_;
+  if (tiers_) {
+    for (const auto& t : tiers_->tiers()) lines.push_back(t->Describe());
+  }
+  return lines;
+}
+
+Status EngineCore::OpenTiers() {
+  const KvTierConfig& c = config_.tiers;
+  if (!c.any()) return Status::Ok();
+  if (!config_.enable_prefix_caching) {
+    return InvalidArgument("lower KV tiers (--kv-disk-path, --kv-redis-url) need prefix caching; "
+                           "drop --no-prefix-caching");
+  }
+  std::vector<std::unique_ptr<KvTier>> tiers;
+  if (!c.disk_path.empty()) {
+    tier_names_.push_back("disk");
+    auto disk = DiskTier::Open(DiskTierConfig{c.disk_path, c.disk_size_bytes});
+    if (disk.ok()) {
+      tiers.push_back(std::move(disk).value());
+    } else {  // the server goes on without it
+      failed_tiers_.push_back("disk");
+      tier_descriptions_.push_back(
+          fmt::format("disk tier off: {}", disk.status().message()));
+      KV_LOG(Error, "kv disk tier off: {}", disk.status().message());
+    }
+  }
+  if (!c.redis_url.empty()) {
+    tier_names_.push_back("redis");
+    KV_ASSIGN_OR_RETURN(RedisTierConfig rc, ParseRedisUrl(c.redis_url));
+    rc.ttl_seconds = c.redis_ttl_seconds;
+    rc.timeout_ms = c.redis_timeout_ms;
+    KV_ASSIGN_OR_RETURN(auto redis, RedisTier::Open(rc));
+    tiers.push_back(std::move(redis));
+  }
+  if (tiers.empty()) return Status::Ok();
+  tiers_ = std::make_unique<TieredStore>(
+      std::move(tiers), TieredStoreConfig{c.write_policy, c.max_queued_write_bytes}, &kv_);
+  kv_manager_->set_block_listener(tiers_.get());
+  return Status::Ok();
+}
+
+// NOTE (which blocks to load): the request's RAM hit is held by a holder sequence (so it cannot
+// be evicted while the load runs); the keys of the blocks after it chain from its last key, up
+// to the last full block before the prompt's final token (that token is always computed).
+bool EngineCore::StartTierLoad(RequestId id) {
+  if (!tiers_) return false;
+  RequestCtx& r = requests_.at(id);
+  const std::vector<TokenId>& prompt = r.request.prompt;
+  const int bs = config_.block_size;
+  const int max_blocks = (static_cast<int>(prompt.size()) - 1) / bs;
+  if (max_blocks == 0) return false;
+  const SeqId holder = NewSeqId();
+  const int ram_blocks =
+      kv_manager_->BeginSequence(holder, r.ns, prompt, r.request.priority, /*count_tokens=*/false) /
+      bs;
+  if (ram_blocks >= max_blocks) {
+    kv_manager_->EndSequence(holder);
+    return false;
+  }
+  std::vector<BlockKey> keys;
+  BlockKey prev = kv_manager_->PrefixKey(holder);
+  for (int b = ram_blocks; b < max_blocks; ++b) {
+    prev = ChainKey(prev, std::span<const TokenId>(prompt).subspan(static_cast<size_t>(b) * bs, bs));
+    keys.push_back(prev);
+  }
+  if (auto it = loading_keys_.find(keys.front()); it != loading_keys_.end()) {
+    kv_manager_->EndSequence(holder);  // another request loads this block: look again after it
+    r.phase = Phase::kTierWait;
+    r.load_id = it->second;
+    tier_waiters_[it->second].push_back(id);
+    return true;
+  }
+  if (!tiers_->MayContain(keys.front())) {
+    kv_manager_->EndSequence(holder);
+    return false;
+  }
+  std::vector<TokenId> tokens(prompt.begin() + static_cast<ptrdiff_t>(ram_blocks) * bs,
+                              prompt.begin() + static_cast<ptrdiff_t>(max_blocks) * bs);
+  const uint64_t load = tiers_->StartLoad(keys, std::move(tokens));
+  for (const BlockKey& k : keys) loading_keys_.emplace(k, load);
+  tier_loads_.emplace(load, TierLoading{id, holder, ram_blocks, std::move(keys)});
+  r.phase = Phase::kTierLoad;
+  r.load_id = load;
+  return true;
+}
+
+void EngineCore::FinishTierLoads() {
+  std::vector<TierLoad> done;
+  tiers_->TakeCompleted(&done);
+  const int bs = config_.block_size;
+  const KvLayout& layout = kv_.layout();
+  for (TierLoad& load : done) {
+    auto node = tier_loads_.extract(load.id);
+    KV_CHECK(!node.empty(), "unknown tier load {}", load.id);
+    TierLoading& l = node.mapped();
+    for (const BlockKey& k : l.keys) {
+      auto it = loading_keys_.find(k);
+      if (it != loading_keys_.end() && it->second == load.id) loading_keys_.erase(it);
+    }
+    if (l.request.valid()) {
+      RequestCtx& r = requests_.at(l.request);
+      // Only what fits without preempting anyone; the rest is computed.
+      const int fit = std::min(load.num_blocks(), kv_manager_->num_allocatable_blocks());
+      if (fit > 0) {
+        const int end_tokens = (l.first_block + fit) * bs;
+        KV_CHECK(kv_manager_->Allocate(l.holder, end_tokens));
+        const std::span<const BlockId> table = kv_manager_->block_table(l.holder);
+        for (int j = 0; j < fit; ++j) {
+          kv_.WriteBlock(table[static_cast<size_t>(l.first_block + j)],
+                         BlockRecordPayload(load.records[static_cast<size_t>(j)], layout).data());
+        }
+        kv_manager_->Commit(l.holder, r.request.prompt, end_tokens);
+        r.tier_first_block = l.first_block;
+        r.tier_of_block.assign(load.tier.begin(), load.tier.begin() + fit);
+      }
+      kv_manager_->EndSequence(l.holder);
+      Schedule(l.request);
+    }
+    auto waiters = tier_waiters_.extract(load.id);
+    if (waiters.empty()) continue;
+    for (RequestId w : waiters.mapped()) {
+      auto it = requests_.find(w);
+      if (it == requests_.end() || it->second.phase != Phase::kTierWait ||
+          it->second.load_id != load.id) {
+        continue;  // cancelled meanwhile
+      }
+      if (!StartTierLoad(w)) Schedule(w);
+    }
+  }
+}
+
+void EngineCore::FillTierMetrics(const RequestCtx& r, int cached_tokens,
+                                 RequestMetrics* m) const {
+  if (tier_names_.empty()) return;
+  m->cached_tokens_by_tier.push_back({"ram", 0});
+  for (const std::string& name : tier_names_) m->cached_tokens_by_tier.push_back({name, 0});
+  const int bs = config_.block_size;
+  for (int b = 0; b < cached_tokens / bs; ++b) {
+    const int j = b - r.tier_first_block;
+    size_t slot = 0;  // ram
+    if (j >= 0 && j < static_cast<int>(r.tier_of_block.size())) {
+      const std::string_view name = tiers_->tiers()[static_cast<size_t>(r.tier_of_block[j])]->name();
+      for (size_t t = 0; t < tier_names_.size(); ++t) {
+        if (tier_names_[t] == name) slot = t + 1;
+      }
+    }
+    m->cached_tokens_by_tier[slot].tokens += bs;
+  }
 }
 
 }  // namespace kvserve

@@ -13,10 +13,20 @@
 // n > 1 the first sampling forks n - 1 children that share the prompt's full blocks; the shared
 // partial block is copied (copy-on-write) right away, before the next Forward.
 //
+// NOTE (lower tiers): with a disk or Redis tier, a new request first holds its RAM hit (a
+// holder sequence locks that path) while the TieredStore's reader thread fetches the blocks
+// that follow it; the request joins the scheduler only when that load finishes. The verified
+// blocks are copied into RAM blocks (only as many as can be had without preempting anyone: with
+// no room the request computes instead), committed to the tree like computed blocks, and the
+// holder released, so the scheduler's admission finds them as an ordinary RAM hit in the same
+// step. A request whose next block is being loaded for another request waits for that load and
+// then looks again, so one block is fetched once.
+//
 // Thread safety: none; one thread calls everything.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +40,7 @@
 #include "kvserve/status.h"
 #include "model/model.h"
 #include "prefix/kv_cache_manager.h"
+#include "prefix/tiered_store.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
 #include "tokenizer/detokenizer.h"
@@ -56,7 +67,25 @@ class EngineCore {
   Status Add(RequestId id, EngineRequest request, Clock::time_point arrival = Clock::now());
   // Ends every sample of the request now, releasing its blocks; no-op for unknown ids.
   void Cancel(RequestId id, std::vector<RequestOutput>* out);
-  bool HasWork() const { return scheduler_->HasWork(); }
+  // Work for Step() now: scheduled requests, or finished tier loads to take in.
+  bool HasWork() const {
+    return scheduler_->HasWork() || (tiers_ && tiers_->has_completed());
+  }
+  // Tier loads still running (a caller that drives Step() itself waits with WaitForTierLoad).
+  bool HasPendingTierLoads() const { return tiers_ && tiers_->num_loads_in_flight() > 0; }
+  void WaitForTierLoad(std::chrono::milliseconds timeout) {
+    if (tiers_) tiers_->WaitForLoad(timeout);
+  }
+  // Called from an I/O thread whenever a tier load finishes (Engine wakes its step thread).
+  void SetTierLoadCallback(std::function<void()> fn) {
+    if (tiers_) tiers_->set_on_load_done(std::move(fn));
+  }
+  // Waits until every queued tier write is stored (tests; graceful shutdown does it too).
+  void FlushTierWrites() {
+    if (tiers_) tiers_->Flush();
+  }
+  // One line per configured lower tier saying what it holds (or why it is off).
+  std::vector<std::string> TierDescriptions() const;
   // Runs one step; appends its events to *out.
   Status Step(std::vector<RequestOutput>* out);
 
@@ -85,6 +114,7 @@ class EngineCore {
     std::string held;  // text that may be the start of a stop string, not streamed yet
     bool text_done = false;  // a stop string ended the text
   };
+  enum class Phase { kScheduled, kTierLoad, kTierWait };
   struct RequestCtx {
     EngineRequest request;
     CacheNamespace ns;
@@ -93,6 +123,17 @@ class EngineCore {
     bool forked = false;
     bool got_first_token = false;
     double ttft_seconds = 0;
+    Phase phase = Phase::kScheduled;
+    uint64_t load_id = 0;  // kTierLoad: its load; kTierWait: the load it waits for
+    // Blocks [tier_first_block, + tier_of_block.size()) were loaded from these tiers.
+    int tier_first_block = 0;
+    std::vector<int> tier_of_block;
+  };
+  struct TierLoading {
+    RequestId request;  // invalid once the request left
+    SeqId holder;       // holds the request's RAM hit while the load runs
+    int first_block = 0;
+    std::vector<BlockKey> keys;
   };
 
   EngineCore(std::unique_ptr<Model> model, KvStorage kv, const EngineConfig& config,
@@ -109,6 +150,15 @@ class EngineCore {
   void FinishSeq(SeqId seq, FinishReason reason, Status error, std::vector<RequestOutput>* out,
                  RequestOutput* event);
   SeqId NewSeqId() { return SeqId(next_seq_++); }
+  // Opens the configured tiers (a tier that cannot be used is logged and left out).
+  Status OpenTiers();
+  void Schedule(RequestId id);  // hands the request's first sequence to the scheduler
+  // Starts loading what follows the request's RAM hit from the lower tiers; false when there is
+  // nothing to load (the caller schedules it).
+  bool StartTierLoad(RequestId id);
+  // Takes in the finished loads: copies, commits, schedules (engine thread, start of a step).
+  void FinishTierLoads();
+  void FillTierMetrics(const RequestCtx& r, int cached_tokens, RequestMetrics* m) const;
 
   EngineConfig config_;
   std::unique_ptr<Model> model_;
@@ -118,6 +168,13 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ThreadPool> pool_;
   std::string model_fingerprint_;
+  std::unique_ptr<TieredStore> tiers_;  // null without lower tiers
+  std::vector<std::string> tier_names_;  // configured lower tiers, in lookup order
+  std::vector<std::string> failed_tiers_;
+  std::vector<std::string> tier_descriptions_;
+  std::unordered_map<uint64_t, TierLoading> tier_loads_;       // by load id
+  std::unordered_map<BlockKey, uint64_t> loading_keys_;        // block -> its load
+  std::unordered_map<uint64_t, std::vector<RequestId>> tier_waiters_;  // load -> waiting
   std::unordered_map<RequestId, RequestCtx> requests_;
   std::unordered_map<SeqId, SeqCtx> seqs_;
   int64_t next_seq_ = 0;

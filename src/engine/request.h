@@ -9,6 +9,7 @@
 
 #include "kvserve/status.h"
 #include "prefix/kv_cache_manager.h"
+#include "prefix/kv_tier.h"
 #include "quant/kv_dtype.h"
 #include "sample/sampler.h"
 #include "sample/sampling_params.h"
@@ -38,10 +39,19 @@ struct EngineRequest {
   std::string cache_salt;         // requests share cached KV only with the same salt
 };
 
+// Cached prompt tokens that one cache tier supplied ("ram", "disk", "redis").
+struct TierTokens {
+  std::string tier;
+  int tokens = 0;
+};
+
 // Per-sample accounting, final when `finished`.
 struct RequestMetrics {
   int prompt_tokens = 0;
   int cached_tokens = 0;        // prompt tokens found in the prefix cache at admission
+  // cached_tokens split by the tier each block came from; empty without lower tiers, else one
+  // entry per configured tier, "ram" first.
+  std::vector<TierTokens> cached_tokens_by_tier;
   int64_t computed_tokens = 0;  // tokens this sample ran through the model (recompute included)
   int generated_tokens = 0;
   double ttft_seconds = 0;      // arrival to the request's first token
@@ -64,6 +74,8 @@ struct RequestOutput {
 
 struct EngineStats {
   KvCacheStats kv;
+  std::vector<TierStats> tiers;           // the lower tiers that are up, in lookup order
+  std::vector<std::string> failed_tiers;  // configured but unusable (logged at start)
   KvDtype kv_k_dtype = KvDtype::kF16;
   KvDtype kv_v_dtype = KvDtype::kF16;
   size_t kv_bytes_per_token = 0;   // all layers, K and V, scales included

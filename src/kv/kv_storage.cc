@@ -43,4 +43,30 @@ void KvStorage::CopyBlock(BlockId src, BlockId dst) {
   }
 }
 
+void KvStorage::ReadBlock(BlockId block, uint8_t* out) const {
+  KV_CHECK(block.value() >= 0 && block.value() < num_blocks_, "bad block {}", block.value());
+  const size_t k_bytes = static_cast<size_t>(layout_.block_size) * layout_.k_head_bytes() *
+                         layout_.num_kv_heads;
+  const size_t v_bytes = static_cast<size_t>(layout_.block_size) * layout_.v_head_bytes() *
+                         layout_.num_kv_heads;
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    std::memcpy(out, KTile(l, block, 0), k_bytes);
+    std::memcpy(out + k_bytes, VTile(l, block, 0), v_bytes);
+    out += k_bytes + v_bytes;
+  }
+}
+
+void KvStorage::WriteBlock(BlockId block, const uint8_t* in) {
+  KV_CHECK(block.value() >= 0 && block.value() < num_blocks_, "bad block {}", block.value());
+  const size_t k_bytes = static_cast<size_t>(layout_.block_size) * layout_.k_head_bytes() *
+                         layout_.num_kv_heads;
+  const size_t v_bytes = static_cast<size_t>(layout_.block_size) * layout_.v_head_bytes() *
+                         layout_.num_kv_heads;
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    std::memcpy(KTile(l, block, 0), in, k_bytes);
+    std::memcpy(VTile(l, block, 0), in + k_bytes, v_bytes);
+    in += k_bytes + v_bytes;
+  }
+}
+
 }  // namespace kvserve

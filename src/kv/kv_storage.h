@@ -67,6 +67,11 @@ class KvStorage {
   // Copies every layer's K and V of block `src` into block `dst` (copy-on-write of a shared
   // partial block). REQUIRES: src != dst, both in range.
   void CopyBlock(BlockId src, BlockId dst);
+  // A block's bytes in one flat buffer of layout().bytes_per_block() bytes, in the order
+  //   [num_layers][K: num_kv_heads, block_size, k head vector][V: same with v head vector]
+  // (what lower cache tiers store). REQUIRES: block in range, out/in that large.
+  void ReadBlock(BlockId block, uint8_t* out) const;
+  void WriteBlock(BlockId block, const uint8_t* in);
 
   // Start of the [block_size, head_dim] tile of (layer, block, kv_head).
   uint8_t* KTile(int layer, BlockId block, int kv_head) {

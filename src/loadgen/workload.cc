@@ -59,12 +59,18 @@ Status BuildRepeatPrefix(const WorkloadConfig& c, SegmentMaker& make, Workload& 
     KV_ASSIGN_OR_RETURN(Segment p, make.Make(Role::kUser, c.prefix_len, Label(kPrefix, k)));
     prefixes.push_back(std::move(p));
   }
-  // Prompt i uses prefix i % K; the order is then shuffled (Fisher-Yates, seeded).
+  // Prompt i uses prefix i % K: in index order that is cyclic (interleave); tile sorts by
+  // prefix; random shuffles (Fisher-Yates, seeded).
   std::vector<int> order(static_cast<size_t>(c.num_prompts));
   for (int i = 0; i < c.num_prompts; ++i) order[static_cast<size_t>(i)] = i;
-  Rng rng(Rng::DeriveSeed(c.seed, Label(kPrefix, 0, 1 << 20)));
-  for (int i = c.num_prompts - 1; i > 0; --i) {
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.UniformInt(0, i))]);
+  if (c.repeat_order == DocOrder::kTile) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return a % c.num_prefixes < b % c.num_prefixes; });
+  } else if (c.repeat_order == DocOrder::kRandom) {
+    Rng rng(Rng::DeriveSeed(c.seed, Label(kPrefix, 0, 1 << 20)));
+    for (int i = c.num_prompts - 1; i > 0; --i) {
+      std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.UniformInt(0, i))]);
+    }
   }
   for (int i : order) {
     const int k = i % c.num_prefixes;
@@ -154,11 +160,18 @@ const char* WorkloadKindName(WorkloadKind kind) {
 Result<DocOrder> ParseDocOrder(std::string_view name) {
   if (name == "tile") return DocOrder::kTile;
   if (name == "interleave") return DocOrder::kInterleave;
-  return InvalidArgument(fmt::format("unknown --order '{}': use tile or interleave", name));
+  if (name == "random") return DocOrder::kRandom;
+  return InvalidArgument(
+      fmt::format("unknown --order '{}': use tile, interleave or random", name));
 }
 
 const char* DocOrderName(DocOrder order) {
-  return order == DocOrder::kTile ? "tile" : "interleave";
+  switch (order) {
+    case DocOrder::kTile: return "tile";
+    case DocOrder::kInterleave: return "interleave";
+    case DocOrder::kRandom: return "random";
+  }
+  return "?";
 }
 
 const char* RoleName(Role role) {

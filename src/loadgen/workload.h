@@ -8,7 +8,9 @@
 //   shared-prefix  G groups x P prompts: a group's S-token system prompt + a Q-token question
 //                  (SGLang's generated-shared-prefix). Sent group by group.
 //   repeat-prefix  N prompts over K prefixes of L tokens, each + an own suffix of X tokens,
-//                  in seeded random order (vLLM's prefix_repetition).
+//                  in seeded random order (vLLM's prefix_repetition); --order interleave
+//                  sends prefixes 0, 1, .., K-1, 0, 1, .. (cyclic: defeats an LRU cache
+//                  smaller than the K prefixes), tile sends each prefix's prompts together.
 //   multi-turn     C conversations x R rounds; a round sends the whole history (earlier user
 //                  turns and the server's real answers) + a new U-token user turn. Round r+1
 //                  of a conversation is sent only after round r finished.
@@ -28,7 +30,7 @@
 namespace kvserve::loadgen {
 
 enum class WorkloadKind { kSharedPrefix, kRepeatPrefix, kMultiTurn, kLongDoc, kRandom };
-enum class DocOrder { kTile, kInterleave };
+enum class DocOrder { kTile, kInterleave, kRandom };
 
 Result<WorkloadKind> ParseWorkloadKind(std::string_view name);
 const char* WorkloadKindName(WorkloadKind kind);
@@ -59,7 +61,8 @@ struct WorkloadConfig {
   int num_docs = 2;
   int doc_len = 2048;
   int questions_per_doc = 4;
-  DocOrder order = DocOrder::kTile;
+  DocOrder order = DocOrder::kTile;  // long-doc; also repeat-prefix (see repeat_order)
+  DocOrder repeat_order = DocOrder::kRandom;
 };
 
 // Checks the parameters the workload uses; the message names the flag.

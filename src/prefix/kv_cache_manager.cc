@@ -43,9 +43,10 @@ int KvCacheManager::PeekCachedTokens(CacheNamespace ns, std::span<const TokenId>
 }
 
 int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens,
-                                  int32_t priority) {
+                                  int32_t priority, bool count_tokens) {
   KV_CHECK(!seqs_.count(seq), "sequence {} is already live", seq.value());
   Seq& s = seqs_.emplace(seq, Seq{ns, priority, BlockTable(config_.block_size)}).first->second;
+  s.counted = !count_tokens;
   if (!tree_) return 0;
   s.query_tokens = static_cast<int>(tokens.size());
   if (tokens.empty()) return 0;
@@ -63,6 +64,19 @@ int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const 
   s.num_committed = static_cast<int>(path.size());
   s.hit_tokens = s.num_committed * config_.block_size;
   return s.hit_tokens;
+}
+
+BlockKey KvCacheManager::PrefixKey(SeqId seq) const {
+  const Seq& s = Get(seq);
+  return RadixTree::ChainStart(s.ns, s.node);
+}
+
+int KvCacheManager::num_allocatable_blocks() const {
+  return pool_.num_free() + (tree_ ? tree_->num_evictable() : 0);
+}
+
+void KvCacheManager::set_block_listener(BlockListener* listener) {
+  if (tree_) tree_->set_listener(listener);
 }
 
 bool KvCacheManager::MakeRoom(int n) {

@@ -80,8 +80,17 @@ class KvCacheManager {
   // Counts tokens.size() query tokens and the returned number of hit tokens once the sequence
   // gets its first successful Allocate (an admission that fails and is retried counts once).
   // Returns the number of cached tokens (a multiple of block_size). REQUIRES: seq not live.
+  // With count_tokens false nothing is counted (a sequence that only holds a prefix while
+  // lower tiers load what follows it).
   int BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens,
-                    int32_t priority);
+                    int32_t priority, bool count_tokens = true);
+  // The chained key (block_key.h) of the sequence's last committed block, or its namespace's
+  // root key when it has none: where the keys of its next blocks chain from.
+  BlockKey PrefixKey(SeqId seq) const;
+  // Blocks Allocate could hand out now without preempting anyone (free + evictable).
+  int num_allocatable_blocks() const;
+  // Told of every block that joins or leaves the tree (lower tiers). No-op without caching.
+  void set_block_listener(BlockListener* listener);
   // Cached tokens BeginSequence would find now, without side effects.
   int PeekCachedTokens(CacheNamespace ns, std::span<const TokenId> tokens) const;
   // Makes the block table cover `num_tokens` slots, evicting cached blocks when the free list

@@ -8,7 +8,9 @@ namespace kvserve {
 
 struct RadixTree::Node {
   Node* parent = nullptr;  // nullptr only for a namespace root (which holds no block)
+  Node* root = nullptr;    // the namespace root (itself for a root)
   BlockId block;           // invalid for a root
+  BlockKey chain_key;      // chained key; RootKey(ns) for a root
   std::vector<TokenId> tokens;
   std::unordered_map<uint64_t, std::unique_ptr<Node>> children;  // by token hash
   int lock_ref = 0;
@@ -33,7 +35,11 @@ RadixTree::Node* RadixTree::FindRoot(CacheNamespace ns) const {
 
 RadixTree::Node* RadixTree::Root(CacheNamespace ns) {
   auto& root = roots_[ns.value];
-  if (!root) root = std::make_unique<Node>();
+  if (!root) {
+    root = std::make_unique<Node>();
+    root->root = root.get();
+    root->chain_key = RootKey(ns);
+  }
   return root.get();
 }
 
@@ -79,7 +85,9 @@ RadixTree::Node* RadixTree::AddChild(CacheNamespace ns, Node* parent,
   if (p->children.count(h)) return nullptr;  // same tokens (caller's bug) or a collision
   auto node = std::make_unique<Node>();
   node->parent = p;
+  node->root = p->root;
   node->block = block;
+  node->chain_key = ChainKey(p->chain_key, block_tokens);
   node->tokens.assign(block_tokens.begin(), block_tokens.end());
   node->serial = next_serial_++;
   node->usage.last_access = ++clock_;
@@ -90,6 +98,10 @@ RadixTree::Node* RadixTree::AddChild(CacheNamespace ns, Node* parent,
   ++num_evictable_;
   if (p->parent) Refresh(p);
   Refresh(n);
+  if (listener_) {
+    listener_->OnBlockInserted(
+        TreeBlock{n->chain_key, p->chain_key, p->root->chain_key, n->tokens, block});
+  }
   return n;
 }
 
@@ -164,6 +176,10 @@ void RadixTree::Refresh(Node* n) {
 void RadixTree::RemoveLeaf(Node* n) {
   KV_CHECK(IsCandidate(n), "evicting a node that is not an evictable leaf");
   candidates_.erase(Candidate{n->key, n->serial, n});
+  if (listener_) {
+    listener_->OnBlockEvicted(
+        TreeBlock{n->chain_key, n->parent->chain_key, n->root->chain_key, n->tokens, n->block});
+  }
   pool_->Evict(n->block);
   --num_nodes_;
   --num_evictable_;
@@ -183,6 +199,10 @@ int RadixTree::Evict(int num_blocks) {
 }
 
 BlockId RadixTree::block(const Node* node) { return node->block; }
+const BlockKey& RadixTree::key(const Node* node) { return node->chain_key; }
+BlockKey RadixTree::ChainStart(CacheNamespace ns, const Node* parent) {
+  return parent ? parent->chain_key : RootKey(ns);
+}
 int RadixTree::lock_ref(const Node* node) { return node->lock_ref; }
 int RadixTree::pin_ref(const Node* node) { return node->pin_ref; }
 const NodeUsage& RadixTree::usage(const Node* node) { return node->usage; }

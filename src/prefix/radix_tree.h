@@ -33,6 +33,8 @@
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "prefix/block_key.h"
+#include "prefix/block_listener.h"
 #include "prefix/cache_namespace.h"
 #include "prefix/eviction_policy.h"
 #include "util/strong_id.h"
@@ -50,6 +52,8 @@ class RadixTree {
   RadixTree& operator=(const RadixTree&) = delete;
 
   int block_size() const { return block_size_; }
+  // Told of every insert and eviction (nullptr = nobody). REQUIRES: outlives the tree's use.
+  void set_listener(BlockListener* listener) { listener_ = listener; }
 
   // The longest path of cached blocks that prefixes `tokens`, at most max_blocks long
   // (root side first). No side effects.
@@ -82,6 +86,10 @@ class RadixTree {
   int64_t num_evicted() const { return num_evicted_; }
 
   static BlockId block(const Node* node);
+  // The chained key of the block (block_key.h); for nullptr, see ChainStart.
+  static const BlockKey& key(const Node* node);
+  // The key a chain of `ns` starts from: the key of the node `parent`, or RootKey(ns) for null.
+  static BlockKey ChainStart(CacheNamespace ns, const Node* parent);
   static int lock_ref(const Node* node);
   static int pin_ref(const Node* node);
   static const NodeUsage& usage(const Node* node);
@@ -113,6 +121,7 @@ class RadixTree {
   int block_size_;
   std::unique_ptr<EvictionPolicy> policy_;
   BlockPool* pool_;
+  BlockListener* listener_ = nullptr;
   std::unordered_map<uint64_t, std::unique_ptr<Node>> roots_;  // by namespace
   std::set<Candidate> candidates_;
   int64_t clock_ = 0;

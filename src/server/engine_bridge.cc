@@ -2,11 +2,25 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 namespace kvserve {
 
 namespace {
+
+void AddTierTokens(const std::vector<TierTokens>& by_tier, UsageOut* usage) {
+  for (const TierTokens& t : by_tier) {
+    auto it = std::find_if(usage->cached_tokens_by_tier.begin(),
+                           usage->cached_tokens_by_tier.end(),
+                           [&](const auto& p) { return p.first == t.tier; });
+    if (it == usage->cached_tokens_by_tier.end()) {
+      usage->cached_tokens_by_tier.emplace_back(t.tier, t.tokens);
+    } else {
+      it->second += t.tokens;
+    }
+  }
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -249,7 +263,10 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
     if (e.finish_reason == FinishReason::kError && !error_) {
       error_ = FromStatus(e.error, header_.endpoint == Endpoint::kChat ? "messages" : "prompt");
     }
-    if (e.index == 0) usage_.cached_tokens += e.metrics.cached_tokens;
+    if (e.index == 0) {
+      usage_.cached_tokens += e.metrics.cached_tokens;
+      AddTierTokens(e.metrics.cached_tokens_by_tier, &usage_);
+    }
   }
   if (e.request_finished) {
     job.finished = true;

@@ -96,16 +96,33 @@ void PrometheusWriter::Counter(std::string_view name, std::string_view help, dou
 
 void PrometheusWriter::Histo(std::string_view name, std::string_view help,
                              const Histogram& histogram) {
-  Family(name, help, "histogram");
   const Histogram::Snapshot s = histogram.Take();
-  const std::vector<double>& bounds = histogram.bounds();
+  HistoCumulative(name, help, histogram.bounds(), s.cumulative, s.sum, s.count, {});
+}
+
+void PrometheusWriter::HistoBuckets(std::string_view name, std::string_view help,
+                                    std::span<const double> bounds,
+                                    std::span<const int64_t> buckets, double sum, uint64_t count,
+                                    std::string_view labels) {
+  std::vector<uint64_t> cumulative(buckets.size());
+  uint64_t running = 0;
+  for (size_t i = 0; i < buckets.size(); ++i) cumulative[i] = running += static_cast<uint64_t>(buckets[i]);
+  HistoCumulative(name, help, bounds, cumulative, sum, count, labels);
+}
+
+void PrometheusWriter::HistoCumulative(std::string_view name, std::string_view help,
+                                       std::span<const double> bounds,
+                                       std::span<const uint64_t> cumulative, double sum,
+                                       uint64_t count, std::string_view labels) {
+  Family(name, help, "histogram");
   const std::string bucket = fmt::format("{}_bucket", name);
-  for (size_t i = 0; i < s.cumulative.size(); ++i) {
+  const std::string extra = labels.empty() ? std::string() : fmt::format("{},", labels);
+  for (size_t i = 0; i < cumulative.size(); ++i) {
     const std::string le = i < bounds.size() ? fmt::format("le=\"{}\"", bounds[i]) : "le=\"+Inf\"";
-    Sample(bucket, le, static_cast<double>(s.cumulative[i]));
+    Sample(bucket, extra + le, static_cast<double>(cumulative[i]));
   }
-  Sample(fmt::format("{}_sum", name), {}, s.sum);
-  Sample(fmt::format("{}_count", name), {}, static_cast<double>(s.count));
+  Sample(fmt::format("{}_sum", name), labels, sum);
+  Sample(fmt::format("{}_count", name), labels, static_cast<double>(count));
 }
 
 namespace {
@@ -125,6 +142,70 @@ std::vector<double> E2eBounds() {
 }
 
 constexpr std::array<const char*, 4> kReasonLabel = {"stop", "length", "abort", "error"};
+
+std::string TierLabel(std::string_view tier) { return fmt::format("tier=\"{}\"", tier); }
+
+// Per-tier families (label tier): the RAM tier from the prefix cache's own counters, the lower
+// tiers from their TierStats. Each family lists every tier before the next family starts.
+void RenderTiers(const EngineStats& stats, PrometheusWriter& w) {
+  if (stats.tiers.empty() && stats.failed_tiers.empty()) return;
+  const int64_t bs = stats.kv_capacity_tokens > 0 && stats.kv.num_blocks > 0
+                         ? stats.kv_capacity_tokens / stats.kv.num_blocks
+                         : 0;
+  const auto each = [&](std::string_view name, std::string_view help, bool counter,
+                        double ram_value, auto value_of) {
+    const auto emit = [&](double v, std::string_view labels) {
+      if (counter) {
+        w.Counter(name, help, v, labels);
+      } else {
+        w.Gauge(name, help, v, labels);
+      }
+    };
+    if (ram_value >= 0) emit(ram_value, TierLabel("ram"));
+    for (const TierStats& t : stats.tiers) emit(static_cast<double>(value_of(t)), TierLabel(t.name));
+  };
+  const KvCacheStats& kv = stats.kv;
+  w.Gauge("kvserve:kv_tier_up", "Whether a configured KV cache tier is in use (1) or off (0).", 1,
+          TierLabel("ram"));
+  for (const TierStats& t : stats.tiers) w.Gauge("kvserve:kv_tier_up", "", 1, TierLabel(t.name));
+  for (const std::string& t : stats.failed_tiers) w.Gauge("kvserve:kv_tier_up", "", 0, TierLabel(t));
+  each("kvserve:kv_tier_query_tokens_total",
+       "Prompt tokens looked up in each tier (lower tiers: those the tiers above lacked).", true,
+       static_cast<double>(kv.query_tokens), [&](const TierStats& t) { return t.query_blocks * bs; });
+  each("kvserve:kv_tier_hit_tokens_total", "Prompt tokens each tier supplied.", true,
+       static_cast<double>(kv.hit_tokens), [&](const TierStats& t) { return t.hit_blocks * bs; });
+  each("kvserve:kv_tier_blocks_read_total", "Blocks read from a lower tier.", true, -1,
+       [](const TierStats& t) { return t.blocks_read; });
+  each("kvserve:kv_tier_bytes_read_total", "Bytes read from a lower tier.", true, -1,
+       [](const TierStats& t) { return t.bytes_read; });
+  each("kvserve:kv_tier_blocks_written_total", "Blocks written to a lower tier.", true, -1,
+       [](const TierStats& t) { return t.blocks_written; });
+  each("kvserve:kv_tier_bytes_written_total", "Bytes written to a lower tier.", true, -1,
+       [](const TierStats& t) { return t.bytes_written; });
+  each("kvserve:kv_tier_dropped_writes_total",
+       "Blocks not written to a lower tier (full write queue, tier down).", true, -1,
+       [](const TierStats& t) { return t.dropped_writes; });
+  each("kvserve:kv_tier_entries", "Blocks a tier holds (-1 = unknown).", false,
+       static_cast<double>(kv.num_tree_blocks), [](const TierStats& t) { return t.entries; });
+  each("kvserve:kv_tier_bytes", "Bytes a tier holds (-1 = unknown).", false,
+       static_cast<double>(kv.num_tree_blocks) * static_cast<double>(stats.kv_bytes_per_token) *
+           static_cast<double>(bs),
+       [](const TierStats& t) { return t.bytes_held; });
+  for (int k = 0; k < kNumTierErrors; ++k) {
+    for (const TierStats& t : stats.tiers) {
+      w.Counter("kvserve:kv_tier_errors_total",
+                "Lower-tier errors by kind (corrupt, io, timeout, connection).",
+                static_cast<double>(t.errors[static_cast<size_t>(k)]),
+                fmt::format("{},kind=\"{}\"", TierLabel(t.name), kTierErrorNames[k]));
+    }
+  }
+  for (const TierStats& t : stats.tiers) {
+    w.HistoBuckets("kvserve:kv_tier_load_seconds",
+                   "Time to fetch and verify one run of blocks from a lower tier.",
+                   kTierLatencyBounds, t.latency_buckets, t.latency_sum_seconds,
+                   static_cast<uint64_t>(t.latency_count), TierLabel(t.name));
+  }
+}
 
 }  // namespace
 
@@ -179,6 +260,7 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
   w.Histo("kvserve:inter_token_latency_seconds", "Time between two tokens of one sample.",
           inter_token);
   w.Histo("kvserve:e2e_request_latency_seconds", "Time from arrival to the last token.", e2e);
+  RenderTiers(stats, w);
   return w.Take();
 }
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,9 +51,16 @@ class PrometheusWriter {
   void Counter(std::string_view name, std::string_view help, double value,
                std::string_view labels = {});
   void Histo(std::string_view name, std::string_view help, const Histogram& histogram);
+  // A histogram from its bounds and per-bucket (not cumulative) counts, the last for +Inf.
+  void HistoBuckets(std::string_view name, std::string_view help, std::span<const double> bounds,
+                    std::span<const int64_t> buckets, double sum, uint64_t count,
+                    std::string_view labels = {});
   std::string Take() { return std::move(out_); }
 
  private:
+  void HistoCumulative(std::string_view name, std::string_view help,
+                       std::span<const double> bounds, std::span<const uint64_t> cumulative,
+                       double sum, uint64_t count, std::string_view labels);
   void Family(std::string_view name, std::string_view help, std::string_view type);
   void Sample(std::string_view name, std::string_view labels, double value);
 

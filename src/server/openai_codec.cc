@@ -387,10 +387,16 @@ json HeaderJson(const ResponseHeader& h, const char* object) {
 }  // namespace
 
 json UsageJson(const UsageOut& u) {
+  json details = {{"cached_tokens", u.cached_tokens}};
+  if (!u.cached_tokens_by_tier.empty()) {
+    json by_tier = json::object();
+    for (const auto& [tier, tokens] : u.cached_tokens_by_tier) by_tier[tier] = tokens;
+    details["cached_tokens_by_tier"] = std::move(by_tier);
+  }
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+          {"prompt_tokens_details", std::move(details)}};
 }
 
 json Response(const ResponseHeader& h, const std::vector<ChoiceOut>& choices,

@@ -86,6 +86,9 @@ struct UsageOut {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  // prompt_tokens_details.cached_tokens_by_tier, present when lower KV tiers are configured:
+  // (tier, tokens) with "ram" first.
+  std::vector<std::pair<std::string, int64_t>> cached_tokens_by_tier;
 };
 
 struct ResponseHeader {

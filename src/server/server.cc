@@ -76,6 +76,9 @@ Status Serve(const ServeConfig& config) {
   fmt::print(stderr, "kvserve: {}\n",
              KvCapacitySummary(stats.kv_k_dtype, stats.kv_v_dtype, stats.kv_bytes_per_token,
                                stats.kv_capacity_tokens));
+  for (const std::string& line : engine->TierDescriptions()) {
+    fmt::print(stderr, "kvserve: {}\n", line);
+  }
   std::printf("kvserve: listening on http://%s:%d\n", http.host.c_str(), port);
   std::fflush(stdout);
 

@@ -2,10 +2,16 @@
 // cancel, pin/unpin, step until requests finish) with prompts that share prefixes, parallel
 // samples and priorities, under a cache small enough to force eviction and preemption. Every greedy output
 // must equal the output of the same request run alone without batching or caching, the KV
-// invariants must hold after every step, and every block must be back at the end.
+// invariants must hold after every step, and every block must be back at the end. With a disk
+// tier the operations also include flushing the tier's writes and restarting the engine on the
+// same directory (RAM empty, disk kept), under a disk capacity small enough to evict there too.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <random>
 
@@ -25,15 +31,31 @@ struct Live {
 };
 
 struct Totals {
-  int finished = 0, cancelled = 0, pins = 0;
+  int finished = 0, cancelled = 0, pins = 0, restarts = 0;
   int64_t preemptions = 0, evictions = 0, hits = 0;
+  int64_t tier_hit_blocks = 0, tier_written_blocks = 0, tier_corrupt = 0;
 };
 
-Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
+std::unique_ptr<EngineCore> NewCore(const EngineConfig& config) {
   auto core_or = EngineCore::Create(testing_util::TinyModel(32), config);
   EXPECT_TRUE(core_or.ok()) << core_or.status().ToString();
-  EngineCore& core = **core_or;
+  return std::move(core_or).value();
+}
+
+Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
+  std::unique_ptr<EngineCore> core_ptr = NewCore(config);
+  const bool tiers = config.tiers.any();
   static testing_util::Reference ref;  // shared by the configurations: outputs do not depend on them
+  std::unique_ptr<EngineCore>& core = core_ptr;  // follows restarts
+  Totals totals;
+  const auto accumulate_tiers = [&](EngineCore& c) {
+    c.FlushTierWrites();
+    for (const TierStats& t : c.stats().tiers) {
+      totals.tier_hit_blocks += t.hit_blocks;
+      totals.tier_written_blocks += t.blocks_written;
+      totals.tier_corrupt += t.errors[static_cast<int>(TierError::kCorrupt)];
+    }
+  };
   std::mt19937_64 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   // A few shared "system prompts" of different lengths, some extending others.
@@ -46,7 +68,6 @@ Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
 
   std::map<int64_t, Live> live;
   std::vector<TokenId> pinned;  // the prefix pinned now, if any
-  Totals totals;
   int64_t next_id = 0;
   std::vector<RequestOutput> events;
   auto drain = [&] {
@@ -77,43 +98,61 @@ Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
       r.n = uniform(0, 5) == 0 ? 2 : 1;
       r.priority = uniform(0, 2);
       const int64_t id = next_id++;
-      EXPECT_TRUE(core.Add(RequestId(id), r).ok());
+      EXPECT_TRUE(core->Add(RequestId(id), r).ok());
       live[id] = Live{r.prompt, r.max_tokens, r.n};
     } else if (kind == 4 && !live.empty()) {  // cancel a random live request
       auto it = live.begin();
       std::advance(it, uniform(0, static_cast<int>(live.size()) - 1));
-      core.Cancel(RequestId(it->first), &events);
+      core->Cancel(RequestId(it->first), &events);
       ++totals.cancelled;
     } else if (kind == 5 && uniform(0, 3) == 0) {  // pin or unpin a shared prefix
       if (pinned.empty()) {
         const auto& p = prefixes[static_cast<size_t>(uniform(0, 4))];
-        if (core.Pin(p).ok()) {  // NotFound until some request computed it
+        if (core->Pin(p).ok()) {  // NotFound until some request computed it
           pinned = p;
           ++totals.pins;
         }
       } else {
-        EXPECT_TRUE(core.Unpin(pinned).ok());
+        EXPECT_TRUE(core->Unpin(pinned).ok());
         pinned.clear();
       }
-    } else if (core.HasWork()) {  // step: requests finish here
-      EXPECT_TRUE(core.Step(&events).ok());
+    } else if (tiers && kind == 6 && uniform(0, 7) == 0) {  // let the tier writes land
+      core->FlushTierWrites();
+    } else if (tiers && kind == 6 && uniform(0, 40) == 0) {  // restart on the same directory
+      for (auto& [id, l] : live) core->Cancel(RequestId(id), &events);
+      totals.cancelled += static_cast<int>(live.size());
+      drain();
+      pinned.clear();
+      accumulate_tiers(*core);
+      core_ptr.reset();
+      core_ptr = NewCore(config);
+      ++totals.restarts;
+    } else if (core->HasWork()) {  // step: requests finish here
+      EXPECT_TRUE(core->Step(&events).ok());
+    } else if (core->HasPendingTierLoads()) {
+      core->WaitForTierLoad(std::chrono::milliseconds(50));
     }
-    core.CheckInvariants();
+    core->CheckInvariants();
     drain();
   }
   if (!pinned.empty()) {
-    EXPECT_TRUE(core.Unpin(pinned).ok());
+    EXPECT_TRUE(core->Unpin(pinned).ok());
   }
-  while (core.HasWork()) {
-    EXPECT_TRUE(core.Step(&events).ok());
-    core.CheckInvariants();
+  while (core->HasWork() || core->HasPendingTierLoads()) {
+    if (!core->HasWork()) {
+      core->WaitForTierLoad(std::chrono::milliseconds(50));
+      continue;
+    }
+    EXPECT_TRUE(core->Step(&events).ok());
+    core->CheckInvariants();
     drain();
   }
   EXPECT_TRUE(live.empty());
-  const EngineStats st = core.stats();
+  const EngineStats st = core->stats();
   EXPECT_EQ(st.kv.num_in_use, 0);
   EXPECT_EQ(st.kv.num_free + st.kv.num_cached, st.kv.num_blocks);
-  EXPECT_EQ(core.kv_manager().num_live_sequences(), 0);
+  EXPECT_EQ(core->kv_manager().num_live_sequences(), 0);
+  if (tiers) accumulate_tiers(*core);
   totals.preemptions = st.num_preemptions;
   totals.evictions = st.kv.evicted_blocks;
   totals.hits = st.kv.hit_tokens;
@@ -122,6 +161,12 @@ Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
               num_ops, totals.finished, totals.cancelled,
               static_cast<long long>(totals.preemptions), static_cast<long long>(totals.evictions),
               static_cast<long long>(totals.hits), totals.pins);
+  if (tiers) {
+    std::printf("[ summary ] tiers: %d restarts, %lld blocks loaded, %lld written, %lld corrupt\n",
+                totals.restarts, static_cast<long long>(totals.tier_hit_blocks),
+                static_cast<long long>(totals.tier_written_blocks),
+                static_cast<long long>(totals.tier_corrupt));
+  }
   return totals;
 }
 
@@ -155,6 +200,47 @@ TEST(EngineRandomized, LfuAndPriorityPoliciesToo) {
   EXPECT_GT(prio.evictions, 0);
   EXPECT_GT(lfu.preemptions, 0);
   EXPECT_GT(prio.preemptions, 0);
+}
+
+// A fresh directory per test, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("kvserve-random-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(EngineRandomized, DiskTierWriteThroughMatchesAcrossRestarts) {
+  TempDir dir;
+  EngineConfig c = SmallCache(true, EvictionPolicyKind::kLru);
+  c.tiers.disk_path = dir.path();
+  c.tiers.disk_size_bytes = 60 * 1024;  // ~50 records of 1.2 KB: the disk evicts too
+  const Totals t = RunRandomized(c, 5, 3000);
+  EXPECT_GT(t.finished, 100);
+  EXPECT_GT(t.restarts, 0);
+  EXPECT_GT(t.tier_hit_blocks, 0);
+  EXPECT_GT(t.tier_written_blocks, 0);
+  EXPECT_EQ(t.tier_corrupt, 0);
+}
+
+TEST(EngineRandomized, DiskTierWriteBackMatchesToo) {
+  TempDir dir;
+  EngineConfig c = SmallCache(true, EvictionPolicyKind::kLru);
+  c.tiers.disk_path = dir.path();
+  c.tiers.write_policy = TierWritePolicy::kWriteBack;
+  const Totals t = RunRandomized(c, 6, 2000);
+  EXPECT_GT(t.finished, 100);
+  EXPECT_GT(t.tier_hit_blocks, 0);
+  EXPECT_GT(t.tier_written_blocks, 0);
+  EXPECT_EQ(t.tier_corrupt, 0);
 }
 
 TEST(EngineRandomized, NoPrefixCachingMatchesToo) {

@@ -143,6 +143,25 @@ TEST(WorkloadTest, LongDocOrdersTileAndInterleave) {
             (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}}));
 }
 
+TEST(WorkloadTest, RepeatPrefixOrdersInterleaveAndTile) {
+  WorkloadConfig c;
+  c.kind = WorkloadKind::kRepeatPrefix;
+  c.num_prompts = 6;
+  c.num_prefixes = 3;
+  c.prefix_len = 8;
+  c.suffix_len = 2;
+  auto order = [&](DocOrder o) {
+    c.repeat_order = o;
+    std::vector<std::pair<int, int>> out;
+    for (const RequestSpec& r : Build(c).requests) out.emplace_back(r.group, r.turn);
+    return out;
+  };
+  EXPECT_EQ(order(DocOrder::kInterleave),
+            (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}, {2, 1}}));
+  EXPECT_EQ(order(DocOrder::kTile),
+            (std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}, {2, 0}, {2, 1}}));
+}
+
 TEST(WorkloadTest, MultiTurnRoundsWaitOnTheirPreviousRound) {
   WorkloadConfig c;
   c.kind = WorkloadKind::kMultiTurn;

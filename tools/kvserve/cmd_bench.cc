@@ -34,7 +34,7 @@ struct BenchOptions {
   std::string api_key;
   std::string workload = "shared-prefix";
   std::string endpoint = "auto";
-  std::string order = "tile";
+  std::string order;  // long-doc: tile; repeat-prefix: random
   std::string tokenizer = "auto";
   lg::WorkloadConfig w;
   int concurrency = 16;
@@ -109,7 +109,8 @@ json WorkloadParams(const lg::WorkloadConfig& w) {
       break;
     case lg::WorkloadKind::kRepeatPrefix:
       p.update({{"num_prompts", w.num_prompts}, {"num_prefixes", w.num_prefixes},
-                {"prefix_len", w.prefix_len}, {"suffix_len", w.suffix_len}});
+                {"prefix_len", w.prefix_len}, {"suffix_len", w.suffix_len},
+                {"order", lg::DocOrderName(w.repeat_order)}});
       break;
     case lg::WorkloadKind::kMultiTurn:
       p.update({{"conversations", w.conversations}, {"rounds", w.rounds}, {"user_len", w.user_len}});
@@ -144,9 +145,14 @@ void RunBench(BenchOptions& o) {
   auto kind = lg::ParseWorkloadKind(o.workload);
   if (!kind.ok()) Fail(kind.status().message());
   o.w.kind = *kind;
-  auto order = lg::ParseDocOrder(o.order);
-  if (!order.ok()) Fail(order.status().message());
-  o.w.order = *order;
+  if (!o.order.empty()) {
+    auto order = lg::ParseDocOrder(o.order);
+    if (!order.ok()) Fail(order.status().message());
+    o.w.order = o.w.repeat_order = *order;
+    if (o.w.kind == lg::WorkloadKind::kLongDoc && o.w.order == lg::DocOrder::kRandom) {
+      Fail("long-doc takes --order tile or interleave");
+    }
+  }
   if (Status s = lg::ValidateWorkloadConfig(o.w); !s.ok()) Fail(s.message());
   lg::RunConfig run;
   auto target = lg::ParseBaseUrl(o.base_url);
@@ -328,7 +334,10 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--docs", w.num_docs, "long-doc: documents (default 2)");
   cmd->add_option("--doc-len", w.doc_len, "long-doc: document tokens (default 2048)");
   cmd->add_option("--questions-per-doc", w.questions_per_doc, "long-doc: questions per document (default 4)");
-  cmd->add_option("--order", o->order, "long-doc: tile (one document's questions together) or interleave");
+  cmd->add_option("--order", o->order,
+                  "long-doc: tile (default; one document's questions together) or interleave; "
+                  "repeat-prefix: random (default), interleave (prefixes in turn: defeats LRU) "
+                  "or tile");
   // load shape
   cmd->add_option("--concurrency,--max-concurrency", o->concurrency,
                   "Most requests in flight at once (default 16)");

@@ -21,6 +21,9 @@ struct ServeOptions {
   std::string max_body = "8MiB";
   bool enable_prefix_caching = false;
   bool no_prefix_caching = false;
+  std::string kv_disk_size;
+  std::string kv_disk_write_policy = "write-through";
+  std::string kv_tier_queue = "256MiB";
 };
 
 void RunServe(ServeOptions& o) {
@@ -53,6 +56,19 @@ void RunServe(ServeOptions& o) {
     Fail("--enable-prefix-caching and --no-prefix-caching exclude each other");
   }
   c.engine.enable_prefix_caching = !o.no_prefix_caching;
+  if (!o.kv_disk_size.empty()) {
+    auto bytes = ParseByteSize(o.kv_disk_size);
+    if (!bytes.ok()) Fail("--kv-disk-size: " + bytes.status().message());
+    c.engine.tiers.disk_size_bytes = *bytes;
+  }
+  auto write_policy = ParseTierWritePolicy(o.kv_disk_write_policy);
+  if (!write_policy.ok()) Fail("--kv-disk-write-policy: " + write_policy.status().message());
+  c.engine.tiers.write_policy = *write_policy;
+  auto queue = ParseByteSize(o.kv_tier_queue);
+  if (!queue.ok()) Fail("--kv-tier-queue-bytes: " + queue.status().message());
+  c.engine.tiers.max_queued_write_bytes = *queue;
+  if (c.engine.tiers.redis_ttl_seconds < 0) Fail("--kv-redis-ttl must be >= 0");
+  if (c.engine.tiers.redis_timeout_ms < 1) Fail("--kv-redis-timeout-ms must be >= 1");
   if (c.http.port < 0 || c.http.port > 65535) Fail("--port must be in [0, 65535]");
   if (c.max_queued_requests < 0) Fail("--max-queued-requests must be >= 0");
   const Status s = Serve(c);
@@ -93,6 +109,23 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-num-batched-tokens", c.engine.max_num_batched_tokens,
                   "Tokens per engine step (default 512)");
   cmd->add_option("--eviction-policy", o->eviction_policy, "lru, lfu or priority");
+  cmd->add_option("--kv-disk-path", c.engine.tiers.disk_path,
+                  "Directory of the disk KV tier: blocks survive restarts (default: none)");
+  cmd->add_option("--kv-disk-size", o->kv_disk_size,
+                  "Disk tier capacity, e.g. 20GiB (default: 10% of the free space, at most 64GiB)");
+  cmd->add_option("--kv-disk-write-policy", o->kv_disk_write_policy,
+                  "write-through (blocks are written as they are cached) or write-back (as RAM "
+                  "evicts them)");
+  cmd->add_option("--kv-redis-url", c.engine.tiers.redis_url,
+                  "Redis KV tier shared by replicas: redis://HOST:PORT[/DB] (default: none)");
+  cmd->add_option("--kv-redis-ttl", c.engine.tiers.redis_ttl_seconds,
+                  "Seconds a block stays in Redis; 0 = no expiry (default 0)");
+  cmd->add_option("--kv-redis-timeout-ms", c.engine.tiers.redis_timeout_ms,
+                  "Redis connect and command timeout; past it the tier is bypassed with back-off "
+                  "(default 200)");
+  cmd->add_option("--kv-tier-queue-bytes", o->kv_tier_queue,
+                  "Block records waiting to be written to the lower tiers; more are dropped "
+                  "(default 256MiB)");
   cmd->add_option("--max-queued-requests", c.max_queued_requests,
                   "Requests that may wait beyond the running ones; more get 503 (default 256)");
   cmd->add_option("--max-body-bytes", o->max_body, "Largest request body (default 8MiB)");

@@ -1,0 +1,30 @@
+// BlockListener: how lower cache tiers learn what the RAM radix tree does with full blocks. The
+// tree calls it on the engine thread: when a block joins the tree (its K/V are final) and when
+// one is evicted (its K/V are still intact in KvStorage until the call returns, and are reused
+// right after). An implementation copies what it needs before returning; it must not call back
+// into the tree or the KvCacheManager.
+#pragma once
+
+#include <span>
+
+#include "prefix/block_key.h"
+#include "util/strong_id.h"
+
+namespace kvserve {
+
+struct TreeBlock {
+  const BlockKey& key;         // chained key of this block
+  const BlockKey& parent_key;  // the previous block's key, or the namespace's root key
+  const BlockKey& root_key;    // RootKey of the namespace
+  std::span<const TokenId> tokens;  // the block's block_size tokens
+  BlockId block;
+};
+
+class BlockListener {
+ public:
+  virtual ~BlockListener() = default;
+  virtual void OnBlockInserted(const TreeBlock& b) = 0;
+  virtual void OnBlockEvicted(const TreeBlock& b) = 0;
+};
+
+}  // namespace kvserve
