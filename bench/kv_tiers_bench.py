@@ -45,6 +45,11 @@ class Server:
             raise RuntimeError(f"server did not start: {line!r}; see {log_path}")
         self.port = int(m.group(1))
         self.url = f"http://127.0.0.1:{self.port}"
+        models = json.loads(urllib.request.urlopen(self.url + "/v1/models", timeout=30).read())
+        self.model = models["data"][0]["id"]
+        # One short unrelated request first, so first-request costs of a new process (scratch
+        # buffers, waking the compute threads) are not charged to the measured request.
+        self.complete("warm up " + str(self.port), 1)
 
     def metrics(self):
         text = urllib.request.urlopen(self.url + "/metrics", timeout=30).read().decode()
@@ -57,7 +62,7 @@ class Server:
         return out
 
     def complete(self, prompt, max_tokens=16):
-        body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": max_tokens,
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                            "temperature": 0}).encode()
         req = urllib.request.Request(self.url + "/v1/completions", data=body,
                                      headers={"content-type": "application/json"})

@@ -10,6 +10,7 @@
 #include "prefix/disk_tier.h"
 #include "prefix/redis_tier.h"
 #include "quant/kv_dtype.h"
+#include "util/byte_size.h"
 #include "util/check.h"
 #include "util/log.h"
 
@@ -99,8 +100,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
       core->kv_manager_.get());
   core->pool_ = std::make_unique<ThreadPool>(
       config.num_threads > 0 ? config.num_threads : ThreadPool::DefaultThreads());
-  core->model_fingerprint_ =
-      ModelFingerprint(*core->model_, layout, WeightsDigest(core->model_->file(), *core->pool_));
+  const Clock::time_point digest_start = Clock::now();
+  const Digest256 weights = WeightsDigest(core->model_->file(), *core->pool_);
+  core->weights_digest_seconds_ = Seconds(digest_start, Clock::now());
+  core->model_fingerprint_ = ModelFingerprint(*core->model_, layout, weights);
   KV_RETURN_IF_ERROR(core->OpenTiers());
   const size_t vocab = static_cast<size_t>(core->model_->config().vocab);
   core->logits_.resize(static_cast<size_t>(config.max_num_seqs) * vocab);
@@ -425,6 +428,9 @@ Status EngineCore::OpenTiers() {
     tiers.push_back(std::move(redis));
   }
   if (tiers.empty()) return Status::Ok();
+  tier_descriptions_.push_back(fmt::format("weights digest (SHA-256 of {}) in {:.0f} ms",
+                                           FormatByteSize(model_->weight_bytes()),
+                                           weights_digest_seconds_ * 1e3));
   tiers_ = std::make_unique<TieredStore>(
       std::move(tiers), TieredStoreConfig{c.write_policy, c.max_queued_write_bytes}, &kv_);
   kv_manager_->set_block_listener(tiers_.get());
@@ -508,6 +514,7 @@ void EngineCore::FinishTierLoads() {
       kv_manager_->EndSequence(l.holder);
       Schedule(l.request);
     }
+    tiers_->Recycle(std::move(load.records));
     auto waiters = tier_waiters_.extract(load.id);
     if (waiters.empty()) continue;
     for (RequestId w : waiters.mapped()) {

@@ -168,6 +168,7 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ThreadPool> pool_;
   std::string model_fingerprint_;
+  double weights_digest_seconds_ = 0;
   std::unique_ptr<TieredStore> tiers_;  // null without lower tiers
   std::vector<std::string> tier_names_;  // configured lower tiers, in lookup order
   std::vector<std::string> failed_tiers_;

@@ -33,6 +33,10 @@ TieredStore::TieredStore(std::vector<std::unique_ptr<KvTier>> tiers,
   KV_CHECK(!tiers_.empty() && tiers_.size() <= 32, "a tiered store needs 1 to 32 tiers");
   held_.resize(tiers_.size());
   held_order_.resize(tiers_.size());
+  const size_t record = BlockRecordBytes(kv_->layout());
+  for (uint64_t b = 0; b + record <= config_.read_buffer_bytes; b += record) {
+    read_buffers_.emplace_back(record);  // zero-filled: its pages are touched now
+  }
   writer_ = std::thread([this] { WriterLoop(); });
   reader_ = std::thread([this] { ReaderLoop(); });
 }
@@ -178,6 +182,17 @@ void TieredStore::TakeCompleted(std::vector<TierLoad>* out) {
   completed_.clear();
 }
 
+void TieredStore::Recycle(std::vector<std::vector<uint8_t>>&& records) {
+  const size_t cap = config_.read_buffer_bytes / BlockRecordBytes(kv_->layout());
+  std::lock_guard lock(mu_);
+  const size_t record = BlockRecordBytes(kv_->layout());
+  for (auto& r : records) {
+    if (read_buffers_.size() >= cap) break;
+    if (r.capacity() >= record) read_buffers_.push_back(std::move(r));
+  }
+  records.clear();
+}
+
 void TieredStore::WaitForLoad(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   done_cv_.wait_for(lock, timeout, [&] { return !completed_.empty(); });
@@ -223,6 +238,13 @@ TierLoad TieredStore::RunLoad(const LoadJob& job) {
   out.id = job.id;
   std::vector<bool> asked(tiers_.size(), false);
   std::vector<std::vector<uint8_t>> values;
+  {
+    std::lock_guard lock(mu_);
+    while (values.size() < n && !read_buffers_.empty()) {
+      values.push_back(std::move(read_buffers_.back()));
+      read_buffers_.pop_back();
+    }
+  }
   size_t i = 0;
   while (i < n) {
     bool progressed = false;
@@ -261,11 +283,13 @@ TierLoad TieredStore::RunLoad(const LoadJob& job) {
         out.records.push_back(std::move(values[static_cast<size_t>(k)]));
         out.tier.push_back(static_cast<int>(t));
       }
+      values.erase(values.begin(), values.begin() + good);  // unused buffers first again
       i += static_cast<size_t>(good);
       progressed = true;
     }
     if (!progressed) break;
   }
+  Recycle(std::move(values));  // the buffers this load did not use
   return out;
 }
 
