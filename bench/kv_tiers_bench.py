@@ -217,7 +217,7 @@ def replicas(args, work):
             rows.append(row)
             print(f"replicas run {r}: {row}", flush=True)
         # Identical greedy text: one prompt computed on A, then served from Redis on B.
-        words = " ".join(f"w{i % 97} x{i % 13}" for i in range(900))
+        words = " ".join(f"word{i % 97} other{i % 13}" for i in range(250))
         ra, _ = a.complete(words, 16)
         time.sleep(1.0)
         rb, _ = b.complete(words, 16)

@@ -291,7 +291,14 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
                                 "prefixes; unpin some or raise --kv-cache-memory"),
               out, nullptr);
   }
-  if (so.empty()) return Status::Ok();
+  if (so.empty()) {
+    // Nothing could run: waiting requests need blocks that a tier load holds. Wait for the load
+    // (briefly) rather than spin on Step.
+    if (HasPendingTierLoads() && !tiers_->has_completed()) {
+      WaitForTierLoad(std::chrono::milliseconds(2));
+    }
+    return Status::Ok();
+  }
   const ForwardBatch batch = BuildBatch(so);
   Status st = model_->Forward(batch, kv_, *pool_, logits_.data());
   if (!st.ok()) {  // a broken batch: end its requests with the error rather than loop on it

@@ -34,21 +34,15 @@ void KvStorage::CopyBlock(BlockId src, BlockId dst) {
   KV_CHECK(src != dst && src.value() >= 0 && dst.value() >= 0 && src.value() < num_blocks_ &&
                dst.value() < num_blocks_,
            "bad block copy {} -> {}", src.value(), dst.value());
-  const size_t k_bytes = static_cast<size_t>(layout_.block_size) * layout_.k_head_bytes();
-  const size_t v_bytes = static_cast<size_t>(layout_.block_size) * layout_.v_head_bytes();
   for (int l = 0; l < layout_.num_layers; ++l) {
-    // The heads of one block are contiguous: [num_kv_heads, block_size, head vector].
-    std::memcpy(KTile(l, dst, 0), KTile(l, src, 0), k_bytes * layout_.num_kv_heads);
-    std::memcpy(VTile(l, dst, 0), VTile(l, src, 0), v_bytes * layout_.num_kv_heads);
+    std::memcpy(KTile(l, dst, 0), KTile(l, src, 0), BlockKBytes());
+    std::memcpy(VTile(l, dst, 0), VTile(l, src, 0), BlockVBytes());
   }
 }
 
 void KvStorage::ReadBlock(BlockId block, uint8_t* out) const {
   KV_CHECK(block.value() >= 0 && block.value() < num_blocks_, "bad block {}", block.value());
-  const size_t k_bytes = static_cast<size_t>(layout_.block_size) * layout_.k_head_bytes() *
-                         layout_.num_kv_heads;
-  const size_t v_bytes = static_cast<size_t>(layout_.block_size) * layout_.v_head_bytes() *
-                         layout_.num_kv_heads;
+  const size_t k_bytes = BlockKBytes(), v_bytes = BlockVBytes();
   for (int l = 0; l < layout_.num_layers; ++l) {
     std::memcpy(out, KTile(l, block, 0), k_bytes);
     std::memcpy(out + k_bytes, VTile(l, block, 0), v_bytes);
@@ -58,10 +52,7 @@ void KvStorage::ReadBlock(BlockId block, uint8_t* out) const {
 
 void KvStorage::WriteBlock(BlockId block, const uint8_t* in) {
   KV_CHECK(block.value() >= 0 && block.value() < num_blocks_, "bad block {}", block.value());
-  const size_t k_bytes = static_cast<size_t>(layout_.block_size) * layout_.k_head_bytes() *
-                         layout_.num_kv_heads;
-  const size_t v_bytes = static_cast<size_t>(layout_.block_size) * layout_.v_head_bytes() *
-                         layout_.num_kv_heads;
+  const size_t k_bytes = BlockKBytes(), v_bytes = BlockVBytes();
   for (int l = 0; l < layout_.num_layers; ++l) {
     std::memcpy(KTile(l, block, 0), in, k_bytes);
     std::memcpy(VTile(l, block, 0), in + k_bytes, v_bytes);

@@ -88,6 +88,14 @@ class KvStorage {
   }
 
  private:
+  // Bytes of one block's K (V) in one layer: the heads of a block are contiguous,
+  // [num_kv_heads, block_size, head vector].
+  size_t BlockKBytes() const {
+    return static_cast<size_t>(layout_.num_kv_heads) * layout_.block_size * layout_.k_head_bytes();
+  }
+  size_t BlockVBytes() const {
+    return static_cast<size_t>(layout_.num_kv_heads) * layout_.block_size * layout_.v_head_bytes();
+  }
   size_t TileOffset(BlockId block, int kv_head, size_t head_bytes) const {
     return (static_cast<size_t>(block.value()) * layout_.num_kv_heads + kv_head) *
            layout_.block_size * head_bytes;

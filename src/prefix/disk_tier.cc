@@ -167,23 +167,18 @@ Status DiskTier::Rebuild() {
   }
   std::sort(found.begin(), found.end(),
             [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
-  std::vector<std::string> evict;
   {
     std::lock_guard lock(mu_);
-    for (const Found& f : found) {
-      auto more = InsertLocked(f.key, f.bytes);
-      evict.insert(evict.end(), more.begin(), more.end());
-    }
+    for (const Found& f : found) InsertLocked(f.key, f.bytes);
     rebuild_.files = static_cast<int64_t>(index_.size());
     PublishCounts();
   }
-  for (const std::string& p : evict) ::unlink(p.c_str());
   rebuild_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::Ok();
 }
 
-std::vector<std::string> DiskTier::InsertLocked(const BlockKey& key, uint64_t bytes) {
+void DiskTier::InsertLocked(const BlockKey& key, uint64_t bytes) {
   auto it = index_.find(key);
   if (it != index_.end()) {
     lru_.splice(lru_.end(), lru_, it->second.lru);
@@ -192,13 +187,11 @@ std::vector<std::string> DiskTier::InsertLocked(const BlockKey& key, uint64_t by
     index_.emplace(key, Entry{bytes, std::prev(lru_.end())});
     bytes_held_ += bytes;
   }
-  std::vector<std::string> evict;
   while (bytes_held_ > capacity_bytes_ && !lru_.empty()) {
     const BlockKey victim = lru_.front();
-    evict.push_back(PathOf(victim));
+    ::unlink(PathOf(victim).c_str());
     EraseLocked(victim);
   }
-  return evict;
 }
 
 void DiskTier::EraseLocked(const BlockKey& key) {
@@ -299,26 +292,31 @@ Status DiskTier::Put(const BlockKey& key, std::span<const uint8_t> value) {
   if (::close(fd) != 0) return fail("close", errno);
   std::error_code ec;
   fs::create_directories(fs::path(final_path).parent_path(), ec);
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return fail("rename", errno);
-  std::vector<std::string> evict;
   {
+    // Publishing and indexing under one lock: an eviction's unlink can never remove a file
+    // that a concurrent Put of the same key has just published.
     std::lock_guard lock(mu_);
-    evict = InsertLocked(key, value.size());
+    if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      counters_.Error(TierError::kIo);
+      LogOnce(logged_write_, fmt::format("kv disk tier {}: rename failed: {}", dir_,
+                                         ErrnoText(err)));
+      return IoError(fmt::format("kv disk tier {}: rename failed: {}", dir_, ErrnoText(err)));
+    }
+    InsertLocked(key, value.size());
     PublishCounts();
   }
-  for (const std::string& p : evict) ::unlink(p.c_str());
   counters_.blocks_written.fetch_add(1);
   counters_.bytes_written.fetch_add(static_cast<int64_t>(value.size()));
   return Status::Ok();
 }
 
 void DiskTier::Remove(const BlockKey& key) {
-  {
-    std::lock_guard lock(mu_);
-    EraseLocked(key);
-    PublishCounts();
-  }
+  std::lock_guard lock(mu_);
   ::unlink(PathOf(key).c_str());
+  EraseLocked(key);
+  PublishCounts();
 }
 
 std::string DiskTier::Describe() {

@@ -15,8 +15,9 @@
 // capacity to what the tier holds now, so later writes evict the tier's own oldest files
 // instead of failing; any I/O error is counted (kIo) and logged once per kind.
 //
-// Thread safety: every method may be called from any thread; the index is under a mutex and
-// file I/O runs outside it.
+// Thread safety: every method may be called from any thread. The index is under a mutex; reads
+// and the writing of temporary files run outside it, while publishing (rename), eviction and
+// removal (unlink) run under it, so the index and the files never disagree.
 #pragma once
 
 #include <atomic>
@@ -68,9 +69,9 @@ class DiskTier final : public KvTier {
   explicit DiskTier(const DiskTierConfig& config);
   Status Rebuild();
   std::string PathOf(const BlockKey& key) const;
-  // REQUIRES: mu_ held. Adds or refreshes an entry; returns the files to unlink to stay within
-  // capacity (unlinked by the caller outside the lock).
-  std::vector<std::string> InsertLocked(const BlockKey& key, uint64_t bytes);
+  // REQUIRES: mu_ held. Adds or refreshes an entry, then evicts (unlinks) least recently used
+  // files until the tier is within capacity.
+  void InsertLocked(const BlockKey& key, uint64_t bytes);
   void EraseLocked(const BlockKey& key);
   void PublishCounts();  // REQUIRES: mu_ held
   void LogOnce(std::atomic<bool>& flag, const std::string& message);

@@ -34,7 +34,11 @@ timeval ToTimeval(int ms) {
 }
 
 bool IsTimeout(const redisContext* c) {
-  return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
+  if (c->err != REDIS_ERR_IO) return false;
+  const std::string_view why = c->errstr;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT ||
+         why.find("temporarily unavailable") != std::string_view::npos ||
+         why.find("timed out") != std::string_view::npos;
 }
 
 bool ParseInt(std::string_view s, int* out) {
@@ -122,6 +126,9 @@ redisContext* RedisTier::Take() {
     return nullptr;
   }
   redisSetTimeout(c, ToTimeval(config_.timeout_ms));
+  // Keep the reader's buffer between replies: by default hiredis frees it whenever it empties,
+  // and a fresh multi-hundred-KB buffer per block costs page faults.
+  c->reader->maxbuf = 0;
   if (config_.db != 0) {
     Reply r(static_cast<redisReply*>(redisCommand(c, "SELECT %d", config_.db)));
     if (!r || r->type == REDIS_REPLY_ERROR) {
@@ -133,6 +140,10 @@ redisContext* RedisTier::Take() {
 }
 
 void RedisTier::Give(redisContext* c) {
+  if (c->err) {  // a command on it failed after all (e.g. the size refresh timed out)
+    Failed(c);
+    return;
+  }
   Succeeded();
   std::lock_guard lock(mu_);
   if (pool_.size() < kMaxPooled) {

@@ -213,8 +213,10 @@ void Scheduler::ScheduleWaiting(ScheduleOutput& out, int& budget, int max_uncach
       }
     }
     if (Admit(r, out, budget)) continue;
-    if (running_.empty() && out.seqs.empty()) {
-      out.failed.push_back(key.id);  // nothing else holds blocks: it can never fit now
+    if (running_.empty() && out.seqs.empty() && kv_->num_live_sequences() == 0) {
+      // Nothing else holds blocks (no running sequence, no tier load holding a prefix): it
+      // can never fit now.
+      out.failed.push_back(key.id);
       continue;
     }
     waiting_.insert(key);  // wait for running sequences to finish; keep the order

@@ -19,7 +19,9 @@
 //      while budget, max_num_seqs and blocks last. A waiting sequence that shares more full
 //      blocks with a running sequence's unfinished prompt than the cache holds now is deferred
 //      (it will find that prefix cached in a step or two instead of computing it twice).
-//   3. A sequence that cannot be allocated even with nothing else running is failed.
+//   3. A sequence that cannot be allocated even with nothing else running, and no other
+//      sequence of the KvCacheManager holding blocks (a lower-tier load holds its request's
+//      prefix for a moment), is failed.
 //
 // Thread safety: none; the engine thread owns it.
 #pragma once

@@ -7,16 +7,14 @@
 // same directory (RAM empty, disk kept), under a disk capacity small enough to evict there too.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <random>
 
 #include "engine/engine_core.h"
 #include "engine_test_util.h"
+#include "prefix/redis_test_server.h"
 
 namespace kvserve {
 namespace {
@@ -202,24 +200,8 @@ TEST(EngineRandomized, LfuAndPriorityPoliciesToo) {
   EXPECT_GT(prio.preemptions, 0);
 }
 
-// A fresh directory per test, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("kvserve-random-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
 TEST(EngineRandomized, DiskTierWriteThroughMatchesAcrossRestarts) {
-  TempDir dir;
+  testing_util::TempDir dir;
   EngineConfig c = SmallCache(true, EvictionPolicyKind::kLru);
   c.tiers.disk_path = dir.path();
   c.tiers.disk_size_bytes = 60 * 1024;  // ~50 records of 1.2 KB: the disk evicts too
@@ -232,7 +214,7 @@ TEST(EngineRandomized, DiskTierWriteThroughMatchesAcrossRestarts) {
 }
 
 TEST(EngineRandomized, DiskTierWriteBackMatchesToo) {
-  TempDir dir;
+  testing_util::TempDir dir;
   EngineConfig c = SmallCache(true, EvictionPolicyKind::kLru);
   c.tiers.disk_path = dir.path();
   c.tiers.write_policy = TierWritePolicy::kWriteBack;
@@ -240,6 +222,21 @@ TEST(EngineRandomized, DiskTierWriteBackMatchesToo) {
   EXPECT_GT(t.finished, 100);
   EXPECT_GT(t.tier_hit_blocks, 0);
   EXPECT_GT(t.tier_written_blocks, 0);
+  EXPECT_EQ(t.tier_corrupt, 0);
+}
+
+TEST(EngineRandomized, DiskAndRedisTiersMatchToo) {
+  testing_util::TempDir dir;
+  testing_util::RedisTestServer redis;
+  ASSERT_TRUE(redis.Start());
+  EngineConfig c = SmallCache(true, EvictionPolicyKind::kLru);
+  c.tiers.disk_path = dir.path();
+  c.tiers.disk_size_bytes = 30 * 1024;  // small: many blocks only Redis still holds
+  c.tiers.redis_url = redis.url();
+  const Totals t = RunRandomized(c, 7, 2000);
+  EXPECT_GT(t.finished, 100);
+  EXPECT_GT(t.restarts, 0);
+  EXPECT_GT(t.tier_hit_blocks, 0);
   EXPECT_EQ(t.tier_corrupt, 0);
 }
 

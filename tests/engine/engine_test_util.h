@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -17,8 +21,13 @@
 
 namespace kvserve::testing_util {
 
-inline const std::vector<uint8_t>& TinyModelBytes() {
-  static const std::vector<uint8_t> bytes = [] {
+// The bytes of the tiny model with weights drawn from `seed` (memoized per seed; 42 is the
+// model every engine test shares, another seed is "another fine-tune" of the same shape).
+inline const std::vector<uint8_t>& TinyModelBytes(uint64_t seed = 42) {
+  static std::map<uint64_t, std::vector<uint8_t>> memo;
+  auto it = memo.find(seed);
+  if (it != memo.end()) return it->second;
+  std::vector<uint8_t> bytes = [seed] {
     SyntheticModelSpec spec;
     spec.num_layers = 2;
     spec.hidden = 64;
@@ -26,17 +35,17 @@ inline const std::vector<uint8_t>& TinyModelBytes() {
     spec.num_kv_heads = 2;
     spec.ffn = 128;
     spec.context_length = 512;
-    spec.seed = 42;
+    spec.seed = seed;
     spec.tokenizer = MakeSyntheticSpec(300);
     auto writer = BuildSyntheticModel(spec);
     EXPECT_TRUE(writer.ok()) << writer.status().ToString();
     return *writer->WriteToBytes();
   }();
-  return bytes;
+  return memo.emplace(seed, std::move(bytes)).first->second;
 }
 
-inline std::unique_ptr<Model> TinyModel(int max_batch_tokens) {
-  auto file = GgufFile::FromBytes(TinyModelBytes());
+inline std::unique_ptr<Model> TinyModel(int max_batch_tokens, uint64_t seed = 42) {
+  auto file = GgufFile::FromBytes(TinyModelBytes(seed));
   EXPECT_TRUE(file.ok()) << file.status().ToString();
   auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch_tokens, 0});
   EXPECT_TRUE(model.ok()) << model.status().ToString();
@@ -68,6 +77,22 @@ inline EngineRequest Greedy(std::vector<TokenId> prompt, int max_tokens, int n =
   r.n = n;
   return r;
 }
+
+// A fresh directory named after the running test, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("kvserve-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // Greedy output of `prompt` run alone (with the given KV cache types), memoized.
 class Reference {

@@ -23,48 +23,21 @@ namespace {
 namespace fs = std::filesystem;
 using testing_util::Greedy;
 
-class TempDir {
+// TempDir plus the block files in it.
+class TempDir : public testing_util::TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("kvserve-tier-engine-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string path() const { return path_.string(); }
   std::vector<fs::path> Files() const {
     std::vector<fs::path> out;
-    if (!fs::exists(path_)) return out;
-    for (const auto& e : fs::recursive_directory_iterator(path_)) {
+    if (!fs::exists(path())) return out;
+    for (const auto& e : fs::recursive_directory_iterator(path())) {
       if (e.is_regular_file() && e.path().extension() == ".kvb") out.push_back(e.path());
     }
     return out;
   }
-
- private:
-  fs::path path_;
 };
 
 // The same shape and name as the test model, other weights (another "fine-tune").
-std::unique_ptr<Model> OtherWeightsModel() {
-  SyntheticModelSpec spec;
-  spec.num_layers = 2;
-  spec.hidden = 64;
-  spec.num_heads = 4;
-  spec.num_kv_heads = 2;
-  spec.ffn = 128;
-  spec.context_length = 512;
-  spec.seed = 43;
-  spec.tokenizer = MakeSyntheticSpec(300);
-  auto writer = BuildSyntheticModel(spec);
-  EXPECT_TRUE(writer.ok());
-  auto file = GgufFile::FromBytes(*writer->WriteToBytes());
-  EXPECT_TRUE(file.ok());
-  auto model = Model::Load(std::move(file).value(), ModelOptions{64, 0});
-  EXPECT_TRUE(model.ok());
-  return std::move(model).value();
-}
+std::unique_ptr<Model> OtherWeightsModel() { return testing_util::TinyModel(64, 43); }
 
 EngineConfig TierConfig(const std::string& disk, const std::string& redis = {}) {
   EngineConfig c = testing_util::SmallConfig();
@@ -359,11 +332,20 @@ TEST(TierEngine, GarbageInRedisIsACountedMissAndDeleted) {
   freeReplyObject(keys);
   auto b = Core(TierConfig("", redis.url()));
   const auto out = RunAll(*b, prompts, 8);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_EQ(out[i].tokens, ref.Greedy(prompts[i], 8));
-    EXPECT_EQ(TierTokens(out[i].metrics, "redis"), 0);
-  }
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(out[i].tokens, ref.Greedy(prompts[i], 8));
   EXPECT_GE(Tier(b->stats(), "redis").errors[static_cast<int>(TierError::kCorrupt)], 2);
+  // Every bad value was deleted or written anew by B's write-through: none is left. (Which
+  // blocks B then found in Redis depends on how its writes and loads interleave.)
+  b->FlushTierWrites();
+  keys = redis.Command("KEYS kvserve:*");
+  ASSERT_NE(keys, nullptr);
+  for (size_t i = 0; i < keys->elements; ++i) {
+    redisReply* len = redis.Command("STRLEN %s", keys->element[i]->str);
+    ASSERT_NE(len, nullptr);
+    EXPECT_GT(len->integer, 1000) << keys->element[i]->str;
+    freeReplyObject(len);
+  }
+  freeReplyObject(keys);
 }
 
 TEST(TierEngine, DeadRedisFailsNoRequestAndIsBypassed) {
