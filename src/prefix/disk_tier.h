@@ -1,25 +1,36 @@
 // DiskTier: the local disk tier of the KV cache. Block records (block_record.h) are files in a
 // directory, bounded in bytes and evicted least recently used; an index in memory answers
 // MayContain exactly. The directory survives restarts: Open rebuilds the index from the files'
-// headers, so the first request after a restart already hits.
+// headers, so the first request after a restart already hits. The tier moves bytes only: the
+// caller verifies each record it reads and calls Remove for a bad one.
 //
-// Layout: DIR/<first two hex digits of the key>/<64 hex digits>.kvb; temporary files in DIR/tmp.
+// Layout: DIR/<first two hex digits of the key>/<64 hex digits of the key>.kvb; files being
+// written live in DIR/tmp.
 //
-// NOTE (atomic publish): a record is written to a new file in DIR/tmp, fsync'ed, and renamed to
-// its final name. rename(2) is atomic within a file system, so a reader (this process or the
-// next one) sees either no file or the whole fsync'ed one; a crash leaves at most a file in
-// DIR/tmp, which the next Open deletes. A file that is whole but wrong (a flipped bit, another
-// layout) is caught by the checks of the header at rebuild and of the whole record at load.
+// Invariant: outside the mutex, the index holds exactly the files under their final names (as
+// long as nothing else touches the directory): counters().entries and counters().bytes_held
+// equal the index, and bytes held <= capacity after every Put.
 //
-// NOTE (full disk): a write that fails for lack of space (ENOSPC, EDQUOT, EFBIG) lowers the
-// capacity to what the tier holds now, so later writes evict the tier's own oldest files
-// instead of failing; any I/O error is counted (kIo) and logged once per kind.
+// NOTE (atomic publish): a record is written to a new file in DIR/tmp (O_CREAT | O_EXCL, every
+// byte, fsync, close) and only then renamed to its final name. rename(2) within one file system
+// is atomic, and the data was made durable before it, so a reader (this process, or the next one
+// after a crash or power loss) sees under a final name either no file or the whole record. A
+// crash can leave only a file in DIR/tmp, which the next Open deletes. A file that is whole but
+// wrong (a flipped bit, another layout) is caught by the header checks at rebuild and by the
+// caller's verification of the whole record at load.
 //
-// Thread safety: every method may be called from any thread. The index is under a mutex; reads
-// and the writing of temporary files run outside it, while publishing (rename), eviction and
-// removal (unlink) run under it, so the index and the files never disagree.
+// NOTE (full disk): a write that fails for lack of space (ENOSPC, EDQUOT, or EFBIG from a file
+// size limit) lowers the capacity to what the tier holds at that moment, so later writes evict
+// the tier's own least recently used files instead of failing one after another. Every I/O
+// failure is counted (TierError::kIo), returned, and logged once per kind, never per block.
+//
+// Thread safety: every method may be called from any thread, concurrently. The index is under a
+// mutex. Reads of records and the writing of temporary files run outside it; publishing
+// (rename), eviction and removal (unlink) run under it, so an eviction can never delete a file
+// that a concurrent Put has just published, and the index and the files never disagree.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <list>
@@ -34,20 +45,22 @@ namespace kvserve {
 
 struct DiskTierConfig {
   std::string dir;
-  uint64_t capacity_bytes = 0;  // 0 = 10% of the free space of dir's file system, at most 64 GiB
+  // 0 = default: 10% of the free space of dir's file system (statvfs), at most 64 GiB.
+  uint64_t capacity_bytes = 0;
 };
 
 class DiskTier final : public KvTier {
  public:
-  // Creates dir if needed, checks that it is a writable directory, deletes temporary files of an
-  // earlier run and rebuilds the index from the headers of the files there. An error naming the
-  // path and what to do when the directory cannot be used.
+  // Creates dir (and its parents) if needed, checks that it is a writable directory (creates and
+  // removes a probe file), deletes temporary files of an earlier run and rebuilds the index from
+  // the headers of the files there. An error naming the path and what to do when the directory
+  // cannot be used.
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierConfig& config);
 
   struct RebuildStats {
-    int64_t files = 0;    // records indexed
-    int64_t dropped = 0;  // files deleted: bad header, wrong name or size
-    double seconds = 0;
+    int64_t files = 0;    // records indexed (before eviction down to the capacity)
+    int64_t dropped = 0;  // files deleted: unreadable, bad header, wrong name or size
+    double seconds = 0;   // the whole rebuild
   };
   const RebuildStats& rebuild_stats() const { return rebuild_; }
   uint64_t capacity_bytes() const;
@@ -66,25 +79,38 @@ class DiskTier final : public KvTier {
     uint64_t bytes = 0;
     std::list<BlockKey>::iterator lru;  // position in lru_ (front = next to evict)
   };
-  explicit DiskTier(const DiskTierConfig& config);
-  Status Rebuild();
+  // The kinds of failure that are logged once each.
+  enum class LogKind { kFull, kDenied, kWrite, kRead, kRebuild };
+  static constexpr int kNumLogKinds = 5;
+
+  DiskTier(const DiskTierConfig& config, uint64_t capacity_bytes);
+  void Rebuild();
   std::string PathOf(const BlockKey& key) const;
-  // REQUIRES: mu_ held. Adds or refreshes an entry, then evicts (unlinks) least recently used
-  // files until the tier is within capacity.
+  std::string NewTempPath(const BlockKey& key);
+  // Counts, logs and returns a failed step of Put; removes `tmp`.
+  Status WriteFailed(const std::string& tmp, const char* step, int err);
+
+  // REQUIRES: mu_ held (all of them).
+  // Makes the entry the most recently used.
+  void TouchLocked(Entry& entry);
+  // Adds `key` as the most recently used entry, or makes an existing one so.
   void InsertLocked(const BlockKey& key, uint64_t bytes);
+  // Unlinks least recently used files until bytes held <= capacity.
+  void EvictLocked();
   void EraseLocked(const BlockKey& key);
-  void PublishCounts();  // REQUIRES: mu_ held
-  void LogOnce(std::atomic<bool>& flag, const std::string& message);
+  void PublishCountsLocked();
+
+  void LogOnce(LogKind kind, const std::string& message);
 
   const std::string dir_;
-  RebuildStats rebuild_;
+  RebuildStats rebuild_;  // written by Open only
   mutable std::mutex mu_;
-  uint64_t capacity_bytes_;
-  uint64_t bytes_held_ = 0;
-  std::unordered_map<BlockKey, Entry> index_;
-  std::list<BlockKey> lru_;
+  uint64_t capacity_bytes_;                    // guarded by mu_
+  uint64_t bytes_held_ = 0;                    // guarded by mu_
+  std::unordered_map<BlockKey, Entry> index_;  // guarded by mu_
+  std::list<BlockKey> lru_;                    // guarded by mu_; least recently used first
   std::atomic<uint64_t> next_tmp_{0};
-  std::atomic<bool> logged_write_{false}, logged_full_{false}, logged_read_{false};
+  std::array<std::atomic<bool>, kNumLogKinds> logged_{};
 };
 
 }  // namespace kvserve

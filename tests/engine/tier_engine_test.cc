@@ -111,13 +111,13 @@ std::vector<std::vector<TokenId>> Prompts() {
   return p;
 }
 
-const TierStats& Tier(const EngineStats& st, const std::string& name) {
+// By value: callers pass the temporary that EngineCore::stats() returns.
+TierStats Tier(const EngineStats& st, const std::string& name) {
   for (const TierStats& t : st.tiers) {
     if (t.name == name) return t;
   }
-  static TierStats none;
   ADD_FAILURE() << "no tier " << name;
-  return none;
+  return {};
 }
 
 TEST(TierEngine, RestartServesThePromptsFromDiskWithIdenticalOutput) {
@@ -197,7 +197,7 @@ TEST(TierEngine, CorruptedAndTruncatedFilesAreCountedMissesNeverWrongText) {
       EXPECT_EQ(out[i].tokens, ref.Greedy(prompts[i], 8));
       EXPECT_EQ(TierTokens(out[i].metrics, "disk"), 0);
     }
-    const TierStats& disk = Tier(core->stats(), "disk");
+    const TierStats disk = Tier(core->stats(), "disk");
     // Requests 0 and 2 meet their corrupt first block; request 1 shares request 0's, which is
     // gone from the disk by the time it looks.
     EXPECT_GE(disk.errors[static_cast<int>(TierError::kCorrupt)], 2);
