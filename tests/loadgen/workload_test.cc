@@ -29,6 +29,13 @@ Workload Build(const WorkloadConfig& c) {
   return std::move(w).value();
 }
 
+// (group, turn) of each request, in the order the workload sends them.
+std::vector<std::pair<int, int>> GroupTurnOrder(const WorkloadConfig& c) {
+  std::vector<std::pair<int, int>> out;
+  for (const RequestSpec& r : Build(c).requests) out.emplace_back(r.group, r.turn);
+  return out;
+}
+
 TEST(TextBuilderTest, HitsTheTargetExactlyWithAWordTokenizer) {
   TextBuilder builder(CountWords);
   Rng rng(1);
@@ -133,9 +140,7 @@ TEST(WorkloadTest, LongDocOrdersTileAndInterleave) {
   c.question_len = 4;
   auto order = [&](DocOrder o) {
     c.order = o;
-    std::vector<std::pair<int, int>> out;
-    for (const RequestSpec& r : Build(c).requests) out.emplace_back(r.group, r.turn);
-    return out;
+    return GroupTurnOrder(c);
   };
   EXPECT_EQ(order(DocOrder::kTile),
             (std::vector<std::pair<int, int>>{{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}}));
@@ -152,9 +157,7 @@ TEST(WorkloadTest, RepeatPrefixOrdersInterleaveAndTile) {
   c.suffix_len = 2;
   auto order = [&](DocOrder o) {
     c.repeat_order = o;
-    std::vector<std::pair<int, int>> out;
-    for (const RequestSpec& r : Build(c).requests) out.emplace_back(r.group, r.turn);
-    return out;
+    return GroupTurnOrder(c);
   };
   EXPECT_EQ(order(DocOrder::kInterleave),
             (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}, {2, 1}}));

@@ -83,6 +83,20 @@ class DiskTierTest : public ::testing::Test {
     records->resize(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) (*records)[i] = Record(i, &(*keys)[i]);
   }
+  // Makes records 0..total-1, writes 0..n-1 through a tier that is then closed, and ages their
+  // files: record i was written n - i hours ago (set explicitly; no sleeping).
+  void WriteAndClose(int n, int total, std::vector<BlockKey>* keys,
+                     std::vector<std::vector<uint8_t>>* records) {
+    Records(total, keys, records);
+    auto tier = Open();
+    ASSERT_NE(tier, nullptr);
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(tier->Put((*keys)[i], (*records)[i]).ok());
+    tier.reset();
+    const auto now = fs::file_time_type::clock::now();
+    for (int i = 0; i < n; ++i) {
+      fs::last_write_time(PathOf((*keys)[i]), now - std::chrono::hours(n - i));
+    }
+  }
   std::unique_ptr<DiskTier> Open(uint64_t capacity_bytes = 1 << 20) {
     auto tier = DiskTier::Open(DiskTierConfig{dir_.string(), capacity_bytes});
     EXPECT_TRUE(tier.ok()) << tier.status().ToString();
@@ -209,13 +223,8 @@ TEST_F(DiskTierTest, PutOfAHeldKeyOnlyRefreshesItsRecency) {
 TEST_F(DiskTierTest, ReopeningRebuildsTheIndexInModificationTimeOrder) {
   std::vector<BlockKey> k;
   std::vector<std::vector<uint8_t>> r;
-  Records(5, &k, &r);
-  {
-    auto tier = Open();
-    ASSERT_NE(tier, nullptr);
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(tier->Put(k[i], r[i]).ok());
-  }
-  // Oldest first: k2, k0, k1 (set explicitly; no sleeping).
+  WriteAndClose(3, 5, &k, &r);
+  // Oldest first: k2, k0, k1.
   const auto now = fs::file_time_type::clock::now();
   fs::last_write_time(PathOf(k[2]), now - std::chrono::hours(3));
   fs::last_write_time(PathOf(k[0]), now - std::chrono::hours(2));
@@ -249,14 +258,7 @@ TEST_F(DiskTierTest, ReopeningRebuildsTheIndexInModificationTimeOrder) {
 TEST_F(DiskTierTest, ReopeningWithASmallerCapacityEvictsTheOldestFiles) {
   std::vector<BlockKey> k;
   std::vector<std::vector<uint8_t>> r;
-  Records(3, &k, &r);
-  {
-    auto tier = Open();
-    ASSERT_NE(tier, nullptr);
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(tier->Put(k[i], r[i]).ok());
-  }
-  const auto now = fs::file_time_type::clock::now();
-  for (int i = 0; i < 3; ++i) fs::last_write_time(PathOf(k[i]), now - std::chrono::hours(3 - i));
+  WriteAndClose(3, 3, &k, &r);  // oldest first: k0, k1, k2
   auto tier = Open(2 * record_bytes_);
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(tier->rebuild_stats().files, 3);
