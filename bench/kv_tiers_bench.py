@@ -9,13 +9,14 @@ Experiments (each alternates its two sides and prints every run, then medians):
             TTFT median and p90, requests/s.
   replicas  two servers on one Redis: a prompt computed on A, then sent to B; B's TTFT against
             cold, identical greedy text, Redis load bandwidth.
-  cost      write-through disk tier on against off on unique prompts (every block written):
-            TTFT and time per output token.
+  cost      write-through on unique prompts (every block written), the disk tier and the disk
+            and Redis tiers against no tier: TTFT and time per output token.
 
 Usage: bench/kv_tiers_bench.py --model M.gguf [--kvserve build/kvserve] [--threads 2]
                                [--experiments restart,beyond,replicas,cost] [--runs 3]
 """
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -192,15 +193,31 @@ def free_port():
         return s.getsockname()[1]
 
 
-def replicas(args, work):
+@contextlib.contextmanager
+def redis_server(work):
+    """A private redis-server on a free loopback port; yields its redis:// URL."""
     port = free_port()
     rdir = tempfile.mkdtemp(dir=work, prefix="redis-")
     redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no", "--dir", rdir],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
     try:
-        flags = ["--kv-redis-url", f"redis://127.0.0.1:{port}", "--kv-cache-memory", "2GiB"]
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        redis.terminate()
+        redis.wait()
+        shutil.rmtree(rdir, ignore_errors=True)
+
+
+def replicas(args, work):
+    with redis_server(work) as url:
+        flags = ["--kv-redis-url", url, "--kv-cache-memory", "2GiB"]
         a = Server(args, flags, os.path.join(work, "replica-a.log"))
         b = Server(args, flags, os.path.join(work, "replica-b.log"))
         rows = []
@@ -228,39 +245,48 @@ def replicas(args, work):
         c, bm = med([x["cold_ms"] for x in rows]), med([x["b_ms"] for x in rows])
         print(f"replicas medians: cold on A {c:.1f} ms, on B from Redis {bm:.1f} ms ({c / bm:.1f}x); "
               f"Redis load {med([x['gbps'] for x in rows]):.2f} GB/s", flush=True)
-    finally:
-        redis.terminate()
-        redis.wait()
-        shutil.rmtree(rdir, ignore_errors=True)
 
 
 def cost(args, work):
+    """Write-through on unique prompts (every block written) against no tier: the disk tier
+    alone, and the disk and Redis tiers together. The sides rotate their order each run."""
     wl = ["--workload", "random", "--num-prompts", "6", "--input-len", "512", "--output-len", "64",
           "--ignore-eos", "--concurrency", "1"]
-    rows = {"off": [], "on": []}
-    for r in range(args.runs):
-        for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
-            flags = ["--kv-cache-memory", "2GiB"]
-            disk = None
-            if side == "on":
-                disk = tempfile.mkdtemp(dir=work, prefix="disk-")
-                flags += ["--kv-disk-path", disk]
-            s = Server(args, flags, os.path.join(work, "cost.log"))
-            res = bench(args, s, wl + ["--seed", str(3000 + r)], os.path.join(work, "c.json"))
-            m = s.metrics()
-            s.stop()
-            if disk:
-                shutil.rmtree(disk, ignore_errors=True)
-            row = {"ttft_p50": res["ttft_ms"]["p50"], "tpot_p50": res["tpot_ms"]["p50"],
-                   "out_tps": res["output_throughput"],
-                   "written": tier_metric(m, "kvserve:kv_tier_blocks_written_total", "disk"),
-                   "dropped": tier_metric(m, "kvserve:kv_tier_dropped_writes_total", "disk")}
-            rows[side].append(row)
-            print(f"cost run {r} {side}: {row}", flush=True)
-    off_ttft, on_ttft = med([x["ttft_p50"] for x in rows["off"]]), med([x["ttft_p50"] for x in rows["on"]])
-    off_tpot, on_tpot = med([x["tpot_p50"] for x in rows["off"]]), med([x["tpot_p50"] for x in rows["on"]])
-    print(f"cost medians: TTFT off {off_ttft:.1f} ms, on {on_ttft:.1f} ms ({on_ttft / off_ttft:.3f}x); "
-          f"TPOT off {off_tpot:.2f} ms, on {on_tpot:.2f} ms ({on_tpot / off_tpot:.3f}x)", flush=True)
+    sides = ["off", "disk", "disk+redis"]
+    rows = {side: [] for side in sides}
+    with redis_server(work) as url:
+        for r in range(args.runs):
+            for side in sides[r % 3:] + sides[:r % 3]:
+                flags = ["--kv-cache-memory", "2GiB"]
+                disk = None
+                if side != "off":
+                    disk = tempfile.mkdtemp(dir=work, prefix="disk-")
+                    flags += ["--kv-disk-path", disk]
+                if side == "disk+redis":
+                    flags += ["--kv-redis-url", url]
+                s = Server(args, flags, os.path.join(work, "cost.log"))
+                res = bench(args, s, wl + ["--seed", str(3000 + r)], os.path.join(work, "c.json"))
+                m = s.metrics()
+                s.stop()
+                if disk:
+                    shutil.rmtree(disk, ignore_errors=True)
+                row = {"ttft_p50": res["ttft_ms"]["p50"], "tpot_p50": res["tpot_ms"]["p50"],
+                       "out_tps": res["output_throughput"]}
+                for tier in ("disk", "redis"):
+                    row[f"{tier}_written"] = tier_metric(
+                        m, "kvserve:kv_tier_blocks_written_total", tier)
+                    row[f"{tier}_dropped"] = tier_metric(
+                        m, "kvserve:kv_tier_dropped_writes_total", tier)
+                rows[side].append(row)
+                print(f"cost run {r} {side}: {row}", flush=True)
+    off_ttft = med([x["ttft_p50"] for x in rows["off"]])
+    off_tpot = med([x["tpot_p50"] for x in rows["off"]])
+    for side in sides[1:]:
+        ttft = med([x["ttft_p50"] for x in rows[side]])
+        tpot = med([x["tpot_p50"] for x in rows[side]])
+        print(f"cost medians, {side} against off: TTFT {off_ttft:.1f} -> {ttft:.1f} ms "
+              f"({ttft / off_ttft:.3f}x); TPOT {off_tpot:.2f} -> {tpot:.2f} ms "
+              f"({tpot / off_tpot:.3f}x)", flush=True)
 
 
 def main():
@@ -274,8 +300,10 @@ def main():
     p.add_argument("--beyond-ram", default="64MiB")
     p.add_argument("--beyond-prefixes", type=int, default=12)
     p.add_argument("--beyond-prefix-len", type=int, default=1024)
-    p.add_argument("--beyond-rounds", type=int, default=2)
-    p.add_argument("--beyond-runs", type=int, default=2)
+    # Four rounds: the first is cold by necessity, so the median request is a repeat (with two
+    # rounds the median falls between a cold and a hit request and says nothing).
+    p.add_argument("--beyond-rounds", type=int, default=4)
+    p.add_argument("--beyond-runs", type=int, default=3)
     p.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     args = p.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="kvserve-tiers-bench-")
