@@ -4,9 +4,11 @@
 // allowed. Sampler::Create validates, so a Sampler never sees invalid params.
 //
 // Decisions worth knowing:
-// - temperature must be >= 0 (negative is rejected, not treated as greedy); 0 means greedy:
-//   argmax of the penalised logits, ties broken by the lowest token id, no randomness, and
-//   top_k/top_p/min_p are ignored (they cannot change an argmax).
+// - temperature must be >= 0 (negative is rejected, not treated as greedy); below
+//   kGreedyTemperature (1e-5, vLLM's threshold too) it means greedy: argmax of the penalised
+//   logits, ties broken by the lowest token id, no randomness, and top_k/top_p/min_p are ignored
+//   (they cannot change an argmax). Dividing logits by a tinier temperature overflows them to
+//   infinity, and sampling from that is noise, where a user expects the limit: greedy.
 // - Penalties apply in greedy mode too (as in vLLM and llama.cpp).
 // - Logprobs (logprobs / top_logprobs) are always those of the model's raw distribution:
 //   log_softmax of the logits as they arrived, before penalties, temperature and truncation.
@@ -20,7 +22,7 @@
 namespace kvserve {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // >= 0; 0 = greedy
+  float temperature = 1.0f;  // >= 0; below kGreedyTemperature = greedy
   int32_t top_k = 0;         // >= 0; 0 = off
   float top_p = 1.0f;        // (0, 1]; 1 = off
   float min_p = 0.0f;        // [0, 1]; 0 = off; keeps p >= min_p * max p
@@ -38,8 +40,9 @@ struct SamplingParams {
   bool logprobs = false;     // report the chosen token's raw logprob
 
   static constexpr int32_t kMaxTopLogprobs = 20;
+  static constexpr float kGreedyTemperature = 1e-5f;
 
-  bool greedy() const { return temperature <= 0.0f; }
+  bool greedy() const { return temperature < kGreedyTemperature; }
   bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
 
   // InvalidArgument naming the first bad field, its value and the allowed range.

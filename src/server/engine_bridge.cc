@@ -126,9 +126,18 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     if (ids.empty()) return BadRequest("the prompt is empty", param);
   }
 
-  // Reserve admission slots for every prompt at once, or refuse the whole request.
+  // Reserve admission slots for every prompt at once, or refuse the whole request. A request
+  // with more prompts than the limit can never be admitted: that is the client's to fix (a
+  // 400 naming the field), not a 503 that invites retrying for ever.
   const int k = static_cast<int>(prompts.size());
   const int limit = engine_->config().max_num_seqs + config_.max_queued_requests;
+  if (k > limit) {
+    return BadRequest(fmt::format("this request has {} prompts; the server admits at most {} "
+                                  "running and queued requests at once (--max-num-seqs plus "
+                                  "--max-queued-requests): send fewer prompts per request",
+                                  k, limit),
+                      "prompt");
+  }
   int cur = in_flight_.load();
   do {
     if (cur + k > limit || shutting_down()) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <cctype>
 #include <charconv>
 #include <nlohmann/json.hpp>
 
@@ -28,14 +29,27 @@ void SendJson(httplib::Response& res, const json& j) {
   res.set_content(Dump(j), "application/json");
 }
 
-// Parses the body as JSON; nlohmann rejects malformed JSON and invalid UTF-8 in strings.
+// Parses the body as JSON; nlohmann rejects malformed JSON, invalid UTF-8 in strings (parse
+// errors) and numbers beyond a double such as 1e400 (an out_of_range error).
 std::optional<ApiError> ParseBody(const std::string& body, json* out) {
   try {
     *out = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     return BadRequest(fmt::format("the body is not valid JSON: {}", e.what()));
   }
   return std::nullopt;
+}
+
+// Whether a request's Content-Type may carry a JSON text: none, application/json or
+// application/*+json, text/plain, and application/x-www-form-urlencoded (what `curl -d` sends
+// unless told otherwise). Anything else, multipart bodies above all, is a 415.
+bool CarriesJson(std::string_view content_type) {
+  std::string type(content_type.substr(0, content_type.find(';')));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.pop_back();
+  for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return type.empty() || type == "application/json" || type == "text/plain" ||
+         type == "application/x-www-form-urlencoded" ||
+         (type.rfind("application/", 0) == 0 && type.ends_with("+json"));
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
@@ -67,6 +81,10 @@ ApiError StatusError(int status) {
       break;
     case 414:
       e.message = "the request URI is too long";
+      break;
+    case 415:
+      e.message = "unsupported Content-Type: send the body as application/json";
+      e.code = "unsupported_media_type";
       break;
     default:
       if (status >= 500) {
@@ -259,11 +277,14 @@ struct HttpServer::Impl {
   }
 
   // A POST route whose body is read here, under --max-body-bytes whether it comes with a
-  // Content-Length or chunked (cpp-httplib enforces its limit only on the former).
+  // Content-Length or chunked (cpp-httplib enforces its limit only on the former). A body whose
+  // Content-Type cannot carry JSON is read to its end too (so the connection stays in step)
+  // and answered 415; multipart bodies must go through the multipart reader to be read at all.
   template <typename Fn>
   void PostJson(const std::string& path, Fn fn) {
     server.Post(path, [this, fn](const httplib::Request& req, httplib::Response& res,
                                  const httplib::ContentReader& reader) {
+      const bool json_body = CarriesJson(req.get_header_value("Content-Type"));
       std::string body;
       const std::string length = req.get_header_value("Content-Length");
       uint64_t declared = 0;
@@ -276,18 +297,25 @@ struct HttpServer::Impl {
         res.set_header("Connection", "close");
         return SendError(res, StatusError(413));
       }
-      const bool read = reader([&](const char* data, size_t n) {
-        if (body.size() + n > config.max_body_bytes) {
+      uint64_t received = 0;
+      auto receive = [&](const char* data, size_t n) {
+        received += n;
+        if (received > config.max_body_bytes) {
           too_large = true;
           return false;
         }
-        body.append(data, n);
+        if (json_body) body.append(data, n);
         return true;
-      });
+      };
+      const bool read =
+          req.is_multipart_form_data()
+              ? reader([](const httplib::MultipartFormData&) { return true; }, receive)
+              : reader(receive);
       if (too_large || !read) {
         res.set_header("Connection", "close");  // the rest of the body is not read
         return SendError(res, StatusError(too_large ? 413 : 400));
       }
+      if (!json_body) return SendError(res, StatusError(415));
       fn(body, res);
     });
   }

@@ -58,7 +58,16 @@ class Reader {
     if (!(lo_open ? d > lo : d >= lo) || !(d <= hi)) {
       return BadRequest(fmt::format("'{}' is {}; it must be in {}", key, d, range), key);
     }
-    *out = static_cast<float>(d);
+    // The engine computes in 32-bit floats: a value that rounds to the open bound there (a
+    // repetition_penalty of 1e-320 becomes 0) is out of range too, and named as such here.
+    const auto f = static_cast<float>(d);
+    if (lo_open && !(f > static_cast<float>(lo))) {
+      return BadRequest(fmt::format("'{}' is {}, which rounds to {} as a 32-bit float; it must "
+                                    "be in {}",
+                                    key, d, f, range),
+                        key);
+    }
+    *out = f;
     return std::nullopt;
   }
 
@@ -71,8 +80,10 @@ class Reader {
         return BadRequest(fmt::format("'{}' is out of range", key), key);
       }
       i = v->get<int64_t>();
-    } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
-               std::fabs(v->get<double>()) < 9e15) {
+    } else if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()) {
+      if (!(std::fabs(v->get<double>()) < 9e15)) {
+        return BadRequest(fmt::format("'{}' is {}, out of range", key, v->get<double>()), key);
+      }
       i = static_cast<int64_t>(v->get<double>());
     } else {
       return WrongType(key, "an integer", *v);
@@ -307,7 +318,8 @@ std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoin
     return BadRequest("'logit_bias' is not supported", "logit_bias");
   }
   if (const json* fmt = r.Find("response_format")) {
-    if (!fmt->is_object() || fmt->value("type", std::string()) != "text") {
+    auto type = fmt->find("type");  // end() for a non-object
+    if (type == fmt->end() || *type != "text") {
       return BadRequest("'response_format' supports only {\"type\": \"text\"} for now",
                         "response_format");
     }

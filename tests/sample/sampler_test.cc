@@ -45,6 +45,24 @@ TEST(Sampler, GreedyPicksArgmaxAndLowestIdOnTies) {
   EXPECT_EQ(s.Sample(b).token, 4);
 }
 
+// Dividing by a temperature of 1e-40 overflows every logit to infinity; below 1e-5 the
+// sampler is greedy instead, whatever the seed, and from 1e-5 on it samples.
+TEST(Sampler, TemperatureBelowGreedyThresholdIsGreedyForEverySeed) {
+  std::vector<float> logits = {1.0f, 5.0f, 2.0f, 4.999f, -1.0f};
+  for (float t : {1e-40f, 1e-30f, 1e-6f, 9.9e-6f}) {
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      SamplingParams p = Seeded(seed);
+      p.temperature = t;
+      ASSERT_TRUE(p.greedy()) << t;
+      std::vector<float> copy = logits;
+      EXPECT_EQ(Make(p, 5).Sample(copy).token, 1) << "temperature " << t << " seed " << seed;
+    }
+  }
+  SamplingParams p = Seeded(1);
+  p.temperature = SamplingParams::kGreedyTemperature;
+  EXPECT_FALSE(p.greedy());
+}
+
 TEST(Sampler, GreedyAppliesPenalties) {
   SamplingParams p = Greedy();
   p.presence_penalty = 0.5f;

@@ -85,6 +85,12 @@ describe("400 invalid_request_error", () => {
     [chat, "top_logprobs", 2],  // needs logprobs: true
     [chat, "max_completion_tokens", 0], [chat, "max_tokens", "many"], [chat, "temperature", 3],
     [chat, "n", 200], [chat, "stream", 1],
+    // Values that are in range as doubles but not as the engine's 32-bit floats, and wrong
+    // nested types: each is the client's mistake, named, never a 500.
+    [completions, "repetition_penalty", 1e-320], [completions, "top_p", 1e-50],
+    [completions, "max_tokens", 1e300], [completions, "seed", -1e20],
+    [chat, "response_format", { type: 5 }], [chat, "response_format", "json"],
+    [chat, "response_format", { type: null }],
   ];
   for (const [endpoint, field, value] of cases) {
     test(`${endpoint}: ${field} = ${JSON.stringify(value).slice(0, 40)} is rejected naming ${field}`, async () => {
@@ -112,6 +118,46 @@ describe("400 invalid_request_error", () => {
       model: ctx.server.model, messages: [{ role: "user", content: "hi" }], max_tokens: 2, logit_bias: {},
       response_format: { type: "text" }, tools: [], ignore_eos: true });
     assert.equal(chatRes.usage.completion_tokens, 2);
+  });
+
+  test("a number beyond a double (1e400) is a 400 naming the JSON error, not a 500", async () => {
+    for (const path of ["/v1/completions", "/tokenize"]) {
+      const res = await post(path, '{"prompt": "hi", "max_tokens": 1e400}');
+      assert.equal(res.status, 400, `${path}: ${res.text}`);
+      assertErrorShape(res.body, { type: "invalid_request_error" });
+      assert.match(res.body.error.message, /number overflow/);
+    }
+  });
+
+  test("a body that cannot carry JSON (multipart, binary) is a 415; curl's default type is read", async () => {
+    const boundary = "----kvserve";
+    const multipart = `--${boundary}\r\nContent-Disposition: form-data; name="prompt"\r\n\r\nhi\r\n--${boundary}--\r\n`;
+    for (const [type, body] of [[`multipart/form-data; boundary=${boundary}`, multipart],
+                                ["application/octet-stream", '{"prompt": "hi"}'],
+                                ["image/png", "x"]]) {
+      for (const path of ["/v1/completions", "/v1/chat/completions", "/tokenize"]) {
+        const res = await ctx.server.request("POST", path, { body, headers: { "content-type": type } });
+        assert.equal(res.status, 415, `${type} ${path}: ${res.text}`);
+        assertErrorShape(res.body, { type: "invalid_request_error", code: "unsupported_media_type" });
+      }
+    }
+    for (const type of ["application/x-www-form-urlencoded", "text/plain; charset=utf-8",
+                        "application/json; charset=UTF-8", "application/merge-patch+json"]) {
+      const res = await ctx.server.request("POST", "/v1/completions", {
+        body: JSON.stringify({ prompt: "hi", max_tokens: 1 }), headers: { "content-type": type } });
+      assert.equal(res.status, 200, `${type}: ${res.text}`);
+    }
+  });
+
+  test("a temperature below 1e-5 (down to 1e-40) is greedy: the same text as temperature 0", async () => {
+    const base = { model: ctx.server.model, prompt: "Once upon a time", max_tokens: 12 };
+    const greedy = await ctx.client.completions.create({ ...base, temperature: 0 });
+    for (const temperature of [1e-40, 1e-20, 1e-6]) {
+      for (const seed of [1, 2, 3]) {
+        const res = await ctx.client.completions.create({ ...base, temperature, seed });
+        assert.equal(res.choices[0].text, greedy.choices[0].text, `temperature ${temperature} seed ${seed}`);
+      }
+    }
   });
 
   test("a raw out-of-range request carries the full error shape", async () => {

@@ -79,6 +79,20 @@ describe("503 server_overloaded (--max-num-seqs 1 --max-queued-requests 0)", () 
     assert.equal(ok.usage.completion_tokens, 3);
   });
 
+  test("a request with more prompts than the admission limit can ever take is a 400 naming prompt, not a 503", async () => {
+    const rejectedBefore = (await server.metrics()).get("kvserve:requests_rejected_total") ?? 0;
+    const res = await server.request("POST", "/v1/completions",
+      { body: { model: server.model, prompt: ["a", "b"], max_tokens: 1 } });
+    assert.equal(res.status, 400, res.text);
+    assert.equal(res.headers["retry-after"], undefined);
+    assertErrorShape(res.body, { type: "invalid_request_error", param: "prompt" });
+    assert.match(res.body.error.message, /2 prompts.*at most 1/);
+    assert.equal((await server.metrics()).get("kvserve:requests_rejected_total") - rejectedBefore, 0);
+    const one = await server.request("POST", "/v1/completions",
+      { body: { model: server.model, prompt: ["a"], max_tokens: 1 } });
+    assert.equal(one.status, 200, one.text);
+  });
+
   test("SIGTERM with a stream in flight cancels it and exits 0", async () => {
     const busy = await openStream(server.port, "/v1/completions", LONG(server.model));
     const { it } = await untilFirstData(busy);

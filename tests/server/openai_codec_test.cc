@@ -92,11 +92,22 @@ TEST(OpenAiCodec, WrongTypesAndRangesNameTheField) {
   EXPECT_EQ(ParseError(R"({"prompt":"x","response_format":{"type":"json_object"}})").param,
             "response_format");
   EXPECT_EQ(ParseError(R"({"prompt":"x","best_of":3})").param, "best_of");
+  // Wrong nested types are the client's mistake too, never an exception.
+  EXPECT_EQ(ParseError(R"({"prompt":"x","response_format":{"type":5}})").param, "response_format");
+  EXPECT_EQ(ParseError(R"({"prompt":"x","response_format":[1]})").param, "response_format");
+  // In range as a double, out of range as the engine's float: named, with the rounding said.
+  const ApiError tiny = ParseError(R"({"prompt":"x","repetition_penalty":1e-320})");
+  EXPECT_EQ(tiny.param, "repetition_penalty");
+  EXPECT_NE(tiny.message.find("32-bit float"), std::string::npos) << tiny.message;
+  EXPECT_EQ(ParseError(R"({"prompt":"x","max_tokens":1e300})").param, "max_tokens");
   // null counts as absent
   GenerationParams p;
   EXPECT_FALSE(Parse(R"({"prompt":"x","temperature":null,"stop":null})", Endpoint::kCompletions,
                      &p));
   EXPECT_FLOAT_EQ(p.sampling.temperature, 1.f);
+  // A temperature too small to divide by is kept; the sampler treats it as greedy.
+  ASSERT_FALSE(Parse(R"({"prompt":"x","temperature":1e-40})", Endpoint::kCompletions, &p));
+  EXPECT_TRUE(p.sampling.greedy());
 }
 
 TEST(OpenAiCodec, ReadsChatMessagesAndItsLogprobForm) {
