@@ -243,6 +243,7 @@ void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
   e.metrics.cached_tokens = scheduled ? scheduler_->num_cached_tokens(seq) : 0;
   e.metrics.computed_tokens = scheduled ? scheduler_->num_computed_total(seq) : 0;
   e.metrics.generated_tokens = s.num_generated;
+  e.metrics.queue_seconds = r.queue_seconds;
   e.metrics.ttft_seconds = r.ttft_seconds;
   e.metrics.e2e_seconds = Seconds(r.arrival, Clock::now());
   FillTierMetrics(r, e.metrics.cached_tokens, &e.metrics);
@@ -283,8 +284,13 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
 
 Status EngineCore::Step(std::vector<RequestOutput>* out) {
   if (tiers_) FinishTierLoads();
+  const Clock::time_point step_start = Clock::now();
   ScheduleOutput so = scheduler_->Schedule();
   ++num_steps_;
+  for (const ScheduledSeq& s : so.seqs) {
+    RequestCtx& r = requests_.at(seqs_.at(s.seq).request);
+    if (r.queue_seconds < 0) r.queue_seconds = Seconds(r.arrival, step_start);
+  }
   for (SeqId s : so.failed) {
     FinishSeq(s, FinishReason::kError,
               ResourceExhausted("the request does not fit in the KV cache next to the pinned "

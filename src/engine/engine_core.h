@@ -122,6 +122,7 @@ class EngineCore {
     std::vector<SeqId> seqs;  // live samples
     bool forked = false;
     bool got_first_token = false;
+    double queue_seconds = -1;  // set by the first step that schedules it
     double ttft_seconds = 0;
     Phase phase = Phase::kScheduled;
     uint64_t load_id = 0;  // kTierLoad: its load; kTierWait: the load it waits for

@@ -54,6 +54,9 @@ struct RequestMetrics {
   std::vector<TierTokens> cached_tokens_by_tier;
   int64_t computed_tokens = 0;  // tokens this sample ran through the model (recompute included)
   int generated_tokens = 0;
+  // Arrival to the start of the first step that computed the request: time waiting for a slot,
+  // for KV blocks, and for blocks loading from a lower tier. -1 when it never ran.
+  double queue_seconds = -1;
   double ttft_seconds = 0;      // arrival to the request's first token
   double e2e_seconds = 0;       // arrival to this sample's end
 };

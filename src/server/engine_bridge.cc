@@ -279,8 +279,17 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
   }
   if (e.request_finished) {
     job.finished = true;
-    if (e.metrics.generated_tokens > 0 || e.metrics.ttft_seconds > 0) m.ttft.Observe(e.metrics.ttft_seconds);
-    m.RecordFinished(e.finish_reason, job.prompt_tokens, e.metrics.e2e_seconds);
+    const RequestMetrics& rm = e.metrics;
+    const bool got_token = rm.generated_tokens > 0 || rm.ttft_seconds > 0;
+    if (got_token) m.ttft.Observe(rm.ttft_seconds);
+    if (rm.queue_seconds >= 0) {
+      m.queue_time.Observe(rm.queue_seconds);
+      if (got_token) {
+        m.prefill_time.Observe(rm.ttft_seconds - rm.queue_seconds);
+        m.decode_time.Observe(rm.e2e_seconds - rm.ttft_seconds);
+      }
+    }
+    m.RecordFinished(e.finish_reason, job.prompt_tokens, rm.e2e_seconds);
     bridge_->Finished();
   }
   updates->push_back(std::move(c));

@@ -209,7 +209,13 @@ void RenderTiers(const EngineStats& stats, PrometheusWriter& w) {
 
 }  // namespace
 
-ServerMetrics::ServerMetrics() : ttft(TtftBounds()), inter_token(ItlBounds()), e2e(E2eBounds()) {}
+ServerMetrics::ServerMetrics()
+    : ttft(TtftBounds()),
+      inter_token(ItlBounds()),
+      e2e(E2eBounds()),
+      queue_time(TtftBounds()),
+      prefill_time(TtftBounds()),
+      decode_time(E2eBounds()) {}
 
 void ServerMetrics::RecordFinished(FinishReason reason, int prompt, double e2e_seconds) {
   finished[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
@@ -260,6 +266,14 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
   w.Histo("kvserve:inter_token_latency_seconds", "Time between two tokens of one sample.",
           inter_token);
   w.Histo("kvserve:e2e_request_latency_seconds", "Time from arrival to the last token.", e2e);
+  w.Histo("kvserve:request_queue_time_seconds",
+          "Time from arrival to the first step that computed the request (waiting for a slot, "
+          "KV blocks or a tier load).",
+          queue_time);
+  w.Histo("kvserve:request_prefill_time_seconds",
+          "Time from the first step that computed the request to its first token.", prefill_time);
+  w.Histo("kvserve:request_decode_time_seconds", "Time from the first token to the last.",
+          decode_time);
   RenderTiers(stats, w);
   return w.Take();
 }

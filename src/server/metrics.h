@@ -85,6 +85,11 @@ struct ServerMetrics {
   Histogram ttft;
   Histogram inter_token;
   Histogram e2e;
+  // TTFT's two parts and what follows it, per finished request that ran: queue (arrival to its
+  // first step) + prefill (to the first token) = TTFT; TTFT + decode (to the last token) = E2E.
+  Histogram queue_time;
+  Histogram prefill_time;
+  Histogram decode_time;
 
   std::string Render(const EngineStats& stats, std::string_view model_name) const;
 };

@@ -27,6 +27,9 @@ const DOCUMENTED = {
   "kvserve:time_to_first_token_seconds": "histogram",
   "kvserve:inter_token_latency_seconds": "histogram",
   "kvserve:e2e_request_latency_seconds": "histogram",
+  "kvserve:request_queue_time_seconds": "histogram",
+  "kvserve:request_prefill_time_seconds": "histogram",
+  "kvserve:request_decode_time_seconds": "histogram",
 };
 
 const finished = (m, reason) => m.get("kvserve:request_success_total", { finished_reason: reason }) ?? 0;
@@ -102,6 +105,16 @@ test("counters add up to a request's prompt and generated tokens and its finish 
   assert.equal(delta("kvserve:generation_tokens_total"), 9);
   assert.equal(delta("kvserve:e2e_request_latency_seconds_count"), 1);
   assert.equal(delta("kvserve:time_to_first_token_seconds_count"), 1);
+  // TTFT splits into queue + prefill, and E2E into TTFT + decode, for this one request.
+  for (const part of ["queue", "prefill", "decode"]) {
+    assert.equal(delta(`kvserve:request_${part}_time_seconds_count`), 1, part);
+    assert.ok(delta(`kvserve:request_${part}_time_seconds_sum`) >= 0, part);
+  }
+  const near = (a, b, what) => assert.ok(Math.abs(a - b) <= 1e-6 * Math.max(1, b), `${what}: ${a} vs ${b}`);
+  near(delta("kvserve:request_queue_time_seconds_sum") + delta("kvserve:request_prefill_time_seconds_sum"),
+    delta("kvserve:time_to_first_token_seconds_sum"), "queue + prefill = TTFT");
+  near(delta("kvserve:time_to_first_token_seconds_sum") + delta("kvserve:request_decode_time_seconds_sum"),
+    delta("kvserve:e2e_request_latency_seconds_sum"), "TTFT + decode = E2E");
   assert.ok(delta("kvserve:prefix_cache_queries_total") >= res.usage.prompt_tokens - 16);
 });
 
