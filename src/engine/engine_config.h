@@ -27,6 +27,7 @@ struct KvTierConfig {
 
 struct EngineConfig {
   int num_threads = 0;                // compute threads; 0 = one per hardware thread
+  int poll_us = -1;                   // --poll-us: compute threads' spin; -1 = the pool's default
   int block_size = 16;                // tokens per KV block
   KvDtype k_dtype = KvDtype::kF16;
   KvDtype v_dtype = KvDtype::kF16;

@@ -99,7 +99,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
       SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len},
       core->kv_manager_.get());
   core->pool_ = std::make_unique<ThreadPool>(
-      config.num_threads > 0 ? config.num_threads : ThreadPool::DefaultThreads());
+      config.num_threads > 0 ? config.num_threads : ThreadPool::DefaultThreads(),
+      PoolSpin(config.poll_us));
   const Clock::time_point digest_start = Clock::now();
   const Digest256 weights = WeightsDigest(core->model_->file(), *core->pool_);
   core->weights_digest_seconds_ = Seconds(digest_start, Clock::now());

@@ -17,11 +17,11 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 }  // namespace
 
 Generator::Generator(std::unique_ptr<Model> model, KvStorage kv, int max_model_len,
-                     int num_threads)
+                     int num_threads, int poll_us)
     : model_(std::move(model)),
       kv_(std::move(kv)),
       block_pool_(kv_.num_blocks()),
-      pool_(std::make_unique<ThreadPool>(num_threads)),
+      pool_(std::make_unique<ThreadPool>(num_threads, PoolSpin(poll_us))),
       max_model_len_(max_model_len) {}
 
 Result<std::unique_ptr<Generator>> Generator::Create(std::unique_ptr<Model> model,
@@ -49,7 +49,7 @@ Result<std::unique_ptr<Generator>> Generator::Create(std::unique_ptr<Model> mode
   int threads = config.num_threads > 0 ? config.num_threads : ThreadPool::DefaultThreads();
   KvStorage kv(layout, static_cast<int>(num_blocks));
   return std::unique_ptr<Generator>(
-      new Generator(std::move(model), std::move(kv), max_len, threads));
+      new Generator(std::move(model), std::move(kv), max_len, threads, config.poll_us));
 }
 
 Status Generator::CheckPrompt(std::span<const TokenId> ids, int extra_tokens) const {

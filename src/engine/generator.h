@@ -25,6 +25,7 @@ namespace kvserve {
 
 struct GeneratorConfig {
   int num_threads = 0;          // 0 = one per hardware thread
+  int poll_us = -1;             // compute threads' spin before sleeping; -1 = the pool's default
   int block_size = 16;          // tokens per KV block
   KvDtype k_dtype = KvDtype::kF16;
   KvDtype v_dtype = KvDtype::kF16;
@@ -68,9 +69,11 @@ class Generator {
   const KvStorage& kv_storage() const { return kv_; }
   int max_model_len() const { return max_model_len_; }
   int num_threads() const { return pool_->num_threads(); }
+  int64_t poll_us() const { return pool_->spin().count(); }
 
  private:
-  Generator(std::unique_ptr<Model> model, KvStorage kv, int max_model_len, int num_threads);
+  Generator(std::unique_ptr<Model> model, KvStorage kv, int max_model_len, int num_threads,
+            int poll_us);
   Status CheckPrompt(std::span<const TokenId> ids, int extra_tokens) const;
   // Makes the table cover num_tokens slots. ResourceExhausted when the pool runs dry.
   Status Reserve(BlockTable& table, int num_tokens);

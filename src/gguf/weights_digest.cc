@@ -1,6 +1,5 @@
 #include "gguf/weights_digest.h"
 
-#include <atomic>
 #include <vector>
 
 namespace kvserve {
@@ -18,12 +17,8 @@ Digest256 WeightsDigest(const GgufFile& file, ThreadPool& pool) {
     }
   }
   std::vector<Digest256> digests(pieces.size());
-  std::atomic<size_t> next{0};
-  pool.Run([&](int, int) {
-    for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
-      digests[i] = Sha256Of(pieces[i].data, pieces[i].size);
-    }
-  });
+  pool.ForEach(static_cast<int64_t>(pieces.size()),
+               [&](int64_t i) { digests[i] = Sha256Of(pieces[i].data, pieces[i].size); });
   Sha256 h;
   h.Update("kvserve-weights-v1");
   size_t p = 0;

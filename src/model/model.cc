@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
 #include "model/model_internal.h"
@@ -220,35 +219,30 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
     for (int p = 0; p < np; ++p) items.push_back({static_cast<int32_t>(i), p});
   }
   if (s.attn_partials.size() < partial_floats) s.attn_partials.resize(partial_floats);
-  // Items are claimed dynamically, last first: later tiles of a prompt see the most context.
-  std::atomic<int64_t> next{0};
+  // Items are claimed one at a time, last first: later tiles of a prompt see the most context.
   const int64_t num_items = static_cast<int64_t>(items.size());
-  pool.Run([&](int, int) {
-    for (int64_t k = next.fetch_add(1); k < num_items; k = next.fetch_add(1)) {
-      const auto [ti, p] = items[num_items - 1 - k];
-      const AttentionTile& t = tiles[ti];
-      if (p < 0) {
-        AttendTile(t, view, scale);
-      } else {
-        const size_t rows = static_cast<size_t>(t.num_tokens) * group;
-        AttendTilePartition(t, view, scale, p,
-                            s.attn_partials.data() + s.attn_partial_offset[ti] + p * rows * pf);
-      }
+  pool.ForEach(num_items, [&](int64_t k) {
+    const auto [ti, p] = items[num_items - 1 - k];
+    const AttentionTile& t = tiles[ti];
+    if (p < 0) {
+      AttendTile(t, view, scale);
+    } else {
+      const size_t rows = static_cast<size_t>(t.num_tokens) * group;
+      AttendTilePartition(t, view, scale, p,
+                          s.attn_partials.data() + s.attn_partial_offset[ti] + p * rows * pf);
     }
   });
   if (partial_floats == 0) return;
-  pool.Run([&](int ti0, int nth) {
-    for (size_t i = ti0; i < tiles.size(); i += nth) {
-      const AttentionTile& t = tiles[i];
-      if (AttentionPartitions(t.first_slots + t.num_tokens - 1) == 1) continue;
-      const int rows = t.num_tokens * group;
-      const float* base = s.attn_partials.data() + s.attn_partial_offset[i];
-      for (int r = 0; r < rows; ++r) {
-        const int j = r / group, g = r % group;
-        MergeAttentionPartials(base + r * pf, AttentionPartitions(t.first_slots + j),
-                               static_cast<int64_t>(rows * pf), c.head_dim,
-                               t.out + j * t.out_stride + static_cast<int64_t>(g) * c.head_dim);
-      }
+  pool.ForEach(static_cast<int64_t>(tiles.size()), [&](int64_t i) {
+    const AttentionTile& t = tiles[i];
+    if (AttentionPartitions(t.first_slots + t.num_tokens - 1) == 1) return;
+    const int rows = t.num_tokens * group;
+    const float* base = s.attn_partials.data() + s.attn_partial_offset[i];
+    for (int r = 0; r < rows; ++r) {
+      const int j = r / group, g = r % group;
+      MergeAttentionPartials(base + r * pf, AttentionPartitions(t.first_slots + j),
+                             static_cast<int64_t>(rows * pf), c.head_dim,
+                             t.out + j * t.out_stride + static_cast<int64_t>(g) * c.head_dim);
     }
   });
 }

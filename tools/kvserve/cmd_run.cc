@@ -118,6 +118,7 @@ void RunGenerate(const RunOptions& o) {
     j["prompt_tokens_per_second"] = pp;
     j["generation_tokens_per_second"] = tg;
     j["threads"] = l.generator->num_threads();
+    j["poll_us"] = l.generator->poll_us();
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     fmt::print("{}\n", tail);

@@ -92,6 +92,7 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--chat-template", c.chat_template,
                   "Chat template name (default: the model's, else chatml)");
   cmd->add_option("-t,--threads", c.engine.num_threads, "Compute threads (default: all)");
+  AddPollOption(cmd, c.engine.poll_us);
   cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache budget, e.g. 2GiB");
   cmd->add_option("--num-blocks", c.engine.num_blocks, "KV blocks (overrides --kv-cache-memory)");
   cmd->add_option("--block-size", c.engine.block_size, "Tokens per KV block (default 16)");

@@ -11,6 +11,7 @@ namespace kvserve::cli {
 void AddEngineOptions(CLI::App* cmd, EngineOptions& o) {
   cmd->add_option("-m,--model", o.model, "GGUF model file (default: the embedded model)");
   cmd->add_option("-t,--threads", o.threads, "Worker threads (default: all hardware threads)");
+  AddPollOption(cmd, o.poll_us);
   cmd->add_option("--cache-type-k", o.cache_type_k, KvCacheTypeHelp("keys"));
   cmd->add_option("--cache-type-v", o.cache_type_v, KvCacheTypeHelp("values"));
   cmd->add_option("--kv-cache-memory", o.kv_cache_memory,
@@ -36,6 +37,7 @@ Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet) {
   if (!model.ok()) Fail(model.status().ToString());
   GeneratorConfig gc;
   gc.num_threads = o.threads;
+  gc.poll_us = o.poll_us;
   gc.block_size = o.block_size;
   const auto k = ParseKvDtypeOrError(o.cache_type_k, "--cache-type-k");
   if (!k.ok()) Fail(k.status().message());
@@ -54,6 +56,14 @@ Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet) {
   const KvStorage& kv = out.generator->kv_storage();
   if (!quiet) fmt::print(stderr, "kvserve: {}\n", KvCapacitySummary(kv.layout(), kv.num_blocks()));
   return out;
+}
+
+void AddPollOption(CLI::App* cmd, int& poll_us) {
+  cmd->add_option("--poll-us", poll_us,
+                  fmt::format("Microseconds a compute thread spins for work before it sleeps "
+                              "(default {}; 0 sleeps at once)",
+                              ThreadPool::kDefaultSpin.count()))
+      ->check(CLI::Range(0, 1000000));
 }
 
 std::string KvCacheTypeHelp(std::string_view what) {

@@ -17,6 +17,7 @@ namespace kvserve::cli {
 struct EngineOptions {
   std::string model;
   int threads = 0;
+  int poll_us = -1;
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   int ctx = 0;
@@ -35,6 +36,9 @@ struct Loaded {
 // Loads the model and builds its Generator; Fail()s with a clear message on any error. Prints
 // the KV cache's start-up line (types, bytes per token, capacity) to stderr unless `quiet`.
 Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet = false);
+
+// --poll-us: how long compute threads spin before sleeping (run, serve, bench's in-process side).
+void AddPollOption(CLI::App* cmd, int& poll_us);
 
 // The help text of a KV cache type flag.
 std::string KvCacheTypeHelp(std::string_view what);
