@@ -76,6 +76,16 @@ Result<std::string> ApiClient::FirstModelId() {
   return j["data"][0]["id"].get<std::string>();
 }
 
+Result<std::string> ApiClient::Metrics() {
+  auto res = http_->Get(target_.path_prefix + "/metrics");
+  if (!res) {
+    return IoError(
+        fmt::format("cannot reach {}: {}", target_.origin, httplib::to_string(res.error())));
+  }
+  if (res->status != 200) return NotFound("GET /metrics: " + ErrorMessage(res->status, res->body));
+  return res->body;
+}
+
 Result<int> ApiClient::CountTokens(std::string_view text, const std::string& model) {
   json body = {{"prompt", text}, {"content", text}, {"add_special_tokens", false},
                {"add_special", false}};

@@ -65,6 +65,8 @@ class ApiClient {
   // Tokens of `text` without special tokens from POST /tokenize, sent in both kvserve/vLLM's
   // ({"prompt"}) and llama.cpp's ({"content"}) shape; NotFound when the server has none.
   Result<int> CountTokens(std::string_view text, const std::string& model);
+  // The Prometheus text of GET /metrics; NotFound when the server has none.
+  Result<std::string> Metrics();
   // POSTs `body` (which must ask for a stream) to `path` and fills `record` (all but id, seq).
   void StreamRequest(const std::string& path, const nlohmann::json& body, Clock::time_point t0,
                      RequestRecord& record);

@@ -214,6 +214,19 @@ json ResultToJson(const json& config, const BenchSummary& s,
                    {"completed_per_s", json::array()}, {"running", s.running}};
   for (double v : s.output_tokens_per_s) j["timeline"]["output_tokens_per_s"].push_back(Round3(v));
   for (double v : s.completed_per_s) j["timeline"]["completed_per_s"].push_back(Round3(v));
+  if (s.server) {
+    json phases = json::object();
+    for (const ServerPhase& p : s.server->phases) {
+      phases[p.name] = {{"count", Round3(p.count)},
+                        {"mean", Round3(p.mean_ms)},
+                        {"p50", Round3(p.p50_ms)},
+                        {"p90", Round3(p.p90_ms)}};
+    }
+    j["server_ms"] = {{"source", s.server->prefix + ":request_*_time_seconds"},
+                      {"phases", std::move(phases)}};
+  } else {
+    j["server_ms"] = nullptr;
+  }
   j["errors"] = s.errors;
   json reqs = json::array();
   for (const RequestRecord& r : records) reqs.push_back(RequestJson(r));
@@ -247,6 +260,14 @@ std::string FormatSummaryTable(const BenchSummary& s) {
   row("TPOT", s.tpot_ms);
   row("ITL", s.itl_ms);
   row("E2E", s.e2e_ms);
+  if (s.server) {
+    // What the server measured: the p99 column stays empty (its buckets are too coarse).
+    for (const ServerPhase& p : s.server->phases) {
+      out +=
+          fmt::format("{:<8}{:>10.2f}{:>10.2f}{:>10.2f}{:>10}\n",
+                      fmt::format("S:{}", p.name.substr(0, 6)), p.mean_ms, p.p50_ms, p.p90_ms, "");
+    }
+  }
   out += fmt::format("{:-^48}\n", "");
   const double input = static_cast<double>(std::max<long>(1, s.total_input_tokens));
   if (s.requests_reporting_cached > 0) {

@@ -3,6 +3,7 @@
 // and printed as a compact table.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "kvserve/status.h"
 #include "loadgen/client.h"
+#include "loadgen/server_metrics.h"
 #include "loadgen/stats.h"
 
 namespace kvserve::loadgen {
@@ -52,6 +54,8 @@ struct BenchSummary {
   std::vector<double> completed_per_s;
   std::vector<int> running;  // requests in flight at each bucket's end
   std::vector<std::string> errors;  // distinct error messages, at most 10
+  // Request phases as the server measured them (from its /metrics), when it exports them.
+  std::optional<ServerLatency> server;
 };
 
 // TPOT of one request: (e2e - ttft) / (output tokens - 1); < 0 when it has one token or fewer.

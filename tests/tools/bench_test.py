@@ -173,6 +173,7 @@ class BenchAgainstStandIn(unittest.TestCase):
         self.assertLessEqual(r["cached_tokens"]["reported"], 4 * 40 + 6)
         self.assertEqual(r["config"]["token_counter"], "server")
         self.assertEqual(r["config"]["model"], "stand-in-model")
+        self.assertIsNone(r["server_ms"])  # the stand-in has no /metrics, as llama.cpp by default
         self.assertEqual(len(r["requests"]), 6)
         self.assertEqual(sorted(q["seq"] for q in r["requests"]), list(range(6)))
         # What the server saw.
@@ -302,6 +303,16 @@ class BenchAgainstKvserve(unittest.TestCase):
         self.assertEqual(r["cached_tokens"]["requests_reporting"], 3)
         self.assertIsNotNone(r["cached_tokens"]["reported"])
         self.assertGreaterEqual(r["cached_tokens"]["ideal"], 2 * 40)
+        # The server's own phase histograms, scraped before and after the run, saw these three
+        # requests and nothing else.
+        self.assertEqual(r["server_ms"]["source"], "kvserve:request_*_time_seconds")
+        phases = r["server_ms"]["phases"]
+        self.assertEqual(sorted(phases), ["decode", "prefill", "queue"])
+        for name, p in phases.items():
+            self.assertEqual(p["count"], 3, name)
+            self.assertGreaterEqual(p["mean"], 0, name)
+            self.assertLessEqual(p["p50"], p["p90"], name)
+        self.assertGreater(phases["prefill"]["mean"], 0)
 
 
 if __name__ == "__main__":

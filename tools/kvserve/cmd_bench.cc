@@ -20,6 +20,7 @@
 #include "loadgen/report_html.h"
 #include "loadgen/result.h"
 #include "loadgen/runner.h"
+#include "loadgen/server_metrics.h"
 #include "loadgen/workload.h"
 
 namespace kvserve::cli {
@@ -236,11 +237,17 @@ void RunBench(BenchOptions& o) {
                run.endpoint == lg::Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions",
                run.target.origin.c_str());
 
-  // The run.
+  // The run, between two scrapes of the server's own metrics (where it has them).
+  auto scrape = [&probe] {
+    auto text = probe.Metrics();
+    return text.ok() ? lg::ParsePrometheusText(*text) : std::vector<lg::MetricSample>{};
+  };
+  const std::vector<lg::MetricSample> metrics_before = scrape();
   const std::string started_at = UtcNow();
   ProgressBar bar(!o.no_progress);
   lg::RunOutput output =
       lg::RunWorkload(*workload, run, [&](const lg::Progress& p) { bar.Update(p); });
+  const std::vector<lg::MetricSample> metrics_after = scrape();
 
   // Ideal cached tokens, in send order.
   std::vector<int> order_ids;
@@ -269,7 +276,8 @@ void RunBench(BenchOptions& o) {
   }
 
   // Results.
-  const lg::BenchSummary summary = lg::SummarizeRun(output.records, output.duration_s, slo, o.block_size);
+  lg::BenchSummary summary = lg::SummarizeRun(output.records, output.duration_s, slo, o.block_size);
+  summary.server = lg::ServerLatencyBetween(metrics_before, metrics_after);
   json config = {
       {"base_url", o.base_url},
       {"model", run.model},
