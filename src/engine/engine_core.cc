@@ -94,7 +94,12 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
                                                   tokenizer));
   core->kv_manager_ = std::make_unique<KvCacheManager>(
       KvCacheConfig{num_blocks, config.block_size, config.enable_prefix_caching,
-                    config.eviction_policy, config.max_pinned_fraction});
+                    config.eviction_policy, config.max_pinned_fraction, config.partial_block_hits});
+  {
+    KvStorage* storage = &core->kv_;
+    core->kv_manager_->set_block_copier(
+        [storage](BlockId src, BlockId dst) { storage->CopyBlock(src, dst); });
+  }
   core->scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len},
       core->kv_manager_.get());
@@ -463,7 +468,8 @@ bool EngineCore::StartTierLoad(RequestId id) {
   if (max_blocks == 0) return false;
   const SeqId holder = NewSeqId();
   const int ram_blocks =
-      kv_manager_->BeginSequence(holder, r.ns, prompt, r.request.priority, /*count_tokens=*/false) /
+      kv_manager_->BeginSequence(holder, r.ns, prompt, r.request.priority, /*count_tokens=*/false,
+                                 /*partial_block=*/false) /
       bs;
   if (ram_blocks >= max_blocks) {
     kv_manager_->EndSequence(holder);
@@ -559,6 +565,8 @@ void EngineCore::FillTierMetrics(const RequestCtx& r, int cached_tokens,
     }
     m->cached_tokens_by_tier[slot].tokens += bs;
   }
+  // A token-granular hit's copied block comes from RAM (tiers load whole matching blocks only).
+  m->cached_tokens_by_tier[0].tokens += cached_tokens % bs;
 }
 
 }  // namespace kvserve

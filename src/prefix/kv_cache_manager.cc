@@ -39,11 +39,28 @@ int KvCacheManager::max_blocks_for_one_sequence() const {
 int KvCacheManager::PeekCachedTokens(CacheNamespace ns, std::span<const TokenId> tokens) const {
   if (!tree_ || tokens.empty()) return 0;
   const int max_blocks = (static_cast<int>(tokens.size()) - 1) / config_.block_size;
-  return static_cast<int>(tree_->Match(ns, tokens, max_blocks).size()) * config_.block_size;
+  const std::vector<RadixTree::Node*> path = tree_->Match(ns, tokens, max_blocks);
+  const int full = static_cast<int>(path.size()) * config_.block_size;
+  return full + MatchPartial(ns, path.empty() ? nullptr : path.back(), tokens, full).second;
+}
+
+void KvCacheManager::set_block_copier(std::function<void(BlockId src, BlockId dst)> copier) {
+  copier_ = std::move(copier);
+}
+
+std::pair<RadixTree::Node*, int> KvCacheManager::MatchPartial(CacheNamespace ns,
+                                                              RadixTree::Node* parent,
+                                                              std::span<const TokenId> tokens,
+                                                              int start) const {
+  if (!config_.partial_block_hits || !copier_) return {nullptr, 0};
+  // The last token is always computed.
+  const int max_tokens = static_cast<int>(tokens.size()) - 1 - start;
+  return tree_->LongestPartialChild(ns, parent, tokens.subspan(static_cast<size_t>(start)),
+                                    max_tokens);
 }
 
 int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens,
-                                  int32_t priority, bool count_tokens) {
+                                  int32_t priority, bool count_tokens, bool partial_block) {
   KV_CHECK(!seqs_.count(seq), "sequence {} is already live", seq.value());
   Seq& s = seqs_.emplace(seq, Seq{ns, priority, BlockTable(config_.block_size)}).first->second;
   s.counted = !count_tokens;
@@ -53,16 +70,32 @@ int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const 
   // At least the last token is computed: its logits are what the request needs next.
   const int max_blocks = (static_cast<int>(tokens.size()) - 1) / config_.block_size;
   const std::vector<RadixTree::Node*> path = tree_->Match(ns, tokens, max_blocks);
-  if (path.empty()) return 0;
   for (RadixTree::Node* n : path) {
     pool_.AddRef(RadixTree::block(n));
     s.table.Append(RadixTree::block(n));
   }
-  tree_->Lock(path.back());
-  tree_->Touch(path.back(), priority);
-  s.node = path.back();
+  if (!path.empty()) {
+    tree_->Lock(path.back());
+    tree_->Touch(path.back(), priority);
+    s.node = path.back();
+  }
   s.num_committed = static_cast<int>(path.size());
   s.hit_tokens = s.num_committed * config_.block_size;
+  if (!partial_block) return s.hit_tokens;
+  const auto [source, m] = MatchPartial(ns, s.node, tokens, s.hit_tokens);
+  if (m == 0) return s.hit_tokens;
+  // The source is locked while room is made, so eviction cannot take it; the copy happens
+  // before the lock is dropped.
+  tree_->Lock(source);
+  if (MakeRoom(1)) {
+    const BlockId dst = *pool_.Allocate();
+    s.table.Append(dst);
+    copier_(RadixTree::block(source), dst);
+    tree_->Touch(source, priority, /*hits=*/0);
+    s.hit_tokens += m;
+    s.partial_hit_tokens = m;
+  }
+  tree_->Unlock(source);
   return s.hit_tokens;
 }
 
@@ -101,6 +134,7 @@ bool KvCacheManager::Allocate(SeqId seq, int num_tokens) {
     s.counted = true;
     query_tokens_ += s.query_tokens;
     hit_tokens_ += s.hit_tokens;
+    partial_hit_tokens_ += s.partial_hit_tokens;
   }
   return true;
 }
@@ -171,7 +205,12 @@ Result<std::optional<BlockCopy>> KvCacheManager::Fork(SeqId parent, SeqId child,
     }
   }
   const Seq& p = Get(parent);  // MakeRoom does not touch sequences; re-fetch for clarity
-  Seq c{p.ns, p.priority, BlockTable(bs), p.node, p.num_committed, 0, 0, true};
+  Seq c{.ns = p.ns,
+        .priority = p.priority,
+        .table = BlockTable(bs),
+        .node = p.node,
+        .num_committed = p.num_committed,
+        .counted = true};
   for (int i = 0; i < full; ++i) {
     pool_.AddRef(p.table.blocks()[i]);
     c.table.Append(p.table.blocks()[i]);
@@ -234,6 +273,7 @@ KvCacheStats KvCacheManager::stats() const {
   }
   st.query_tokens = query_tokens_;
   st.hit_tokens = hit_tokens_;
+  st.partial_hit_tokens = partial_hit_tokens_;
   return st;
 }
 

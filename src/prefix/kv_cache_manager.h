@@ -14,16 +14,24 @@
 //   - a sequence's first num_committed blocks are exactly the tree path it locks, so a tree
 //     node is locked iff its block is in use (lock_ref > 0 <=> ref_count > 0);
 //   - only full blocks are shared; a sequence's last partial block is private to it.
+//
+// NOTE (token-granular hits): when the prompt goes on into a cached block but leaves it (or
+// ends) inside it, BeginSequence copies the block into a new private block through the block
+// copier the engine sets, and the matched m slots count as cached: K/V of a slot depend only on
+// the tokens up to it, so those slots hold exactly what recomputing would write. The slots after
+// m are overwritten by the sequence's own tokens before anything reads them.
 // With prefix caching disabled the facade is the same, but nothing is matched or inserted.
 //
 // Thread safety: none; the engine thread owns it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
@@ -41,6 +49,7 @@ struct KvCacheConfig {
   bool enable_prefix_caching = true;
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;
   double max_pinned_fraction = 0.25;  // share of all blocks that Pin may hold
+  bool partial_block_hits = true;     // token-granular hits (needs a block copier)
 };
 
 struct KvCacheStats {
@@ -52,6 +61,7 @@ struct KvCacheStats {
   int num_tree_blocks = 0;   // all blocks in the tree, in use or not
   int64_t query_tokens = 0;  // prompt tokens looked up by BeginSequence
   int64_t hit_tokens = 0;    // of which found cached
+  int64_t partial_hit_tokens = 0;  // of which in copied partial blocks
   int64_t evicted_blocks = 0;
 };
 
@@ -76,14 +86,19 @@ class KvCacheManager {
 
   // Starts a sequence over `tokens` (its prompt, or prompt + generated when resuming after a
   // preemption): finds the longest cached full-block prefix, capped so that at least the last
-  // token is computed (its logits are needed), takes it into the block table and locks it.
+  // token is computed (its logits are needed), takes it into the block table and locks it. With
+  // `partial_block` (and a block copier set), the tokens that go on into a cached block are
+  // reused too: that block is copied into a new private block now (when one can be had).
   // Counts tokens.size() query tokens and the returned number of hit tokens once the sequence
   // gets its first successful Allocate (an admission that fails and is retried counts once).
-  // Returns the number of cached tokens (a multiple of block_size). REQUIRES: seq not live.
+  // Returns the number of cached tokens. REQUIRES: seq not live.
   // With count_tokens false nothing is counted (a sequence that only holds a prefix while
   // lower tiers load what follows it).
-  int BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens,
-                    int32_t priority, bool count_tokens = true);
+  int BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens, int32_t priority,
+                    bool count_tokens = true, bool partial_block = true);
+  // Copies every layer's K/V of block src into block dst, at once (the engine owns the bytes).
+  // Without one, hits are whole blocks only.
+  void set_block_copier(std::function<void(BlockId src, BlockId dst)> copier);
   // The chained key (block_key.h) of the sequence's last committed block, or its namespace's
   // root key when it has none: where the keys of its next blocks chain from.
   BlockKey PrefixKey(SeqId seq) const;
@@ -130,10 +145,15 @@ class KvCacheManager {
     RadixTree::Node* node = nullptr;  // deepest committed node, locked by this sequence
     int num_committed = 0;            // blocks of `table` that are the path to `node`
     int query_tokens = 0, hit_tokens = 0;  // counted at the first successful Allocate
+    int partial_hit_tokens = 0;
     bool counted = false;
   };
   Seq& Get(SeqId seq);
   const Seq& Get(SeqId seq) const;
+  // The cached block that tokens[start...] goes on into after `parent` (a token-granular
+  // hit), with the matched length; {nullptr, 0} when none or when partial hits are off.
+  std::pair<RadixTree::Node*, int> MatchPartial(CacheNamespace ns, RadixTree::Node* parent,
+                                                std::span<const TokenId> tokens, int start) const;
   // Makes `n` free blocks available, evicting if needed. False (nothing evicted) if impossible.
   bool MakeRoom(int n);
   static uint64_t PinKey(CacheNamespace ns, std::span<const TokenId> tokens);
@@ -144,7 +164,8 @@ class KvCacheManager {
   std::unordered_map<SeqId, Seq> seqs_;
   std::unordered_multimap<uint64_t, RadixTree::Node*> pins_;  // by hash of (ns, tokens)
   int max_pinned_blocks_;
-  int64_t query_tokens_ = 0, hit_tokens_ = 0;
+  int64_t query_tokens_ = 0, hit_tokens_ = 0, partial_hit_tokens_ = 0;
+  std::function<void(BlockId, BlockId)> copier_;
 };
 
 }  // namespace kvserve

@@ -62,6 +62,25 @@ RadixTree::Node* RadixTree::FindChild(CacheNamespace ns, Node* parent,
   return std::equal(c->tokens.begin(), c->tokens.end(), block_tokens.begin()) ? c : nullptr;
 }
 
+std::pair<RadixTree::Node*, int> RadixTree::LongestPartialChild(CacheNamespace ns, Node* parent,
+                                                                std::span<const TokenId> tokens,
+                                                                int max_tokens) const {
+  const Node* p = parent ? parent : FindRoot(ns);
+  const int limit = std::min<int>({max_tokens, static_cast<int>(tokens.size()), block_size_ - 1});
+  std::pair<Node*, int> best{nullptr, 0};
+  if (!p || limit <= 0) return best;
+  for (const auto& [hash, child] : p->children) {
+    int m = 0;
+    while (m < limit && child->tokens[static_cast<size_t>(m)] == tokens[static_cast<size_t>(m)]) {
+      ++m;
+    }
+    if (m > best.second || (m == best.second && m > 0 && child->serial < best.first->serial)) {
+      best = {child.get(), m};
+    }
+  }
+  return best;
+}
+
 std::vector<RadixTree::Node*> RadixTree::Match(CacheNamespace ns, std::span<const TokenId> tokens,
                                                int max_blocks) const {
   std::vector<Node*> path;

@@ -30,6 +30,7 @@
 #include <set>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kv/block_pool.h"
@@ -62,6 +63,11 @@ class RadixTree {
   // The child of `parent` (nullptr = the namespace root) holding `block_tokens`, or nullptr.
   // REQUIRES: block_tokens.size() == block_size.
   Node* FindChild(CacheNamespace ns, Node* parent, std::span<const TokenId> block_tokens) const;
+  // The child of `parent` (nullptr = the namespace root) whose block starts with the longest run
+  // of `tokens`, at most max_tokens long (< block_size), and that run's length; {nullptr, 0} when
+  // no child shares even the first token. Ties go to the oldest child. No side effects.
+  std::pair<Node*, int> LongestPartialChild(CacheNamespace ns, Node* parent,
+                                            std::span<const TokenId> tokens, int max_tokens) const;
   // Adds a child holding `block` (marked cached in the pool). Returns nullptr and adds nothing
   // when a different block with the same token hash is already there (a hash collision: the
   // block simply stays uncached). REQUIRES: no child with these tokens; block in use, not cached.

@@ -245,6 +245,9 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
             "Prompt tokens looked up in the prefix cache.", static_cast<double>(kv.query_tokens));
   w.Counter("kvserve:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
             static_cast<double>(kv.hit_tokens));
+  w.Counter("kvserve:prefix_cache_partial_block_hits_total",
+            "Prompt tokens of prefix-cache hits that came from copying part of a cached block.",
+            static_cast<double>(kv.partial_hit_tokens));
   w.Counter("kvserve:prefix_cache_evictions_total", "KV blocks evicted from the prefix cache.",
             static_cast<double>(kv.evicted_blocks));
   w.Gauge("kvserve:num_requests_running", "Requests in the running batch.", stats.num_running);

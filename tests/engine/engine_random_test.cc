@@ -30,7 +30,7 @@ struct Live {
 
 struct Totals {
   int finished = 0, cancelled = 0, pins = 0, restarts = 0;
-  int64_t preemptions = 0, evictions = 0, hits = 0;
+  int64_t preemptions = 0, evictions = 0, hits = 0, partial_hits = 0;
   int64_t tier_hit_blocks = 0, tier_written_blocks = 0, tier_corrupt = 0;
 };
 
@@ -154,11 +154,13 @@ Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
   totals.preemptions = st.num_preemptions;
   totals.evictions = st.kv.evicted_blocks;
   totals.hits = st.kv.hit_tokens;
-  std::printf("[ summary ] %d ops: %d samples checked, %d cancels, %lld preemptions, "
-              "%lld evicted blocks, %lld hit tokens, %d pins\n",
-              num_ops, totals.finished, totals.cancelled,
-              static_cast<long long>(totals.preemptions), static_cast<long long>(totals.evictions),
-              static_cast<long long>(totals.hits), totals.pins);
+  totals.partial_hits = st.kv.partial_hit_tokens;
+  std::printf(
+      "[ summary ] %d ops: %d samples checked, %d cancels, %lld preemptions, "
+      "%lld evicted blocks, %lld hit tokens (%lld in copied partial blocks), %d pins\n",
+      num_ops, totals.finished, totals.cancelled, static_cast<long long>(totals.preemptions),
+      static_cast<long long>(totals.evictions), static_cast<long long>(totals.hits),
+      static_cast<long long>(totals.partial_hits), totals.pins);
   if (tiers) {
     std::printf("[ summary ] tiers: %d restarts, %lld blocks loaded, %lld written, %lld corrupt\n",
                 totals.restarts, static_cast<long long>(totals.tier_hit_blocks),
@@ -188,7 +190,16 @@ TEST(EngineRandomized, LruCacheMatchesRunningAloneUnderEvictionAndPreemption) {
   EXPECT_GT(t.preemptions, 0);
   EXPECT_GT(t.evictions, 0);
   EXPECT_GT(t.hits, 0);
+  EXPECT_GT(t.partial_hits, 0);  // prompts that leave or end inside cached blocks
   EXPECT_GT(t.pins, 0);
+}
+
+TEST(EngineRandomized, WholeBlockHitsOnlyMatchToo) {
+  EngineConfig c = SmallCache(true, EvictionPolicyKind::kLru);
+  c.partial_block_hits = false;
+  const Totals t = RunRandomized(c, 4, 1000);
+  EXPECT_GT(t.hits, 0);
+  EXPECT_EQ(t.partial_hits, 0);
 }
 
 TEST(EngineRandomized, LfuAndPriorityPoliciesToo) {

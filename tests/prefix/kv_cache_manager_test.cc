@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <utility>
 #include <vector>
 
 namespace kvserve {
@@ -211,6 +212,92 @@ TEST_F(KvCacheManagerTest, PinsAreKeptWithinTheirShareOfTheCache) {
   kv_.CheckInvariants();
   kv_.EndSequence(SeqId(2));
   kv_.CheckInvariants();
+}
+
+// Token-granular hits: with a block copier set, the tokens a prompt shares with a cached block
+// it leaves (or ends) inside are reused through a copy into a private block.
+class PartialBlockTest : public KvCacheManagerTest {
+ protected:
+  PartialBlockTest() {
+    kv_.set_block_copier([this](BlockId src, BlockId dst) {
+      copies_.push_back({src.value(), dst.value()});
+    });
+  }
+  std::vector<std::pair<int, int>> copies_;  // (src, dst)
+};
+
+TEST_F(PartialBlockTest, APromptThatLeavesACachedBlockReusesWhatItShares) {
+  RunSequence(SeqId(1), Range(100, 8));  // blocks 0 = [100..103], 1 = [104..107]
+  // Shares block 0 and three tokens of block 1, then diverges.
+  const std::vector<TokenId> prompt = Concat(Range(100, 7), {9, 9, 9});
+  EXPECT_EQ(kv_.PeekCachedTokens(kNs, prompt), 7);
+  EXPECT_EQ(kv_.BeginSequence(SeqId(2), kNs, prompt, 0), 7);
+  kv_.CheckInvariants();
+  ASSERT_EQ(copies_.size(), 1u);
+  EXPECT_EQ(copies_[0].first, 1);  // from the cached block holding [104..107]
+  const std::vector<int> table = Ids(kv_.block_table(SeqId(2)));
+  ASSERT_EQ(table.size(), 2u);
+  EXPECT_EQ(table[0], 0);                  // shared
+  EXPECT_EQ(table[1], copies_[0].second);  // private copy
+  EXPECT_NE(table[1], 1);
+  ASSERT_TRUE(kv_.Allocate(SeqId(2), 10));
+  kv_.Commit(SeqId(2), prompt, 10);
+  kv_.CheckInvariants();
+  // The private block became full and joined the tree beside the one it was copied from.
+  EXPECT_EQ(kv_.PeekCachedTokens(kNs, Concat(prompt, {5})), 8);
+  kv_.EndSequence(SeqId(2));
+  kv_.CheckInvariants();
+  const KvCacheStats st = kv_.stats();
+  EXPECT_EQ(st.hit_tokens, 7);
+  EXPECT_EQ(st.partial_hit_tokens, 3);
+}
+
+TEST_F(PartialBlockTest, AFullyCachedPromptComputesOnlyItsLastToken) {
+  const std::vector<TokenId> prompt = Range(0, 8);
+  RunSequence(SeqId(1), prompt);
+  // Whole blocks alone would give 4 (the last block is needed for the last token's logits).
+  EXPECT_EQ(RunSequence(SeqId(2), prompt), 7);
+  EXPECT_EQ(copies_.size(), 1u);
+  // A prompt ending inside a cached block, and one of a single token (nothing to reuse).
+  EXPECT_EQ(RunSequence(SeqId(3), Range(0, 3)), 2);
+  EXPECT_EQ(RunSequence(SeqId(4), Range(0, 1)), 0);
+  EXPECT_EQ(copies_.size(), 2u);
+}
+
+TEST_F(PartialBlockTest, NoRoomForTheCopyMeansWholeBlocksOnly) {
+  RunSequence(SeqId(1), Range(0, 8));  // blocks 0, 1 cached
+  // Another sequence holds the six other blocks.
+  ASSERT_EQ(kv_.BeginSequence(SeqId(2), kNs, Range(1000, 24), 0), 0);
+  ASSERT_TRUE(kv_.Allocate(SeqId(2), 24));
+  // Block 0 is this prompt's path and block 1 the copy's source: both are locked, so the copy
+  // cannot evict its own source to make room, and the hit stops at the whole block.
+  EXPECT_EQ(kv_.BeginSequence(SeqId(3), kNs, Range(0, 7), 0), 4);
+  EXPECT_TRUE(copies_.empty());
+  kv_.CheckInvariants();
+  kv_.EndSequence(SeqId(3));
+  kv_.EndSequence(SeqId(2));
+  kv_.CheckInvariants();
+  EXPECT_EQ(kv_.stats().num_cached, 2);
+}
+
+TEST_F(PartialBlockTest, TheHolderOfATierLoadAndTheOffSwitchTakeWholeBlocks) {
+  RunSequence(SeqId(1), Range(0, 8));
+  EXPECT_EQ(kv_.BeginSequence(SeqId(2), kNs, Range(0, 7), 0, /*count_tokens=*/false,
+                              /*partial_block=*/false),
+            4);
+  kv_.EndSequence(SeqId(2));
+  KvCacheManager off(KvCacheConfig{8, 4, true, EvictionPolicyKind::kLru, 0.25,
+                                   /*partial_block_hits=*/false});
+  off.set_block_copier([this](BlockId src, BlockId dst) {
+    copies_.push_back({src.value(), dst.value()});
+  });
+  off.BeginSequence(SeqId(1), kNs, Range(0, 8), 0);
+  ASSERT_TRUE(off.Allocate(SeqId(1), 8));
+  off.Commit(SeqId(1), Range(0, 8), 8);
+  off.EndSequence(SeqId(1));
+  EXPECT_EQ(off.BeginSequence(SeqId(2), kNs, Range(0, 7), 0), 4);
+  off.EndSequence(SeqId(2));
+  EXPECT_TRUE(copies_.empty());
 }
 
 class NoPrefixCachingTest : public KvCacheManagerTest {

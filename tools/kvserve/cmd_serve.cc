@@ -21,6 +21,7 @@ struct ServeOptions {
   std::string max_body = "8MiB";
   bool enable_prefix_caching = false;
   bool no_prefix_caching = false;
+  bool no_partial_block_hits = false;
   std::string kv_disk_size;
   std::string kv_disk_write_policy = "write-through";
   std::string kv_tier_queue = "256MiB";
@@ -56,6 +57,7 @@ void RunServe(ServeOptions& o) {
     Fail("--enable-prefix-caching and --no-prefix-caching exclude each other");
   }
   c.engine.enable_prefix_caching = !o.no_prefix_caching;
+  c.engine.partial_block_hits = !o.no_partial_block_hits;
   if (!o.kv_disk_size.empty()) {
     auto bytes = ParseByteSize(o.kv_disk_size);
     if (!bytes.ok()) Fail("--kv-disk-size: " + bytes.status().message());
@@ -105,6 +107,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_flag("--enable-prefix-caching", o->enable_prefix_caching,
                 "Share cached KV across requests (default)");
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching, "Turn automatic prefix caching off");
+  cmd->add_flag("--no-partial-block-hits", o->no_partial_block_hits,
+                "Reuse whole cached blocks only (default: a prompt that goes on into a cached "
+                "block reuses the tokens it shares with it)");
   cmd->add_option("--max-num-seqs", c.engine.max_num_seqs, "Sequences running per step (default 64)");
   c.engine.max_num_batched_tokens = 512;
   cmd->add_option("--max-num-batched-tokens", c.engine.max_num_batched_tokens,

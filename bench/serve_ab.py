@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Two (or more) `kvserve serve` configurations under one `kvserve bench` workload.
+
+Each run starts a fresh server per side (so every side starts with an empty cache), runs the
+same `kvserve bench` command against it and stops it; the order of the sides rotates from run
+to run, so slow drift of a shared host falls on all sides alike. Prints every run, then the
+median of each figure per side and the ratios against the first side.
+
+Usage:
+  bench/serve_ab.py --model M.gguf --side on= --side off=--no-partial-block-hits \\
+      --runs 3 -- --workload shared-prefix --groups 4 --prompts-per-group 4 \\
+      --system-prompt-len 700 --question-len 27 --concurrency 2 --output-len 32 --ignore-eos
+
+--side NAME=FLAGS: FLAGS (split on spaces) are added to `kvserve serve`; everything after `--`
+goes to `kvserve bench`.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+LISTENING = re.compile(r"^kvserve: listening on (http://\S+)$")
+
+FIGURES = [
+    ("ttft_p50", lambda r: r["ttft_ms"]["p50"]),
+    ("ttft_p90", lambda r: r["ttft_ms"]["p90"]),
+    ("tpot_p50", lambda r: r["tpot_ms"]["p50"]),
+    ("tpot_p90", lambda r: r["tpot_ms"]["p90"]),
+    ("req_per_s", lambda r: r["request_throughput"]),
+    ("out_tok_per_s", lambda r: r["output_throughput"]),
+    ("cached", lambda r: r["cached_tokens"]["reported"] or 0),
+    ("ideal_cached", lambda r: r["cached_tokens"]["ideal"]),
+    ("server_queue_mean", lambda r: (r.get("server_ms") or {}).get("phases", {})
+     .get("queue", {}).get("mean")),
+    ("server_prefill_mean", lambda r: (r.get("server_ms") or {}).get("phases", {})
+     .get("prefill", {}).get("mean")),
+]
+
+
+def run_side(args, flags, bench_args, out_path, log):
+    cmd = [args.kvserve, "serve", "--model", args.model, "--port", "0", "--threads",
+           str(args.threads)] + flags
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        line = server.stdout.readline().strip()
+        m = LISTENING.match(line)
+        if not m:
+            raise RuntimeError(f"server did not start: {line!r}")
+        subprocess.run([args.kvserve, "bench", "--base-url", m.group(1), "--no-progress",
+                        "--out", out_path] + bench_args,
+                       check=True, stdout=subprocess.DEVNULL, stderr=log)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    with open(out_path) as f:
+        return json.load(f)
+
+
+def main():
+    argv = sys.argv[1:]
+    bench_args = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, bench_args = argv[:i], argv[i + 1:]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--kvserve", default=os.path.join(os.path.dirname(__file__), "..", "build",
+                                                      "kvserve"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--side", action="append", required=True, help="NAME=SERVE FLAGS")
+    ap.add_argument("--log", default=None, help="server and bench stderr (default: a temp file)")
+    args = ap.parse_args(argv)
+    sides = []
+    for s in args.side:
+        name, _, flags = s.partition("=")
+        sides.append((name, flags.split()))
+    log_path = args.log or tempfile.mktemp(prefix="serve_ab_", suffix=".log")
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    print(f"cpu: {cpu}; model {args.model}; {args.threads} threads; bench {' '.join(bench_args)};"
+          f" log {log_path}")
+    results = {name: [] for name, _ in sides}
+    with open(log_path, "a") as log, tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.runs):
+            order = sides[r % len(sides):] + sides[:r % len(sides)]
+            for name, flags in order:
+                res = run_side(args, flags, bench_args, os.path.join(tmp, "r.json"), log)
+                figures = {k: f(res) for k, f in FIGURES}
+                results[name].append(figures)
+                shown = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                  for k, v in figures.items() if v is not None)
+                print(f"run {r} {name}: {shown}", flush=True)
+    print("\nmedians:")
+    base = sides[0][0]
+    medians = {}
+    for name, _ in sides:
+        medians[name] = {}
+        for k, _ in FIGURES:
+            vals = [x[k] for x in results[name] if x[k] is not None]
+            medians[name][k] = statistics.median(vals) if vals else None
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in medians[name].items() if v is not None)
+        print(f"{name}: {shown}")
+    for name, _ in sides[1:]:
+        ratios = []
+        for k, _ in FIGURES:
+            a, b = medians[base][k], medians[name][k]
+            if a and b:
+                ratios.append(f"{k} {b / a:.3f}x")
+        print(f"{name} / {base}: {', '.join(ratios)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
