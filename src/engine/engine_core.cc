@@ -458,14 +458,18 @@ Status EngineCore::OpenTiers() {
 
 // NOTE (which blocks to load): the request's RAM hit is held by a holder sequence (so it cannot
 // be evicted while the load runs); the keys of the blocks after it chain from its last key, up
-// to the last full block before the prompt's final token (that token is always computed).
+// to the last full block before the prompt's final token (that token is always computed). With
+// token-granular hits the block holding the final token is loaded too when the prompt fills it:
+// admission then copies its first tokens, and only the final token is computed. Nothing is
+// loaded when RAM already gives all but the final token.
 bool EngineCore::StartTierLoad(RequestId id) {
   if (!tiers_) return false;
   RequestCtx& r = requests_.at(id);
   const std::vector<TokenId>& prompt = r.request.prompt;
   const int bs = config_.block_size;
-  const int max_blocks = (static_cast<int>(prompt.size()) - 1) / bs;
-  if (max_blocks == 0) return false;
+  const int n = static_cast<int>(prompt.size());
+  const int max_blocks = config_.partial_block_hits ? n / bs : (n - 1) / bs;
+  if (max_blocks == 0 || kv_manager_->PeekCachedTokens(r.ns, prompt) >= n - 1) return false;
   const SeqId holder = NewSeqId();
   const int ram_blocks =
       kv_manager_->BeginSequence(holder, r.ns, prompt, r.request.priority, /*count_tokens=*/false,
@@ -554,19 +558,19 @@ void EngineCore::FillTierMetrics(const RequestCtx& r, int cached_tokens,
   m->cached_tokens_by_tier.push_back({"ram", 0});
   for (const std::string& name : tier_names_) m->cached_tokens_by_tier.push_back({name, 0});
   const int bs = config_.block_size;
-  for (int b = 0; b < cached_tokens / bs; ++b) {
+  // Block b's tokens count for the tier that loaded it for this request, else for RAM; a
+  // token-granular hit's tokens for whoever supplied the block they were copied from.
+  const auto slot_of = [&](int b) {
     const int j = b - r.tier_first_block;
-    size_t slot = 0;  // ram
-    if (j >= 0 && j < static_cast<int>(r.tier_of_block.size())) {
-      const std::string_view name = tiers_->tiers()[static_cast<size_t>(r.tier_of_block[j])]->name();
-      for (size_t t = 0; t < tier_names_.size(); ++t) {
-        if (tier_names_[t] == name) slot = t + 1;
-      }
+    if (j < 0 || j >= static_cast<int>(r.tier_of_block.size())) return size_t{0};
+    const std::string_view name = tiers_->tiers()[static_cast<size_t>(r.tier_of_block[j])]->name();
+    for (size_t t = 0; t < tier_names_.size(); ++t) {
+      if (tier_names_[t] == name) return t + 1;
     }
-    m->cached_tokens_by_tier[slot].tokens += bs;
-  }
-  // A token-granular hit's copied block comes from RAM (tiers load whole matching blocks only).
-  m->cached_tokens_by_tier[0].tokens += cached_tokens % bs;
+    return size_t{0};
+  };
+  for (int b = 0; b < cached_tokens / bs; ++b) m->cached_tokens_by_tier[slot_of(b)].tokens += bs;
+  m->cached_tokens_by_tier[slot_of(cached_tokens / bs)].tokens += cached_tokens % bs;
 }
 
 }  // namespace kvserve

@@ -154,6 +154,37 @@ TEST(TierEngine, RestartServesThePromptsFromDiskWithIdenticalOutput) {
   EXPECT_EQ(Tier(st, "disk").errors[static_cast<int>(TierError::kCorrupt)], 0);
 }
 
+// A prompt that fills its last block: RAM and, after a restart, the disk both give all but the
+// final token (the last block is loaded too, and its first 15 tokens copied).
+TEST(TierEngine, APromptFillingItsLastBlockComputesOnlyTheFinalTokenFromRamAndDisk) {
+  TempDir dir;
+  testing_util::Reference ref;
+  std::vector<std::vector<TokenId>> prompts(1);
+  for (int i = 0; i < 48; ++i) prompts[0].push_back(3 + (i * 17) % 290);
+  const std::vector<TokenId> expected = ref.Greedy(prompts[0], 8);
+  {
+    auto core = Core(TierConfig(dir.path()));
+    EXPECT_EQ(RunAll(*core, prompts, 8)[0].tokens, expected);
+    const auto again = RunAll(*core, prompts, 8);
+    EXPECT_EQ(again[0].tokens, expected);
+    EXPECT_EQ(again[0].metrics.cached_tokens, 47);
+    EXPECT_EQ(TierTokens(again[0].metrics, "ram"), 47);
+    EXPECT_EQ(core->stats().kv.partial_hit_tokens, 15);
+  }
+  auto core = Core(TierConfig(dir.path()));
+  const auto after = RunAll(*core, prompts, 8);
+  EXPECT_EQ(after[0].tokens, expected);
+  EXPECT_EQ(after[0].metrics.cached_tokens, 47);
+  EXPECT_EQ(TierTokens(after[0].metrics, "disk"), 47);
+  EXPECT_EQ(TierTokens(after[0].metrics, "ram"), 0);
+  EXPECT_EQ(Tier(core->stats(), "disk").hit_blocks, 3);
+  // Run again: now everything comes from RAM, and nothing more is loaded.
+  const auto ram = RunAll(*core, prompts, 8);
+  EXPECT_EQ(ram[0].tokens, expected);
+  EXPECT_EQ(TierTokens(ram[0].metrics, "ram"), 47);
+  EXPECT_EQ(Tier(core->stats(), "disk").hit_blocks, 3);
+}
+
 TEST(TierEngine, AnotherModelWithTheSameShapeAndNameNeverHits) {
   TempDir dir;
   const auto prompts = Prompts();
