@@ -100,9 +100,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
     core->kv_manager_->set_block_copier(
         [storage](BlockId src, BlockId dst) { storage->CopyBlock(src, dst); });
   }
-  core->scheduler_ = std::make_unique<Scheduler>(
-      SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len},
-      core->kv_manager_.get());
+  SchedulerConfig sc{config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len};
+  sc.max_itl_seconds = config.max_itl_ms / 1e3;
+  core->scheduler_ = std::make_unique<Scheduler>(sc, core->kv_manager_.get());
+  core->scheduler_->set_cost_model(&core->step_cost_);
   core->pool_ = std::make_unique<ThreadPool>(
       config.num_threads > 0 ? config.num_threads : ThreadPool::DefaultThreads(),
       PoolSpin(config.poll_us));
@@ -327,6 +328,18 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
     SampleFromRow(s.seq, logits_.data() + row * vocab, out);
     ++row;
   }
+  // The step as the decoding requests saw it: scheduling, the forward pass and sampling.
+  StepShape shape;
+  for (const ScheduledSeq& s : so.seqs) {
+    if (s.num_new_tokens == 1) {
+      ++shape.decode_rows;
+      shape.decode_context += s.num_computed + 1;
+    } else {
+      shape.prefill_tokens += s.num_new_tokens;
+    }
+  }
+  step_cost_.Observe(shape, Seconds(step_start, Clock::now()));
+  last_prefill_cap_ = so.prefill_cap;
   return Status::Ok();
 }
 
@@ -400,6 +413,8 @@ EngineStats EngineCore::stats() const {
   st.num_running = scheduler_->num_running();
   st.num_waiting = scheduler_->num_waiting();
   st.num_steps = num_steps_;
+  st.step_cost = step_cost_.fit();
+  st.prefill_cap = last_prefill_cap_;
   const KvLayout& layout = kv_.layout();
   st.kv_k_dtype = layout.k_dtype;
   st.kv_v_dtype = layout.v_dtype;

@@ -168,6 +168,8 @@ class EngineCore {
   std::unique_ptr<KvCacheManager> kv_manager_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ThreadPool> pool_;
+  StepCostModel step_cost_;  // fitted from every step; sizes prefill for --max-itl-ms
+  int last_prefill_cap_ = -1;
   std::string model_fingerprint_;
   double weights_digest_seconds_ = 0;
   std::unique_ptr<TieredStore> tiers_;  // null without lower tiers

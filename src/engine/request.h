@@ -13,6 +13,7 @@
 #include "quant/kv_dtype.h"
 #include "sample/sampler.h"
 #include "sample/sampling_params.h"
+#include "sched/step_cost_model.h"
 #include "util/strong_id.h"
 
 namespace kvserve {
@@ -87,6 +88,8 @@ struct EngineStats {
   int num_running = 0;
   int num_waiting = 0;
   int64_t num_steps = 0;
+  StepCostFit step_cost;  // the step cost model as fitted so far
+  int prefill_cap = -1;   // prefill tokens the last step was held to (--max-itl-ms); -1 = none
 };
 
 }  // namespace kvserve

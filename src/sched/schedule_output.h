@@ -22,6 +22,13 @@ struct ScheduleOutput {
   std::vector<SeqId> preempted;     // sent back to waiting this step (KV freed, recompute later)
   std::vector<SeqId> failed;        // can never fit (the engine finishes them with an error)
   int num_batched_tokens = 0;
+  int prefill_cap = -1;  // tokens prefill was held to for the latency target; -1 = not held
+
+  int num_decode_rows() const {
+    int n = 0;
+    for (const ScheduledSeq& s : seqs) n += s.num_new_tokens == 1;
+    return n;
+  }
 
   bool empty() const { return seqs.empty(); }
 };

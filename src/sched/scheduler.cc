@@ -71,6 +71,16 @@ ScheduleOutput Scheduler::Schedule() {
   ++step_;
   int budget = config_.max_num_batched_tokens;
   ScheduleRunning(out, budget, /*prefills=*/false);
+  if (config_.max_itl_seconds > 0 && cost_model_ && !out.seqs.empty()) {
+    int64_t context = 0;
+    for (const ScheduledSeq& s : out.seqs) context += s.num_computed + 1;
+    const std::optional<int> fits = cost_model_->PrefillBudget(static_cast<int>(out.seqs.size()),
+                                                               context, config_.max_itl_seconds);
+    if (fits && *fits < budget) {
+      out.prefill_cap = std::max(*fits, config_.min_prefill_chunk);
+      budget = std::min(budget, out.prefill_cap);
+    }
+  }
   if (out.preempted.empty() && config_.short_prefill_tokens > 0) {
     int half = budget / 2;
     const int before = half;

@@ -15,6 +15,9 @@
 //      Allocate fails, the victim is the running sequence with the lowest priority, newest
 //      first; it is preempted (un-scheduled if it already got tokens this step) until the
 //      allocation succeeds or the victim is the sequence itself.
+//   1b. With an inter-token latency target and decodes in the step, the token budget left for
+//      prefill becomes what the step cost model predicts fits in the target (at least
+//      min_prefill_chunk).
 //   2. Only when nobody was preempted: waiting sequences, highest priority first then oldest,
 //      while budget, max_num_seqs and blocks last. A waiting sequence that shares more full
 //      blocks with a running sequence's unfinished prompt than the cache holds now is deferred
@@ -35,6 +38,7 @@
 #include "kvserve/status.h"
 #include "prefix/kv_cache_manager.h"
 #include "sched/schedule_output.h"
+#include "sched/step_cost_model.h"
 
 namespace kvserve {
 
@@ -46,6 +50,11 @@ struct SchedulerConfig {
   // Waiting requests with at most this many tokens left to compute (after their cache hit) are
   // admitted before running prefills take the step's budget, within half of it; 0 = off.
   int short_prefill_tokens = 128;
+  // Inter-token latency target (--max-itl-ms): while sequences decode, a step carries only as
+  // many prefill tokens as the step cost model predicts fit in this time, but at least
+  // min_prefill_chunk so prompts keep moving. 0 = off (prefill takes the whole token budget).
+  double max_itl_seconds = 0;
+  int min_prefill_chunk = 32;
 };
 
 enum class SeqState { kWaiting, kRunning, kPreempted };
@@ -70,6 +79,8 @@ class Scheduler {
   // Queues a sequence (after CheckAdmission). REQUIRES: id unused.
   Status Add(SeqSpec spec);
   ScheduleOutput Schedule();
+  // The model that sizes prefill for max_itl_seconds (nullptr = none). REQUIRES: outlives use.
+  void set_cost_model(const StepCostModel* model) { cost_model_ = model; }
   // After the step ran: advances num_computed and commits the new full blocks.
   void OnStepDone(const ScheduleOutput& out);
   // Appends a sampled token. REQUIRES: the sequence is running and caught up.
@@ -127,6 +138,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   KvCacheManager* kv_;
+  const StepCostModel* cost_model_ = nullptr;
   std::unordered_map<SeqId, Record> seqs_;
   std::set<WaitKey> waiting_;
   std::vector<SeqId> running_;  // admission order

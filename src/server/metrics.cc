@@ -252,6 +252,25 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
             static_cast<double>(kv.evicted_blocks));
   w.Gauge("kvserve:num_requests_running", "Requests in the running batch.", stats.num_running);
   w.Gauge("kvserve:num_requests_waiting", "Requests waiting to be admitted.", stats.num_waiting);
+  {
+    const StepCostFit& f = stats.step_cost;
+    const char* help =
+        "The fitted step cost model: seconds per step, per decode row, per prefill "
+        "token and per thousand tokens of decode context.";
+    w.Gauge("kvserve:step_cost_model_seconds", help, f.base, "term=\"base\"");
+    w.Gauge("kvserve:step_cost_model_seconds", help, f.per_decode_row, "term=\"decode_row\"");
+    w.Gauge("kvserve:step_cost_model_seconds", help, f.per_prefill_token, "term=\"prefill_token\"");
+    w.Gauge("kvserve:step_cost_model_seconds", help, f.per_decode_kilocontext,
+            "term=\"decode_kilocontext\"");
+    w.Gauge("kvserve:step_cost_model_error_ratio",
+            "Mean |predicted - measured| / measured step time, each predicted before it ran.",
+            f.mean_relative_error);
+    w.Gauge("kvserve:step_cost_model_ready", "1 once the model has seen enough varied steps.",
+            f.ready ? 1 : 0);
+    w.Gauge("kvserve:step_prefill_cap_tokens",
+            "Prefill tokens the last step was held to for --max-itl-ms (-1: not held).",
+            stats.prefill_cap);
+  }
   w.Counter("kvserve:num_preemptions_total", "Requests preempted for lack of KV blocks.",
             static_cast<double>(stats.num_preemptions));
   w.Counter("kvserve:prompt_tokens_total", "Prompt tokens of finished requests.",

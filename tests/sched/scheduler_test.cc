@@ -190,5 +190,42 @@ TEST_F(SchedulerTest, ForkedChildrenShareTheParentsBlocks) {
   EXPECT_EQ(kv_->stats().num_in_use, 0);
 }
 
+// --max-itl-ms: with a sequence decoding, a long prompt gets only the prefill the cost model says
+// fits in the target; with nobody decoding it gets the whole budget.
+TEST_F(SchedulerTest, ALatencyTargetHoldsPrefillToWhatTheCostModelFits) {
+  StepCostModel model;  // a machine of 20 ms per step, 1 ms per decode row, 4 ms per token
+  for (int i = 1; i <= 20; ++i) {
+    model.Observe(StepShape{i % 5 + 1, 0, 10 * i}, 0.020 + 0.001 * (i % 5 + 1));
+    model.Observe(StepShape{0, 8 * i, 0}, 0.020 + 0.004 * 8 * i);
+  }
+  ASSERT_TRUE(model.fit().ready);
+  kv_ = std::make_unique<KvCacheManager>(KvCacheConfig{64, 4, true});
+  SchedulerConfig config{8, 64, 256};
+  config.max_itl_seconds = 0.100;
+  config.min_prefill_chunk = 4;
+  sched_ = std::make_unique<Scheduler>(config, kv_.get());
+  sched_->set_cost_model(&model);
+  Add(1, Range(0, 60), 0, 4);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 60, true}}));  // nobody decodes: the whole budget
+  EXPECT_EQ(last_.prefill_cap, -1);
+  Add(2, Range(100, 60), 0, 4);
+  // Sequence 1 decodes (one row over 61 tokens): 0.1 s leaves 0.079 s, 19 tokens of prefill.
+  const int fits = *model.PrefillBudget(1, 61, 0.100);
+  EXPECT_EQ(fits, 19);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}, {2, fits, false}}));
+  EXPECT_EQ(last_.prefill_cap, fits);
+  // A tighter target than the decodes alone: prefill still moves by min_prefill_chunk.
+  config.max_itl_seconds = 0.010;
+  sched_ = std::make_unique<Scheduler>(config, kv_.get());
+  sched_->set_cost_model(&model);
+  kv_->EndSequence(SeqId(1));
+  kv_->EndSequence(SeqId(2));
+  Add(3, Range(200, 8), 0, 4);
+  Step();
+  Add(4, Range(300, 40), 0, 4);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{3, 1, true}, {4, 4, false}}));
+  EXPECT_EQ(last_.prefill_cap, 4);
+}
+
 }  // namespace
 }  // namespace kvserve

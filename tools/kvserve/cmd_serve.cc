@@ -114,6 +114,10 @@ void AddServeCommand(CLI::App& app) {
   c.engine.max_num_batched_tokens = 512;
   cmd->add_option("--max-num-batched-tokens", c.engine.max_num_batched_tokens,
                   "Tokens per engine step (default 512)");
+  cmd->add_option("--max-itl-ms", c.engine.max_itl_ms,
+                  "Inter-token latency target: while requests decode, each step carries only the "
+                  "prefill its fitted cost model says fits (default 0 = off)")
+      ->check(CLI::Range(0.0, 600000.0));
   cmd->add_option("--eviction-policy", o->eviction_policy, "lru, lfu or priority");
   cmd->add_option("--kv-disk-path", c.engine.tiers.disk_path,
                   "Directory of the disk KV tier: blocks survive restarts (default: none)");
