@@ -30,6 +30,8 @@ FIGURES = [
     ("ttft_p90", lambda r: r["ttft_ms"]["p90"]),
     ("tpot_p50", lambda r: r["tpot_ms"]["p50"]),
     ("tpot_p90", lambda r: r["tpot_ms"]["p90"]),
+    ("itl_p90", lambda r: r["itl_ms"]["p90"]),
+    ("itl_p99", lambda r: r["itl_ms"]["p99"]),
     ("req_per_s", lambda r: r["request_throughput"]),
     ("out_tok_per_s", lambda r: r["output_throughput"]),
     ("cached", lambda r: r["cached_tokens"]["reported"] or 0),

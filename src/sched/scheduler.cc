@@ -76,9 +76,12 @@ ScheduleOutput Scheduler::Schedule() {
     for (const ScheduledSeq& s : out.seqs) context += s.num_computed + 1;
     const std::optional<int> fits = cost_model_->PrefillBudget(static_cast<int>(out.seqs.size()),
                                                                context, config_.max_itl_seconds);
-    if (fits && *fits < budget) {
-      out.prefill_cap = std::max(*fits, config_.min_prefill_chunk);
-      budget = std::min(budget, out.prefill_cap);
+    // Until the model has seen enough steps, hold prefill to the minimum chunk: a latency
+    // target is a promise from the first request on.
+    const int cap = std::max(fits.value_or(0), config_.min_prefill_chunk);
+    if (cap < budget) {
+      out.prefill_cap = cap;
+      budget = cap;
     }
   }
   if (out.preempted.empty() && config_.short_prefill_tokens > 0) {

@@ -17,7 +17,7 @@
 //      allocation succeeds or the victim is the sequence itself.
 //   1b. With an inter-token latency target and decodes in the step, the token budget left for
 //      prefill becomes what the step cost model predicts fits in the target (at least
-//      min_prefill_chunk).
+//      min_prefill_chunk, and just that before the model is ready).
 //   2. Only when nobody was preempted: waiting sequences, highest priority first then oldest,
 //      while budget, max_num_seqs and blocks last. A waiting sequence that shares more full
 //      blocks with a running sequence's unfinished prompt than the cache holds now is deferred
@@ -52,7 +52,8 @@ struct SchedulerConfig {
   int short_prefill_tokens = 128;
   // Inter-token latency target (--max-itl-ms): while sequences decode, a step carries only as
   // many prefill tokens as the step cost model predicts fit in this time, but at least
-  // min_prefill_chunk so prompts keep moving. 0 = off (prefill takes the whole token budget).
+  // min_prefill_chunk so prompts keep moving (and only that until the model is ready). 0 = off
+  // (prefill takes the whole token budget).
   double max_itl_seconds = 0;
   int min_prefill_chunk = 32;
 };

@@ -8,8 +8,10 @@ namespace {
 
 // Ridge weight on the non-intercept terms, relative to one observation.
 constexpr double kRidge = 1e-6;
-// Steps of each kind (decode only, prefill only, both) before the fit is trusted.
-constexpr int64_t kMinStepsOfEachKind = 4;
+// Steps before the fit is trusted, and of those, steps carrying decodes and steps carrying
+// prefill (either may be the same mixed step).
+constexpr int64_t kMinSamples = 8;
+constexpr int64_t kMinStepsOfEachKind = 2;
 
 }  // namespace
 
@@ -23,9 +25,8 @@ StepCostModel::Vec StepCostModel::Features(const StepShape& s) {
 bool StepCostModel::Ready() const {
   // Decode-only and prefill-carrying steps separate per_decode_row from per_prefill_token; a
   // fit whose marginal costs are not positive is not trusted.
-  return (decode_steps_ >= kMinStepsOfEachKind || mixed_steps_ >= kMinStepsOfEachKind) &&
-         (prefill_steps_ >= kMinStepsOfEachKind || mixed_steps_ >= kMinStepsOfEachKind) &&
-         w_[1] > 0 && w_[2] > 0;
+  return samples_ >= kMinSamples && decode_steps_ + mixed_steps_ >= kMinStepsOfEachKind &&
+         prefill_steps_ + mixed_steps_ >= kMinStepsOfEachKind && w_[1] > 0 && w_[2] > 0;
 }
 
 void StepCostModel::Observe(const StepShape& shape, double seconds) {
@@ -82,9 +83,9 @@ void StepCostModel::Solve() {
 std::optional<double> StepCostModel::Predict(const StepShape& shape) const {
   if (!Ready()) return std::nullopt;
   const Vec x = Features(shape);
-  double y = 0;
-  for (int i = 0; i < kTerms; ++i) y += w_[i] * x[i];
-  return y;
+  // Attention never makes a step cheaper: a negative context term (noise while contexts were
+  // short) is not extrapolated.
+  return w_[0] + w_[1] * x[1] + w_[2] * x[2] + std::max(0.0, w_[3]) * x[3];
 }
 
 std::optional<int> StepCostModel::PrefillBudget(int decode_rows, int64_t decode_context,

@@ -267,6 +267,8 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
             f.mean_relative_error);
     w.Gauge("kvserve:step_cost_model_ready", "1 once the model has seen enough varied steps.",
             f.ready ? 1 : 0);
+    w.Counter("kvserve:step_cost_model_samples_total", "Steps the model was fitted on.",
+              static_cast<double>(f.samples));
     w.Gauge("kvserve:step_prefill_cap_tokens",
             "Prefill tokens the last step was held to for --max-itl-ms (-1: not held).",
             stats.prefill_cap);

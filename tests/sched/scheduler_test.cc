@@ -205,6 +205,17 @@ TEST_F(SchedulerTest, ALatencyTargetHoldsPrefillToWhatTheCostModelFits) {
   config.min_prefill_chunk = 4;
   sched_ = std::make_unique<Scheduler>(config, kv_.get());
   sched_->set_cost_model(&model);
+  // Before the model is ready, a decoding step carries min_prefill_chunk of prefill.
+  StepCostModel untrained;
+  sched_->set_cost_model(&untrained);
+  Add(10, Range(500, 4), 0, 2);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{10, 4, true}}));
+  Add(11, Range(600, 20), 0, 2);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{10, 1, true}, {11, 4, false}}));
+  EXPECT_EQ(last_.prefill_cap, 4);
+  sched_->Remove(SeqId(10));
+  sched_->Remove(SeqId(11));
+  sched_->set_cost_model(&model);
   Add(1, Range(0, 60), 0, 4);
   EXPECT_EQ(Step(), (std::vector<Planned>{{1, 60, true}}));  // nobody decodes: the whole budget
   EXPECT_EQ(last_.prefill_cap, -1);
