@@ -36,6 +36,8 @@ FIGURES = [
     ("out_tok_per_s", lambda r: r["output_throughput"]),
     ("cached", lambda r: r["cached_tokens"]["reported"] or 0),
     ("ideal_cached", lambda r: r["cached_tokens"]["ideal"]),
+    ("ideal_cached_block", lambda r: r["cached_tokens"]["ideal_block"]),
+    ("input_tokens", lambda r: r["total_input_tokens"]),
     ("server_queue_mean", lambda r: (r.get("server_ms") or {}).get("phases", {})
      .get("queue", {}).get("mean")),
     ("server_prefill_mean", lambda r: (r.get("server_ms") or {}).get("phases", {})

@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <optional>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "util/log.h"
@@ -74,6 +78,10 @@ ApiError StatusError(int status) {
       break;
     case 405:
       e.message = "method not allowed";
+      break;
+    case 411:
+      e.message = "a POST needs a Content-Length header (or a chunked body)";
+      e.code = "length_required";
       break;
     case 413:
       e.message = "the request body is too large";
@@ -320,8 +328,56 @@ struct HttpServer::Impl {
     });
   }
 
+  // Framing (RFC 9112 section 6.3), checked before anything reads a body: the body's length
+  // must be unambiguous, or a proxy in front of the server and the server could disagree on
+  // where the next request starts (request smuggling), and a length that can never arrive must
+  // not hold a worker until the read timeout.
+  std::optional<ApiError> FramingError(const httplib::Request& req) const {
+    const size_t lengths = req.get_header_value_count("Content-Length");
+    const bool chunked = req.has_header("Transfer-Encoding");
+    auto bad = [](std::string message) {
+      ApiError e = StatusError(400);
+      e.message = std::move(message);
+      return e;
+    };
+    if (lengths > 0 && chunked) {
+      return bad("a request may not carry both Content-Length and Transfer-Encoding");
+    }
+    if (lengths > 0) {
+      const std::string first = req.get_header_value("Content-Length", 0);
+      for (size_t i = 1; i < lengths; ++i) {
+        if (req.get_header_value("Content-Length", i) != first) {
+          return bad("conflicting Content-Length headers");
+        }
+      }
+      uint64_t declared = 0;
+      const auto [end, ec] = std::from_chars(first.data(), first.data() + first.size(), declared);
+      const bool digits = !first.empty() && std::all_of(first.begin(), first.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      });
+      if (!digits) return bad("invalid Content-Length '" + first.substr(0, 32) + "'");
+      if (ec == std::errc::result_out_of_range || declared > config.max_body_bytes) {
+        return StatusError(413);
+      }
+      return std::nullopt;
+    }
+    if (!chunked && req.method == "POST") return StatusError(411);
+    return std::nullopt;
+  }
+
   void Routes() {
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      // NOTE (Range): cpp-httplib would cut any response to the ranges a client asks for, which
+      // breaks JSON bodies (a 200 holding '{"co') and lets one small request ask for a body many
+      // times over. No route here serves byte ranges, so the header is ignored (RFC 9110 allows
+      // it): the parsed ranges are dropped before any handler runs. The request object belongs
+      // to the server and is not const; the handler is only given a const view of it.
+      const_cast<httplib::Request&>(req).ranges.clear();
+      if (std::optional<ApiError> framing = FramingError(req)) {
+        res.set_header("Connection", "close");  // the body, if any, is not read
+        SendError(res, *framing);
+        return httplib::Server::HandlerResponse::Handled;
+      }
       if (config.api_key.empty() || !NeedsKey(req.path)) {
         return httplib::Server::HandlerResponse::Unhandled;
       }

@@ -6,7 +6,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
 import OpenAI from "openai";
-import { Server, assertErrorShape, testCleanShutdown, useServer, words } from "./lib/server.mjs";
+import { Server, assertErrorShape, rawBytes, testCleanShutdown, useServer, words } from "./lib/server.mjs";
 
 const ctx = useServer();
 
@@ -299,6 +299,63 @@ describe("404", () => {
     assert.equal(e2.code, "model_not_found");
     const raw = await ctx.server.request("POST", "/v1/completions", { body: { model: "gpt-4", prompt: "hi" } });
     assertErrorShape(raw.body, { type: "invalid_request_error", code: "model_not_found" });
+  });
+});
+
+// Framing is checked before any body is read, and answered at once with the connection closed;
+// Range is ignored (no route serves byte ranges).
+describe("framing (400, 411, 413) and Range", () => {
+  const body = '{"prompt": "hi", "max_tokens": 1}';
+  const post = (headers) =>
+    rawBytes(ctx.server.port, `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${headers}\r\n${body}`);
+  const errorOf = (res) => JSON.parse(res.body).error;
+
+  test("two different Content-Length headers are a 400, never one of them", async () => {
+    const res = await post(`Content-Length: ${body.length}\r\nContent-Length: 5\r\n`);
+    assert.equal(res.status, 400, res.body);
+    assert.match(errorOf(res).message, /conflicting Content-Length/);
+    assert.equal(res.headers.connection, "close");
+    // The same length twice is one length.
+    const same = await post(`Content-Length: ${body.length}\r\nContent-Length: ${body.length}\r\nConnection: close\r\n`);
+    assert.equal(same.status, 200, same.body);
+  });
+
+  test("Content-Length with Transfer-Encoding is a 400", async () => {
+    const res = await post(`Content-Length: ${body.length}\r\nTransfer-Encoding: chunked\r\n`);
+    assert.equal(res.status, 400, res.body);
+    assert.match(errorOf(res).message, /both Content-Length and Transfer-Encoding/);
+  });
+
+  test("a negative or malformed Content-Length is a 400, a huge one a 413, at once", async () => {
+    for (const value of ["-5", "12abc", "0x20", "1 2"]) {
+      const res = await post(`Content-Length: ${value}\r\n`);
+      assert.equal(res.status, 400, `${value}: ${res.body}`);
+      assertErrorShape(JSON.parse(res.body), { type: "invalid_request_error" });
+    }
+    for (const value of ["99999999999999999999999", "1000000000"]) {
+      const res = await post(`Content-Length: ${value}\r\n`);
+      assert.equal(res.status, 413, `${value}: ${res.body}`);
+      assertErrorShape(JSON.parse(res.body), { code: "request_too_large" });
+    }
+  });
+
+  test("a POST with neither Content-Length nor a chunked body is a 411", async () => {
+    const res = await post("");
+    assert.equal(res.status, 411, res.body);
+    assertErrorShape(JSON.parse(res.body), { type: "invalid_request_error", code: "length_required" });
+  });
+
+  test("Range is ignored: whole valid JSON, and /metrics is never multiplied", async () => {
+    const tok = await ctx.server.request("POST", "/tokenize",
+      { body: { prompt: "hello world" }, headers: { range: "bytes=0-3" } });
+    assert.equal(tok.status, 200, tok.text);
+    assert.ok(tok.body.count > 0, tok.text);
+    const ranges = Array.from({ length: 2700 }, () => "0-").join(",");
+    const metrics = await ctx.server.request("GET", "/metrics", { auth: false, headers: { range: `bytes=${ranges}` } });
+    assert.equal(metrics.status, 200);
+    assert.doesNotMatch(metrics.headers["content-type"], /multipart/);
+    assert.ok(metrics.text.length < 100_000, `${metrics.text.length} bytes`);
+    assert.match(metrics.text, /^# HELP /);
   });
 });
 

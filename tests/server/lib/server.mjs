@@ -3,6 +3,7 @@
 // Prometheus text.
 import { spawn, spawnSync } from "node:child_process";
 import http from "node:http";
+import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -191,6 +192,30 @@ export function rawRequest(port, method, urlPath, { body, headers = {} } = {}) {
     req.on("error", reject);
     if (payload !== undefined) req.write(payload);
     req.end();
+  });
+}
+
+// Bytes written as they are to a fresh connection (for requests no HTTP client would send);
+// resolves to {status, headers (lower-case names), body} once the server closes the connection.
+export function rawBytes(port, bytes) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, "127.0.0.1", () => socket.write(bytes));
+    const chunks = [];
+    socket.on("data", (c) => chunks.push(c));
+    socket.on("error", reject);
+    socket.on("close", () => {
+      const text = Buffer.concat(chunks).toString("latin1");
+      const split = text.indexOf("\r\n\r\n");
+      const head = split < 0 ? text : text.slice(0, split);
+      const lines = head.split("\r\n");
+      const status = Number((lines[0] ?? "").split(" ")[1]);
+      const headers = {};
+      for (const line of lines.slice(1)) {
+        const colon = line.indexOf(":");
+        if (colon > 0) headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
+      }
+      resolve({ status, headers, body: split < 0 ? "" : text.slice(split + 4) });
+    });
   });
 }
 
