@@ -4,10 +4,13 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -107,6 +110,31 @@ ApiError StatusError(int status) {
 
 std::string Event(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 
+// The access log's view of the request a worker thread is serving: set when routing starts,
+// read when the response has been written (cpp-httplib serves a request on one thread).
+struct AccessStart {
+  bool pending = false;
+  std::chrono::steady_clock::time_point start;
+  std::string id;
+};
+thread_local AccessStart t_access;
+
+// A client's X-Request-Id is kept when it is short printable ASCII; else one is made.
+bool UsableRequestId(std::string_view id) {
+  return !id.empty() && id.size() <= 128 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+// The message of an OpenAI-shaped error body, or empty.
+std::string ErrorMessageOf(const std::string& body) {
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message") && j["error"]["message"].is_string()) {
+    return j["error"]["message"].get<std::string>();
+  }
+  return {};
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -115,6 +143,46 @@ struct HttpServer::Impl {
   httplib::Server server;
 
   Impl(HttpConfig c, EngineBridge* b) : config(std::move(c)), bridge(b) {}
+
+  std::atomic<uint64_t> next_request_id{1};
+
+  // Every request gets an id (the client's X-Request-Id, else a new one), echoed in the
+  // response, and one access-log line when its response has been written: method, path,
+  // status, bytes (of bodies that are not streamed), duration, client address, and for errors
+  // the reason. 2xx/3xx log at info, 4xx at warning, 5xx at error (--log-level).
+  void StartAccess(const httplib::Request& req, httplib::Response& res) {
+    t_access.pending = true;
+    t_access.start = std::chrono::steady_clock::now();
+    const std::string given = req.get_header_value("X-Request-Id");
+    t_access.id = UsableRequestId(given) ? given : fmt::format("req-{}", next_request_id++);
+    res.set_header("X-Request-Id", t_access.id);
+  }
+
+  void LogAccess(const httplib::Request& req, const httplib::Response& res) {
+    const LogLevel level = res.status >= 500   ? LogLevel::kError
+                           : res.status >= 400 ? LogLevel::kWarning
+                                               : LogLevel::kInfo;
+    if (level < GetLogLevel()) {
+      t_access.pending = false;
+      return;
+    }
+    std::vector<LogField> fields = {{"method", req.method},
+                                    {"path", req.path},
+                                    {"status", int64_t{res.status}},
+                                    {"client", req.remote_addr}};
+    if (t_access.pending) {
+      fields.push_back({"request_id", t_access.id});
+      fields.push_back({"duration_ms", std::chrono::duration<double, std::milli>(
+                                           std::chrono::steady_clock::now() - t_access.start)
+                                           .count()});
+    }
+    if (res.get_header_value("Content-Type").rfind("text/event-stream", 0) != 0) {
+      fields.push_back({"bytes", static_cast<int64_t>(res.body.size())});
+    }
+    if (res.status >= 400) fields.push_back({"error", ErrorMessageOf(res.body)});
+    t_access.pending = false;
+    LogRecord(level, fmt::format("{} {} {}", req.method, req.path, res.status), fields);
+  }
 
   std::optional<ApiError> CheckModel(const std::string& model) const {
     if (model.empty() || model == bridge->model_name()) return std::nullopt;
@@ -366,7 +434,10 @@ struct HttpServer::Impl {
   }
 
   void Routes() {
+    server.set_logger(
+        [this](const httplib::Request& req, const httplib::Response& res) { LogAccess(req, res); });
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      StartAccess(req, res);
       // NOTE (Range): cpp-httplib would cut any response to the ranges a client asks for, which
       // breaks JSON bodies (a 200 holding '{"co') and lets one small request ask for a body many
       // times over. No route here serves byte ranges, so the header is ignored (RFC 9110 allows

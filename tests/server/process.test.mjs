@@ -126,3 +126,48 @@ test("--idle-timeout: a kept-alive connection left idle is closed by the server"
     assert.equal((await server.stop()).code, 0);
   }
 });
+
+test("--log-format json: one access line per request with its id, status, duration and errors' reasons", { timeout: 60_000 }, async () => {
+  const server = await Server.start(["--log-format", "json"]);
+  const given = await server.request("GET", "/v1/models", { headers: { "x-request-id": "client-id-7" } });
+  assert.equal(given.headers["x-request-id"], "client-id-7");
+  const missing = await server.request("GET", "/no-such-route");
+  assert.match(missing.headers["x-request-id"], /^req-\d+$/);
+  const bad = await server.request("POST", "/v1/completions", { body: { prompt: "hi", max_tokens: "x" } });
+  assert.equal(bad.status, 400);
+  const ok = await server.request("POST", "/v1/completions", { body: { prompt: "hi", max_tokens: 2 } });
+  assert.equal(ok.status, 200);
+  assert.equal((await server.stop()).code, 0);
+  const lines = server.stderr.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l));
+  const access = lines.filter((l) => l.method !== undefined);
+  const byId = Object.fromEntries(access.map((l) => [l.request_id, l]));
+  const mine = byId["client-id-7"];
+  assert.ok(mine, server.stderr);
+  assert.equal(mine.level, "info");
+  assert.equal(mine.path, "/v1/models");
+  assert.equal(mine.status, 200);
+  assert.ok(mine.duration_ms >= 0 && mine.bytes > 0);
+  assert.match(mine.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  const notFound = byId[missing.headers["x-request-id"]];
+  assert.equal(notFound.status, 404);
+  assert.equal(notFound.level, "warning");
+  assert.equal(notFound.error, "unknown route");
+  const invalid = access.find((l) => l.status === 400);
+  assert.match(invalid.error, /max_tokens/);
+  assert.ok(access.some((l) => l.path === "/v1/completions" && l.status === 200));
+});
+
+test("--log-level warning keeps 4xx lines and drops the rest; bad values are startup errors", { timeout: 60_000 }, async () => {
+  const server = await Server.start(["--log-level", "warning"]);
+  await server.request("GET", "/health");
+  await server.request("GET", "/no-such-route");
+  assert.equal((await server.stop()).code, 0);
+  assert.match(server.stderr, /^\[W\] GET \/no-such-route 404 .*error="unknown route"/m);
+  assert.doesNotMatch(server.stderr, /GET \/health/);
+  for (const flags of [["--log-level", "loud"], ["--log-format", "xml"]]) {
+    const r = await runToExit(["serve", "--port", "0", ...flags]);
+    assert.equal(r.listening, false);
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, new RegExp(flags[0]));
+  }
+});

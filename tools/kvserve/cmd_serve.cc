@@ -7,6 +7,7 @@
 #include "quant/kv_dtype.h"
 #include "server/server.h"
 #include "util/byte_size.h"
+#include "util/log.h"
 
 namespace kvserve::cli {
 namespace {
@@ -22,6 +23,8 @@ struct ServeOptions {
   bool enable_prefix_caching = false;
   bool no_prefix_caching = false;
   bool no_partial_block_hits = false;
+  std::string log_level = "info";
+  std::string log_format = "text";
   std::string kv_disk_size;
   std::string kv_disk_write_policy = "write-through";
   std::string kv_tier_queue = "256MiB";
@@ -58,6 +61,12 @@ void RunServe(ServeOptions& o) {
   }
   c.engine.enable_prefix_caching = !o.no_prefix_caching;
   c.engine.partial_block_hits = !o.no_partial_block_hits;
+  const std::optional<LogLevel> level = ParseLogLevel(o.log_level);
+  if (!level) Fail("--log-level must be debug, info, warning, error or off");
+  SetLogLevel(*level);
+  const std::optional<LogFormat> format = ParseLogFormat(o.log_format);
+  if (!format) Fail("--log-format must be text or json");
+  SetLogFormat(*format);
   if (!o.kv_disk_size.empty()) {
     auto bytes = ParseByteSize(o.kv_disk_size);
     if (!bytes.ok()) Fail("--kv-disk-size: " + bytes.status().message());
@@ -95,6 +104,10 @@ void AddServeCommand(CLI::App& app) {
                   "Chat template name (default: the model's, else chatml)");
   cmd->add_option("-t,--threads", c.engine.num_threads, "Compute threads (default: all)");
   AddPollOption(cmd, c.engine.poll_us);
+  cmd->add_option("--log-level", o->log_level,
+                  "debug, info (default: also one access line per request), warning (4xx and "
+                  "worse), error or off");
+  cmd->add_option("--log-format", o->log_format, "text (default) or json (one object per line)");
   cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache budget, e.g. 2GiB");
   cmd->add_option("--num-blocks", c.engine.num_blocks, "KV blocks (overrides --kv-cache-memory)");
   cmd->add_option("--block-size", c.engine.block_size, "Tokens per KV block (default 16)");
