@@ -19,6 +19,8 @@ import statistics
 import subprocess
 import sys
 
+from bench_util import cpu_name
+
 
 def busy_loop():
     while True:
@@ -53,12 +55,7 @@ def main():
     args = ap.parse_args()
     binaries = args.kvserve.split(",")
     polls = [int(p) for p in args.poll_us.split(",")]
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_name()
     print(f"cpu: {cpu}; {os.cpu_count()} cores; model {args.model or 'embedded'}; {args.threads} threads; "
           f"prompt {args.prompt_tokens}, generate {args.gen}")
     # A binary without --poll-us (an older build compared against) runs with its own default.

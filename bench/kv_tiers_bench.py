@@ -31,6 +31,8 @@ import tempfile
 import time
 import urllib.request
 
+from bench_util import cpu_name
+
 LISTENING = re.compile(r"^kvserve: listening on http://127\.0\.0\.1:(\d+)$")
 
 
@@ -311,17 +313,6 @@ def main():
     print(f"cpu: {cpu_name()}; model {args.model}; {args.threads} threads; logs in {work}", flush=True)
     for name in args.experiments.split(","):
         {"restart": restart, "beyond": beyond, "replicas": replicas, "cost": cost}[name](args, work)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":

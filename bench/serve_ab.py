@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_util import cpu_name
+
 LISTENING = re.compile(r"^kvserve: listening on (http://\S+)$")
 
 FIGURES = [
@@ -84,12 +86,7 @@ def main():
         name, _, flags = s.partition("=")
         sides.append((name, flags.split()))
     log_path = args.log or tempfile.mktemp(prefix="serve_ab_", suffix=".log")
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_name()
     print(f"cpu: {cpu}; model {args.model}; {args.threads} threads; bench {' '.join(bench_args)};"
           f" log {log_path}")
     results = {name: [] for name, _ in sides}
