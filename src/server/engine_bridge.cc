@@ -69,6 +69,13 @@ EngineBridge::EngineBridge(Engine* engine, const Tokenizer* tokenizer,
       config_(std::move(config)),
       metrics_(metrics) {}
 
+uint64_t MinResponseBytesPerToken(Endpoint endpoint, int top_logprobs) {
+  constexpr uint64_t kChunk = 60;  // {"choices":[{"index":0,"text":"…"}]} and the SSE framing
+  // Chat: {"token":"…","logprob":-1.2,"bytes":[…]}; completions: "…": -1.2.
+  const uint64_t per_logprob = endpoint == Endpoint::kChat ? 40 : 10;
+  return kChunk + (top_logprobs < 0 ? 0 : per_logprob * (1 + static_cast<uint64_t>(top_logprobs)));
+}
+
 std::optional<ApiError> EngineBridge::EncodeChat(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt,
                                                  std::vector<TokenId>* ids) const {
@@ -138,6 +145,29 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
                                   k, limit),
                       "prompt");
   }
+  // A small request must not be able to ask for a response of gigabytes (n x max_tokens x
+  // top_logprobs): refuse what is certainly over --max-response-bytes; streams are also cut
+  // when they reach it.
+  const auto max_tokens_for = [&](const std::vector<TokenId>& prompt) {
+    const int prompt_len = static_cast<int>(prompt.size());
+    return p.max_tokens.value_or(chat ? std::max(1, max_model_len() - prompt_len) : 16);
+  };
+  uint64_t floor_bytes = 0;
+  for (const auto& ids : prompts) {
+    floor_bytes += static_cast<uint64_t>(p.n) * static_cast<uint64_t>(max_tokens_for(ids)) *
+                   MinResponseBytesPerToken(p.endpoint, p.logprobs);
+  }
+  if (floor_bytes > config_.max_response_bytes) {
+    return BadRequest(
+        fmt::format("this request can produce a response of {} MiB or more ({} choices of up to "
+                    "{} tokens{}); the server's limit is {} MiB (--max-response-bytes): lower "
+                    "n, max_tokens or top_logprobs",
+                    floor_bytes >> 20, static_cast<int64_t>(p.n) * k,
+                    p.max_tokens ? std::to_string(*p.max_tokens) : "(the rest of the context)",
+                    p.logprobs >= 0 ? fmt::format(" with {} top logprobs each", p.logprobs) : "",
+                    config_.max_response_bytes >> 20),
+        "max_tokens");
+  }
   int cur = in_flight_.load();
   do {
     if (cur + k > limit || shutting_down()) {
@@ -162,7 +192,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     EngineRequest r;
     r.prompt = std::move(prompts[static_cast<size_t>(i)]);
     const int prompt_len = static_cast<int>(r.prompt.size());
-    r.max_tokens = p.max_tokens.value_or(chat ? std::max(1, max_model_len() - prompt_len) : 16);
+    r.max_tokens = max_tokens_for(r.prompt);
     r.sampling = p.sampling;
     r.n = p.n;
     r.stop_ids.assign(p.stop_token_ids.begin(), p.stop_token_ids.end());

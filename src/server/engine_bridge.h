@@ -27,7 +27,13 @@ namespace kvserve {
 struct BridgeConfig {
   std::string model_name;
   int max_queued_requests = 256;  // beyond max_num_seqs running; more get 503
+  uint64_t max_response_bytes = uint64_t{64} << 20;  // --max-response-bytes
 };
+
+// A floor on what one generated token adds to a response, streamed or not: the chunk's JSON
+// around its text, and with logprobs, its own entry and each alternative's (token text, number,
+// punctuation). Measured responses run above it, so a request refused by it is certainly over.
+uint64_t MinResponseBytesPerToken(Endpoint endpoint, int top_logprobs);
 
 class EngineBridge;
 
@@ -82,6 +88,7 @@ class EngineBridge {
 
   const std::string& model_name() const { return config_.model_name; }
   int max_model_len() const { return engine_->config().max_model_len; }
+  uint64_t max_response_bytes() const { return config_.max_response_bytes; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   EngineStats stats() const { return engine_->stats(); }
   ServerMetrics& metrics() const { return *metrics_; }

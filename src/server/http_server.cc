@@ -110,6 +110,32 @@ ApiError StatusError(int status) {
 
 std::string Event(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 
+ApiError ResponseTooLarge(uint64_t limit) {
+  ApiError e;
+  e.status = 400;
+  e.message = fmt::format(
+      "the response reached the server's limit of {} bytes (--max-response-bytes); ask for "
+      "fewer tokens, choices or top_logprobs",
+      limit);
+  e.code = "response_too_large";
+  return e;
+}
+
+// About what an update adds to a non-streamed response's JSON: its text, and per logprob entry
+// chat's {"token":…,"logprob":…,"bytes":[…]} (the bytes listed as numbers) or completions'
+// "…": -1.2345 pairs.
+uint64_t UpdateBytes(const ChoiceOut& u, bool chat) {
+  const auto entry = [chat](const std::string& token) -> uint64_t {
+    return chat ? 40 + 5 * token.size() : 14 + token.size();
+  };
+  uint64_t n = u.text.size();
+  for (const TokenLogprobOut& t : u.logprobs) {
+    n += entry(t.token);
+    for (const auto& alt : t.top) n += entry(alt.first);
+  }
+  return n;
+}
+
 // The access log's view of the request a worker thread is serving: set when routing starts,
 // read when the response has been written (cpp-httplib serves a request on one thread).
 struct AccessStart {
@@ -220,8 +246,14 @@ struct HttpServer::Impl {
       choices[i].with_logprobs = params.logprobs >= 0;
     }
     std::vector<ChoiceOut> updates;
+    uint64_t bytes = 0;
     while (gen->Next(std::chrono::seconds(1), &updates) != Generation::Poll::kDone) {
       for (ChoiceOut& u : updates) {
+        bytes += UpdateBytes(u, endpoint == Endpoint::kChat);
+        // Over --max-response-bytes: answer the error; destroying the generation cancels it.
+        if (bytes > bridge->max_response_bytes()) {
+          return SendError(res, ResponseTooLarge(bridge->max_response_bytes()));
+        }
         ChoiceOut& c = choices[static_cast<size_t>(u.index)];
         if (c.logprobs.empty() && !u.logprobs.empty()) c.text_offset = u.text_offset;
         c.text += u.text;
@@ -240,60 +272,72 @@ struct HttpServer::Impl {
                                                      true);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream", [gen, first, include_usage](size_t, httplib::DataSink& sink) {
-          const ResponseHeader& h = gen->header();
-          const bool chat = h.endpoint == Endpoint::kChat;
-          std::vector<ChoiceOut> updates;
-          auto last_write = std::chrono::steady_clock::now();
-          for (;;) {
-            updates.clear();
-            const Generation::Poll poll = gen->Next(kPollEvery, &updates);
-            if (poll == Generation::Poll::kDone) break;
-            if (poll == Generation::Poll::kTimeout) {
-              // is_writable also peeks at the socket: a client that closed it is noticed here,
-              // and returning false ends the response, which cancels the generation.
-              if (!sink.is_writable()) return false;
-              if (std::chrono::steady_clock::now() - last_write >= kKeepAliveEvery) {
-                if (!sink.write(": keep-alive\n\n", 14)) return false;
-                last_write = std::chrono::steady_clock::now();
-              }
-              continue;
-            }
-            std::string out;
-            for (ChoiceOut& u : updates) {
-              const auto i = static_cast<size_t>(u.index);
-              if (chat && (*first)[i]) {
-                // OpenAI's first chunk of a chat choice: the role and empty content, alone.
-                ChoiceOut role;
-                role.index = u.index;
-                out += Event(Chunk(h, role, /*first=*/true, include_usage));
-                (*first)[i] = false;
-              }
-              const bool has_payload = !u.text.empty() || !u.logprobs.empty();
-              if (!has_payload && u.finish_reason.empty()) continue;
-              if (chat && has_payload && !u.finish_reason.empty()) {
-                // The text goes first; the finish_reason follows in a chunk of its own.
-                ChoiceOut text = u;
-                text.finish_reason.clear();
-                out += Event(Chunk(h, text, false, include_usage));
-                u.text.clear();
-                u.logprobs.clear();
-              }
-              out += Event(Chunk(h, u, false, include_usage));
-            }
-            if (out.empty()) continue;
-            if (!sink.is_writable() || !sink.write(out.data(), out.size())) return false;
+    const uint64_t limit = bridge->max_response_bytes();
+    auto sent = std::make_shared<uint64_t>(0);
+    res.set_chunked_content_provider("text/event-stream", [gen, first, include_usage, limit, sent](
+                                                              size_t, httplib::DataSink& sink) {
+      const ResponseHeader& h = gen->header();
+      const bool chat = h.endpoint == Endpoint::kChat;
+      std::vector<ChoiceOut> updates;
+      auto last_write = std::chrono::steady_clock::now();
+      for (;;) {
+        updates.clear();
+        const Generation::Poll poll = gen->Next(kPollEvery, &updates);
+        if (poll == Generation::Poll::kDone) break;
+        if (poll == Generation::Poll::kTimeout) {
+          // is_writable also peeks at the socket: a client that closed it is noticed here,
+          // and returning false ends the response, which cancels the generation.
+          if (!sink.is_writable()) return false;
+          if (std::chrono::steady_clock::now() - last_write >= kKeepAliveEvery) {
+            if (!sink.write(": keep-alive\n\n", 14)) return false;
             last_write = std::chrono::steady_clock::now();
           }
-          std::string tail;
-          if (gen->error()) tail += "data: " + ErrorBody(*gen->error()) + "\n\n";
-          if (include_usage) tail += Event(UsageChunk(h, gen->usage()));
-          tail += "data: [DONE]\n\n";
-          if (!sink.write(tail.data(), tail.size())) return false;
+          continue;
+        }
+        std::string out;
+        for (ChoiceOut& u : updates) {
+          const auto i = static_cast<size_t>(u.index);
+          if (chat && (*first)[i]) {
+            // OpenAI's first chunk of a chat choice: the role and empty content, alone.
+            ChoiceOut role;
+            role.index = u.index;
+            out += Event(Chunk(h, role, /*first=*/true, include_usage));
+            (*first)[i] = false;
+          }
+          const bool has_payload = !u.text.empty() || !u.logprobs.empty();
+          if (!has_payload && u.finish_reason.empty()) continue;
+          if (chat && has_payload && !u.finish_reason.empty()) {
+            // The text goes first; the finish_reason follows in a chunk of its own.
+            ChoiceOut text = u;
+            text.finish_reason.clear();
+            out += Event(Chunk(h, text, false, include_usage));
+            u.text.clear();
+            u.logprobs.clear();
+          }
+          out += Event(Chunk(h, u, false, include_usage));
+        }
+        if (out.empty()) continue;
+        if (*sent + out.size() > limit) {
+          // --max-response-bytes reached: an error event ends the stream, and dropping the
+          // generation cancels what is still running.
+          const std::string end =
+              "data: " + ErrorBody(ResponseTooLarge(limit)) + "\n\ndata: [DONE]\n\n";
+          if (!sink.write(end.data(), end.size())) return false;
           sink.done();
           return true;
-        });
+        }
+        if (!sink.is_writable() || !sink.write(out.data(), out.size())) return false;
+        *sent += out.size();
+        last_write = std::chrono::steady_clock::now();
+      }
+      std::string tail;
+      if (gen->error()) tail += "data: " + ErrorBody(*gen->error()) + "\n\n";
+      if (include_usage) tail += Event(UsageChunk(h, gen->usage()));
+      tail += "data: [DONE]\n\n";
+      if (!sink.write(tail.data(), tail.size())) return false;
+      sink.done();
+      return true;
+    });
   }
 
   void Tokenize(const std::string& body_text, httplib::Response& res) {

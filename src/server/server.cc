@@ -62,7 +62,8 @@ Status Serve(const ServeConfig& config) {
 
   ServerMetrics metrics;
   EngineBridge bridge(engine.get(), &tokenizer, std::move(tmpl),
-                      BridgeConfig{name, config.max_queued_requests}, &metrics);
+                      BridgeConfig{name, config.max_queued_requests, config.max_response_bytes},
+                      &metrics);
   HttpConfig http = config.http;
   if (http.num_workers <= 0) {
     http.num_workers =

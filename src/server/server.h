@@ -19,6 +19,7 @@ struct ServeConfig {
   EngineConfig engine;
   HttpConfig http;
   int max_queued_requests = 256;
+  uint64_t max_response_bytes = uint64_t{64} << 20;  // --max-response-bytes
 };
 
 Status Serve(const ServeConfig& config);

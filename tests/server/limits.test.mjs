@@ -1,7 +1,7 @@
-// Admission limits: 503 server_overloaded with Retry-After when running + queued requests are at
-// their limit, keep-alive comments while a streaming request waits in the queue, and SIGTERM with
-// a request in flight. Synchronisation is by events (first chunk received, metrics polled), never
-// by sleeping.
+// Admission and response limits: 503 server_overloaded with Retry-After when running + queued
+// requests are at their limit, keep-alive comments while a streaming request waits in the queue,
+// SIGTERM with a request in flight, and --max-response-bytes. Synchronisation is by events (first
+// chunk received, metrics polled), never by sleeping.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -213,6 +213,59 @@ describe("priority (--max-num-seqs 1 --max-queued-requests 2)", () => {
   });
 
   test("SIGTERM stops the priority server with exit status 0", async () => {
+    assert.equal((await server.stop()).code, 0);
+  });
+});
+
+describe("response size (--max-response-bytes 8KiB)", () => {
+  let server;
+  before(async () => { server = await Server.start(["--max-response-bytes", "8KiB"]); });
+  after(() => server?.kill());
+
+  test("a request that can only produce more than the limit is a 400 naming max_tokens", async () => {
+    // The probe's case: 136 bytes asking for 64 choices x 1000 tokens x 20 top logprobs.
+    const res = await server.json("POST", "/v1/chat/completions", {
+      messages: [{ role: "user", content: "hi" }], n: 64, max_tokens: 1000, logprobs: true, top_logprobs: 20,
+    });
+    assert.equal(res.status, 400, res.text);
+    assertErrorShape(res.body, { type: "invalid_request_error", param: "max_tokens" });
+    assert.match(res.body.error.message, /--max-response-bytes/);
+  });
+
+  test("a stream that reaches the limit ends with a response_too_large event, and the server goes on", async () => {
+    const stream = await openStream(server.port, "/v1/completions",
+      { model: server.model, prompt: "Once upon a time", max_tokens: 120, temperature: 0, ignore_eos: true, stream: true });
+    assert.equal(stream.status, 200);
+    const data = await drain(stream.events());
+    assert.equal(data.at(-1), "[DONE]");
+    const last = JSON.parse(data.at(-2));
+    assert.equal(last.error.code, "response_too_large");
+    const tokens = data.slice(0, -2).map((d) => JSON.parse(d));
+    assert.ok(tokens.length > 5 && tokens.length < 120, `${tokens.length} chunks`);
+    const bytes = data.slice(0, -2).reduce((n, d) => n + d.length + 8, 0);
+    assert.ok(bytes <= 8192, `${bytes} bytes before the error`);
+    // The cut request was cancelled: nothing is left running, and the next request is served.
+    await server.waitForMetrics((m) => m.get("kvserve:num_requests_running") === 0, { what: "no request running" });
+    const ok = await server.json("POST", "/v1/completions", { model: server.model, prompt: "hi", max_tokens: 4 });
+    assert.equal(ok.status, 200, ok.text);
+  });
+
+  test("a non-streamed response that reaches the limit is a 400 response_too_large", async () => {
+    // 9 tokens x 21 logprob entries: at least 40 + 5 bytes each in chat's shape, over 8 KiB, while
+    // the up-front floor (60 + 40 x 21 bytes a token) stays under it.
+    const res = await server.json("POST", "/v1/chat/completions", {
+      messages: [{ role: "user", content: "hi" }], max_tokens: 9, logprobs: true, top_logprobs: 20,
+      ignore_eos: true, temperature: 0,
+    });
+    assert.equal(res.status, 400, res.text.slice(0, 300));
+    assertErrorShape(res.body, { type: "invalid_request_error", code: "response_too_large" });
+    const small = await server.json("POST", "/v1/chat/completions", {
+      messages: [{ role: "user", content: "hi" }], max_tokens: 2, logprobs: true, top_logprobs: 2,
+    });
+    assert.equal(small.status, 200, small.text);
+  });
+
+  test("SIGTERM stops the --max-response-bytes server with exit status 0", async () => {
     assert.equal((await server.stop()).code, 0);
   });
 });

@@ -20,6 +20,7 @@ struct ServeOptions {
   std::string cache_type_v;
   std::string eviction_policy = "lru";
   std::string max_body = "8MiB";
+  std::string max_response = "64MiB";
   bool enable_prefix_caching = false;
   bool no_prefix_caching = false;
   bool no_partial_block_hits = false;
@@ -43,6 +44,10 @@ void RunServe(ServeOptions& o) {
   auto body = ParseByteSize(o.max_body);
   if (!body.ok()) Fail("--max-body-bytes: " + body.status().message());
   c.http.max_body_bytes = static_cast<size_t>(*body);
+  auto response = ParseByteSize(o.max_response);
+  if (!response.ok()) Fail("--max-response-bytes: " + response.status().message());
+  if (*response == 0) Fail("--max-response-bytes must be more than 0");
+  c.max_response_bytes = *response;
   // --kv-cache-dtype sets both types; --cache-type-k / --cache-type-v override one.
   const auto dtype = [](const std::string& name, std::string_view flag, KvDtype fallback) {
     if (name.empty()) return fallback;
@@ -152,6 +157,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-queued-requests", c.max_queued_requests,
                   "Requests that may wait beyond the running ones; more get 503 (default 256)");
   cmd->add_option("--max-body-bytes", o->max_body, "Largest request body (default 8MiB)");
+  cmd->add_option("--max-response-bytes", o->max_response,
+                  "Largest response: requests that would certainly produce more are refused, "
+                  "streams are ended when they reach it (default 64MiB)");
   cmd->add_option("--read-timeout", c.http.read_timeout_s, "Seconds to receive a request (default 30)");
   cmd->add_option("--idle-timeout", c.http.idle_timeout_s,
                   "Seconds a kept-alive connection may idle (default 5)");
