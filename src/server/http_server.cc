@@ -396,27 +396,18 @@ struct HttpServer::Impl {
     SendJson(res, {{"prompt", bridge->tokenizer().Decode(ids)}});
   }
 
-  // A POST route whose body is read here, under --max-body-bytes whether it comes with a
-  // Content-Length or chunked (cpp-httplib enforces its limit only on the former). A body whose
-  // Content-Type cannot carry JSON is read to its end too (so the connection stays in step)
-  // and answered 415; multipart bodies must go through the multipart reader to be read at all.
+  // A POST route whose body is read here, under --max-body-bytes. A declared Content-Length
+  // over it never gets here (FramingError answers it before routing); a chunked body is
+  // counted as it arrives. A body whose Content-Type cannot carry JSON is read to its end too
+  // (so the connection stays in step) and answered 415; multipart bodies must go through the
+  // multipart reader to be read at all.
   template <typename Fn>
   void PostJson(const std::string& path, Fn fn) {
     server.Post(path, [this, fn](const httplib::Request& req, httplib::Response& res,
                                  const httplib::ContentReader& reader) {
       const bool json_body = CarriesJson(req.get_header_value("Content-Type"));
       std::string body;
-      const std::string length = req.get_header_value("Content-Length");
-      uint64_t declared = 0;
-      bool too_large =
-          !length.empty() &&
-          std::from_chars(length.data(), length.data() + length.size(), declared).ec ==
-              std::errc() &&
-          declared > config.max_body_bytes;
-      if (too_large) {
-        res.set_header("Connection", "close");
-        return SendError(res, StatusError(413));
-      }
+      bool too_large = false;
       uint64_t received = 0;
       auto receive = [&](const char* data, size_t n) {
         received += n;
