@@ -329,16 +329,7 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
     ++row;
   }
   // The step as the decoding requests saw it: scheduling, the forward pass and sampling.
-  StepShape shape;
-  for (const ScheduledSeq& s : so.seqs) {
-    if (s.num_new_tokens == 1) {
-      ++shape.decode_rows;
-      shape.decode_context += s.num_computed + 1;
-    } else {
-      shape.prefill_tokens += s.num_new_tokens;
-    }
-  }
-  step_cost_.Observe(shape, Seconds(step_start, Clock::now()));
+  step_cost_.Observe(ShapeOf(so.seqs), Seconds(step_start, Clock::now()));
   last_prefill_cap_ = so.prefill_cap;
   return Status::Ok();
 }

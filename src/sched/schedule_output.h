@@ -24,12 +24,6 @@ struct ScheduleOutput {
   int num_batched_tokens = 0;
   int prefill_cap = -1;  // tokens prefill was held to for the latency target; -1 = not held
 
-  int num_decode_rows() const {
-    int n = 0;
-    for (const ScheduledSeq& s : seqs) n += s.num_new_tokens == 1;
-    return n;
-  }
-
   bool empty() const { return seqs.empty(); }
 };
 

@@ -72,10 +72,10 @@ ScheduleOutput Scheduler::Schedule() {
   int budget = config_.max_num_batched_tokens;
   ScheduleRunning(out, budget, /*prefills=*/false);
   if (config_.max_itl_seconds > 0 && cost_model_ && !out.seqs.empty()) {
-    int64_t context = 0;
-    for (const ScheduledSeq& s : out.seqs) context += s.num_computed + 1;
-    const std::optional<int> fits = cost_model_->PrefillBudget(static_cast<int>(out.seqs.size()),
-                                                               context, config_.max_itl_seconds);
+    // Only decodes are scheduled so far.
+    const StepShape decodes = ShapeOf(out.seqs);
+    const std::optional<int> fits = cost_model_->PrefillBudget(
+        decodes.decode_rows, decodes.decode_context, config_.max_itl_seconds);
     // Until the model has seen enough steps, hold prefill to the minimum chunk: a latency
     // target is a promise from the first request on.
     const int cap = std::max(fits.value_or(0), config_.min_prefill_chunk);

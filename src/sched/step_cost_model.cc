@@ -15,6 +15,19 @@ constexpr int64_t kMinStepsOfEachKind = 2;
 
 }  // namespace
 
+StepShape ShapeOf(std::span<const ScheduledSeq> seqs) {
+  StepShape shape;
+  for (const ScheduledSeq& s : seqs) {
+    if (s.num_new_tokens == 1) {
+      ++shape.decode_rows;
+      shape.decode_context += s.num_computed + 1;
+    } else {
+      shape.prefill_tokens += s.num_new_tokens;
+    }
+  }
+  return shape;
+}
+
 StepCostModel::StepCostModel(double forgetting) : forgetting_(forgetting) {}
 
 StepCostModel::Vec StepCostModel::Features(const StepShape& s) {

@@ -19,6 +19,9 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
+
+#include "sched/schedule_output.h"
 
 namespace kvserve {
 
@@ -27,6 +30,9 @@ struct StepShape {
   int prefill_tokens = 0;
   int64_t decode_context = 0;  // sum over decode rows of the tokens each attends over
 };
+
+// The shape of scheduled work: a sequence computing one token is a decode row.
+StepShape ShapeOf(std::span<const ScheduledSeq> seqs);
 
 struct StepCostFit {
   double base = 0, per_decode_row = 0, per_prefill_token = 0, per_decode_kilocontext = 0;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <vector>
 
 namespace kvserve {
 namespace {
@@ -28,6 +29,17 @@ struct FakeMachine {
     return s;
   }
 };
+
+TEST(StepCostModel, ShapeOfCountsOneTokenSequencesAsDecodeRows) {
+  const std::vector<ScheduledSeq> seqs = {{SeqId(1), 40, 1, true},
+                                          {SeqId(2), 0, 64, false},
+                                          {SeqId(3), 9, 1, true},
+                                          {SeqId(4), 64, 30, true}};
+  const StepShape s = ShapeOf(seqs);
+  EXPECT_EQ(s.decode_rows, 2);
+  EXPECT_EQ(s.decode_context, 41 + 10);
+  EXPECT_EQ(s.prefill_tokens, 94);
+}
 
 TEST(StepCostModel, RecoversTheCostsOfAMachineAndPredictsBeforeSeeingASample) {
   FakeMachine m;
