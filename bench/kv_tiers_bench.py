@@ -20,7 +20,6 @@ import contextlib
 import glob
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -31,23 +30,14 @@ import tempfile
 import time
 import urllib.request
 
-from bench_util import cpu_name
-
-LISTENING = re.compile(r"^kvserve: listening on http://127\.0\.0\.1:(\d+)$")
-
+from bench_util import cpu_name, start_serve
 
 class Server:
     def __init__(self, args, flags, log_path):
         self.log = open(log_path, "a")
-        cmd = [args.kvserve, "serve", "--model", args.model, "--port", "0",
-               "--threads", str(args.threads), "--max-model-len", "4096"] + flags
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline().strip()
-        m = LISTENING.match(line)
-        if not m:
-            raise RuntimeError(f"server did not start: {line!r}; see {log_path}")
-        self.port = int(m.group(1))
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc, self.url, self.port = start_serve(
+            args.kvserve, ["--model", args.model, "--threads", str(args.threads),
+                           "--max-model-len", "4096"] + flags, self.log)
         models = json.loads(urllib.request.urlopen(self.url + "/v1/models", timeout=30).read())
         self.model = models["data"][0]["id"]
         # One short unrelated request first, so first-request costs of a new process (scratch

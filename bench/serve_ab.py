@@ -17,15 +17,12 @@ goes to `kvserve bench`.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from bench_util import cpu_name
-
-LISTENING = re.compile(r"^kvserve: listening on (http://\S+)$")
+from bench_util import cpu_name, start_serve
 
 FIGURES = [
     ("ttft_p50", lambda r: r["ttft_ms"]["p50"]),
@@ -48,15 +45,10 @@ FIGURES = [
 
 
 def run_side(args, flags, bench_args, out_path, log):
-    cmd = [args.kvserve, "serve", "--model", args.model, "--port", "0", "--threads",
-           str(args.threads)] + flags
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    server, url, _ = start_serve(
+        args.kvserve, ["--model", args.model, "--threads", str(args.threads)] + flags, log)
     try:
-        line = server.stdout.readline().strip()
-        m = LISTENING.match(line)
-        if not m:
-            raise RuntimeError(f"server did not start: {line!r}")
-        subprocess.run([args.kvserve, "bench", "--base-url", m.group(1), "--no-progress",
+        subprocess.run([args.kvserve, "bench", "--base-url", url, "--no-progress",
                         "--out", out_path] + bench_args,
                        check=True, stdout=subprocess.DEVNULL, stderr=log)
     finally:
