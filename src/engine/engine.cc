@@ -89,8 +89,15 @@ void Engine::Cancel(RequestId id) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard lock(mu_);
-  return stats_;
+  EngineStats st;
+  {
+    std::lock_guard lock(mu_);
+    st = stats_;
+  }
+  // The snapshot is as of the last step; the tier writer and reader go on after it (a
+  // write-through lands while the step thread sleeps), so their counters are read now.
+  st.tiers = core_->TierStatsNow();
+  return st;
 }
 
 void Engine::Route(std::vector<RequestOutput>* events) {

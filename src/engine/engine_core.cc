@@ -411,9 +411,13 @@ EngineStats EngineCore::stats() const {
   st.kv_v_dtype = layout.v_dtype;
   st.kv_bytes_per_token = layout.bytes_per_token();
   st.kv_capacity_tokens = KvCapacityTokens(layout, kv_.num_blocks());
-  if (tiers_) st.tiers = tiers_->stats();
+  st.tiers = TierStatsNow();
   st.failed_tiers = failed_tiers_;
   return st;
+}
+
+std::vector<TierStats> EngineCore::TierStatsNow() const {
+  return tiers_ ? tiers_->stats() : std::vector<TierStats>{};
 }
 
 std::vector<std::string> EngineCore::TierDescriptions() const {

@@ -94,6 +94,9 @@ class EngineCore {
   Status Unpin(std::span<const TokenId> prompt, const std::string& cache_salt = {});
 
   EngineStats stats() const;
+  // The lower tiers' counters as they are now. Safe from any thread: they are atomics, and the
+  // tier I/O threads keep updating them while no step runs.
+  std::vector<TierStats> TierStatsNow() const;
   // The prefix-cache namespace of requests with this salt: the model's fingerprint, the K and V
   // dtypes and the block size, then the salt; caches of different dtypes never mix.
   CacheNamespace NamespaceFor(const std::string& cache_salt) const;

@@ -287,6 +287,29 @@ TEST(TierEngine, UnusableDiskDirectoryLeavesTheTierOffAndServes) {
   fs::remove(dir.path());
 }
 
+// Write-through lands on the tier writer thread, possibly after the engine's last step: the
+// threaded Engine's stats still show it once it has landed, with no further step.
+TEST(TierEngine, ThreadedEngineStatsShowWritesThatLandAfterTheLastStep) {
+  TempDir dir;
+  auto engine = Engine::Create(testing_util::TinyModel(64), TierConfig(dir.path()));
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  auto stream = (*engine)->AddRequest(Greedy(Prompts()[0], 4));
+  ASSERT_TRUE(stream.ok());
+  RequestOutput e;
+  while ((*stream)->Next(&e)) {
+  }
+  // Two full prompt blocks are written. Polling is the synchronisation; the deadline only
+  // bounds a hang (a stale snapshot would never change while the engine sleeps).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int64_t written = 0;
+  while ((written = Tier((*engine)->stats(), "disk").blocks_written) < 2 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(written, 2);
+  EXPECT_EQ(dir.Files().size(), 2u);
+}
+
 // The threaded Engine: its step thread sleeps while only tier loads are in flight and is woken
 // by the reader thread when one finishes (no lost wake-up: every request ends).
 TEST(TierEngine, ThreadedEngineWakesForTierLoadsFromManyClients) {
