@@ -9,6 +9,7 @@
 #include "prefix/eviction_policy.h"
 #include "prefix/tiered_store.h"
 #include "quant/kv_dtype.h"
+#include "spec/spec_config.h"
 
 namespace kvserve {
 
@@ -42,6 +43,7 @@ struct EngineConfig {
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;
   double max_pinned_fraction = 0.25;  // share of the cache Pin may hold
   KvTierConfig tiers;
+  SpecConfig spec;                    // --speculative-config (docs/speculative.md); off by default
 };
 
 }  // namespace kvserve

@@ -10,6 +10,8 @@
 #include "prefix/disk_tier.h"
 #include "prefix/redis_tier.h"
 #include "quant/kv_dtype.h"
+#include "spec/ngram.h"
+#include "spec/verify.h"
 #include "util/byte_size.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -112,6 +114,17 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
   core->weights_digest_seconds_ = Seconds(digest_start, Clock::now());
   core->model_fingerprint_ = ModelFingerprint(*core->model_, layout, weights);
   KV_RETURN_IF_ERROR(core->OpenTiers());
+  if (config.spec.enabled()) {
+    SpecStats& ss = core->spec_stats_;
+    ss.enabled = true;
+    ss.method = SpecMethodName(config.spec.method);
+    ss.accepted_per_pos.assign(static_cast<size_t>(config.spec.num_speculative_tokens), 0);
+    if (config.spec.method == SpecMethod::kDraftModel) {
+      KV_ASSIGN_OR_RETURN(core->draft_,
+                          DraftRunner::Create(config.spec.draft_model, *core->model_, config,
+                                              num_blocks, config.spec.num_speculative_tokens));
+    }
+  }
   const size_t vocab = static_cast<size_t>(core->model_->config().vocab);
   core->logits_.resize(static_cast<size_t>(config.max_num_seqs) * vocab);
   core->scratch_.resize(vocab);
@@ -120,6 +133,10 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
 
 CacheNamespace EngineCore::NamespaceFor(const std::string& cache_salt) const {
   return MakeCacheNamespace({model_fingerprint_, cache_salt});
+}
+
+CacheNamespace EngineCore::DraftNamespaceFor(const std::string& cache_salt) const {
+  return MakeCacheNamespace({"draft", config_.spec.draft_model, cache_salt});
 }
 
 Status EngineCore::Validate(const EngineRequest& r) const {
@@ -253,7 +270,10 @@ void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
   e.metrics.queue_seconds = r.queue_seconds;
   e.metrics.ttft_seconds = r.ttft_seconds;
   e.metrics.e2e_seconds = Seconds(r.arrival, Clock::now());
+  e.metrics.draft_tokens = s.draft_tokens;
+  e.metrics.accepted_tokens = s.accepted_tokens;
   FillTierMetrics(r, e.metrics.cached_tokens, &e.metrics);
+  if (draft_) draft_->Release(seq);
   if (scheduled) {
     scheduler_->Remove(seq);
   } else if (r.phase == Phase::kTierLoad) {  // left while its blocks load: let the holder go
@@ -280,11 +300,21 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
   ForwardBatch batch;
   batch.tokens.reserve(static_cast<size_t>(so.num_batched_tokens));
   batch.positions.reserve(static_cast<size_t>(so.num_batched_tokens));
+  std::vector<TokenId> with_drafts;
   for (const ScheduledSeq& s : so.seqs) {
     const std::span<const TokenId> tokens = scheduler_->tokens(s.seq);
-    batch.AddSequence(kv_manager_->block_table(s.seq), s.num_computed,
-                      tokens.subspan(static_cast<size_t>(s.num_computed), s.num_new_tokens),
-                      s.wants_logits);
+    const std::span<const BlockId> table = kv_manager_->block_table(s.seq);
+    if (s.num_draft == 0) {
+      batch.AddSequence(table, s.num_computed,
+                        tokens.subspan(static_cast<size_t>(s.num_computed), s.num_new_tokens),
+                        s.wants_logits);
+      continue;
+    }
+    // The last token, then its drafts; logits after each of them.
+    const std::span<const TokenId> draft = scheduler_->draft(s.seq);
+    with_drafts.assign(tokens.begin() + s.num_computed, tokens.end());
+    with_drafts.insert(with_drafts.end(), draft.begin(), draft.end());
+    batch.AddSequence(table, s.num_computed, with_drafts, s.num_draft + 1);
   }
   return batch;
 }
@@ -292,8 +322,17 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
 Status EngineCore::Step(std::vector<RequestOutput>* out) {
   if (tiers_) FinishTierLoads();
   const Clock::time_point step_start = Clock::now();
+  if (spec_stats_.enabled) {
+    if (Status ps = ProposeDrafts(); !ps.ok()) {  // the draft model failed: go on without it
+      KV_LOG(Error, "speculative decoding off: the draft model failed: {}", ps.message());
+      spec_stats_.enabled = false;
+    }
+  }
   ScheduleOutput so = scheduler_->Schedule();
   ++num_steps_;
+  if (draft_) {
+    for (SeqId p : so.preempted) draft_->Release(p);
+  }
   for (const ScheduledSeq& s : so.seqs) {
     RequestCtx& r = requests_.at(seqs_.at(s.seq).request);
     if (r.queue_seconds < 0) r.queue_seconds = Seconds(r.arrival, step_start);
@@ -313,6 +352,10 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
     return Status::Ok();
   }
   const ForwardBatch batch = BuildBatch(so);
+  const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  if (logits_.size() < batch.logits_rows.size() * vocab) {
+    logits_.resize(batch.logits_rows.size() * vocab);
+  }
   Status st = model_->Forward(batch, kv_, *pool_, logits_.data());
   if (!st.ok()) {  // a broken batch: end its requests with the error rather than loop on it
     for (const ScheduledSeq& s : so.seqs) {
@@ -321,15 +364,20 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
     return st;
   }
   scheduler_->OnStepDone(so);
-  const size_t vocab = static_cast<size_t>(model_->config().vocab);
   size_t row = 0;
   for (const ScheduledSeq& s : so.seqs) {
     if (!s.wants_logits) continue;
+    if (s.num_draft > 0) {
+      VerifyRows(s, logits_.data() + row * vocab, out);
+      row += static_cast<size_t>(s.num_draft) + 1;
+      continue;
+    }
     SampleFromRow(s.seq, logits_.data() + row * vocab, out);
     ++row;
   }
   // The step as the decoding requests saw it: scheduling, the forward pass and sampling.
-  step_cost_.Observe(ShapeOf(so.seqs), Seconds(step_start, Clock::now()));
+  last_step_seconds_ = Seconds(step_start, Clock::now());
+  step_cost_.Observe(ShapeOf(so.seqs), last_step_seconds_);
   last_prefill_cap_ = so.prefill_cap;
   return Status::Ok();
 }
@@ -360,7 +408,7 @@ void EngineCore::ForkSamples(SeqId parent, const float* row, std::vector<Request
   }
 }
 
-void EngineCore::SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out) {
+bool EngineCore::SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out) {
   SeqCtx& s = seqs_.at(seq);
   RequestCtx& r = requests_.at(s.request);
   SampleOutput sample;
@@ -383,10 +431,126 @@ void EngineCore::SampleOne(SeqId seq, std::span<float> logits, std::vector<Reque
   const auto& stops = r.request.stop_ids;
   const bool stop = stop_string || std::find(stops.begin(), stops.end(), token) != stops.end() ||
                     (!r.request.ignore_eos && tokenizer_ && tokenizer_->IsEog(token));
-  if (stop || s.num_generated >= r.request.max_tokens) {
+  const bool finished = stop || s.num_generated >= r.request.max_tokens;
+  if (finished) {
     FinishSeq(seq, stop ? FinishReason::kStop : FinishReason::kLength, Status::Ok(), out, &e);
   }
   out->push_back(std::move(e));
+  return finished;
+}
+
+void EngineCore::VerifyRows(const ScheduledSeq& s, float* rows, std::vector<RequestOutput>* out) {
+  const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  const std::vector<TokenId> drafts(scheduler_->draft(s.seq).begin(),
+                                    scheduler_->draft(s.seq).end());
+  const SeqId seq = s.seq;
+  bool ended = false;
+  const int accepted = VerifyDrafts(drafts, [&](int j) {
+    ended = SampleOne(seq, std::span<float>(rows + static_cast<size_t>(j) * vocab, vocab), out);
+    // A sample that ended is gone; its last token is the one its final event carries.
+    const TokenId t = out->back().new_tokens.empty() ? -1 : out->back().new_tokens.back();
+    return Emitted{t, ended};
+  });
+  ++spec_stats_.num_drafts;
+  spec_stats_.num_draft_tokens += static_cast<int64_t>(drafts.size());
+  spec_stats_.num_accepted_tokens += accepted;
+  for (int j = 0; j < accepted; ++j) ++spec_stats_.accepted_per_pos[static_cast<size_t>(j)];
+  if (ended) return;
+  SeqCtx& c = seqs_.at(seq);
+  c.acceptance.Observe(static_cast<int>(drafts.size()), accepted);
+  c.draft_tokens += static_cast<int>(drafts.size());
+  c.accepted_tokens += accepted;
+  scheduler_->FinishVerify(seq, accepted);
+}
+
+// NOTE (proposing): only running sequences with exactly one token to compute (decodes) draft,
+// at most until the request's max_tokens (the step's own token comes after the drafts). Their
+// lengths come from draft_policy.h: the step cost model (once fitted) prices a verified row and
+// the step; before it is fitted a row is taken to cost 5% of a step. The draft model's depth is
+// priced by its own measured time.
+Status EngineCore::ProposeDrafts() {
+  const SpecConfig& sc = config_.spec;
+  std::vector<SeqId> cands;
+  std::vector<std::vector<TokenId>> proposals;
+  std::vector<DraftCandidate> dc;
+  int decode_rows = 0;
+  int64_t decode_context = 0;
+  for (SeqId id : scheduler_->running()) {
+    const std::span<const TokenId> tokens = scheduler_->tokens(id);
+    if (scheduler_->num_computed(id) + 1 != static_cast<int>(tokens.size())) continue;
+    ++decode_rows;
+    decode_context += static_cast<int64_t>(tokens.size());
+    SeqCtx& c = seqs_.at(id);
+    const RequestCtx& r = requests_.at(c.request);
+    if (c.shadow >= 0 && tokens.size() > c.shadow_at) {  // what the n-gram draft would have got
+      c.acceptance.Observe(1, tokens[c.shadow_at] == c.shadow ? 1 : 0);
+      c.shadow = -1;
+    }
+    const int k = std::min(sc.num_speculative_tokens, r.request.max_tokens - c.num_generated - 1);
+    if (!r.request.speculative || k <= 0) continue;
+    std::vector<TokenId> p;
+    if (sc.method == SpecMethod::kNgram) {
+      ProposeNgram(tokens, sc.prompt_lookup_min, sc.prompt_lookup_max, k, &p);
+      if (p.empty()) continue;
+    }
+    cands.push_back(id);
+    dc.push_back(DraftCandidate{c.acceptance.rate(), p.empty() ? k : static_cast<int>(p.size())});
+    proposals.push_back(std::move(p));
+  }
+  if (cands.empty()) return Status::Ok();
+  std::vector<int> lens(dc.size());
+  if (sc.adaptive) {
+    DraftCosts costs;
+    costs.num_decode_rows = decode_rows;
+    const std::optional<double> predicted =
+        step_cost_.Predict(StepShape{decode_rows, 0, decode_context});
+    const StepCostFit fit = step_cost_.fit();
+    costs.step_seconds = predicted ? *predicted
+                         : last_step_seconds_ > 0 ? last_step_seconds_ : 0.1;
+    costs.per_token_seconds = predicted ? std::max(fit.per_prefill_token, 0.01 * costs.step_seconds)
+                                        : 0.05 * costs.step_seconds;
+    if (draft_) {
+      costs.draft_step_seconds =
+          draft_->depth_seconds() > 0
+              ? draft_->depth_seconds()
+              : costs.step_seconds * static_cast<double>(draft_->model().weight_bytes()) /
+                    static_cast<double>(model_->weight_bytes());
+    }
+    lens = ChooseDraftLengths(dc, costs, sc.num_speculative_tokens);
+  } else {
+    for (size_t i = 0; i < dc.size(); ++i) lens[i] = dc[i].max_len;
+  }
+  std::vector<DraftJob> jobs;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    SeqCtx& c = seqs_.at(cands[i]);
+    if (lens[i] == 0) {
+      // Off for now. An n-gram sequence keeps measuring what its draft would have got; a
+      // draft-model sequence probes with one draft now and then.
+      if (sc.method == SpecMethod::kNgram) {
+        c.shadow = proposals[i][0];
+        c.shadow_at = scheduler_->tokens(cands[i]).size();
+        continue;
+      }
+      if (++c.steps_without_drafts < 16) continue;
+      lens[i] = 1;
+    }
+    c.steps_without_drafts = 0;
+    if (sc.method == SpecMethod::kNgram) {
+      proposals[i].resize(static_cast<size_t>(lens[i]));
+      scheduler_->SetDraft(cands[i], std::move(proposals[i]));
+    } else {
+      const RequestCtx& r = requests_.at(c.request);
+      jobs.push_back(DraftJob{cands[i], DraftNamespaceFor(r.request.cache_salt),
+                              scheduler_->tokens(cands[i]), lens[i], {}});
+    }
+  }
+  if (!jobs.empty()) {
+    KV_RETURN_IF_ERROR(draft_->Propose(jobs, *pool_));
+    for (DraftJob& j : jobs) {
+      if (!j.drafts.empty()) scheduler_->SetDraft(j.seq, std::move(j.drafts));
+    }
+  }
+  return Status::Ok();
 }
 
 Result<int> EngineCore::Pin(std::span<const TokenId> prompt, const std::string& cache_salt) {
@@ -406,6 +570,7 @@ EngineStats EngineCore::stats() const {
   st.num_steps = num_steps_;
   st.step_cost = step_cost_.fit();
   st.prefill_cap = last_prefill_cap_;
+  st.spec = spec_stats_;
   const KvLayout& layout = kv_.layout();
   st.kv_k_dtype = layout.k_dtype;
   st.kv_v_dtype = layout.v_dtype;

@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/draft_runner.h"
 #include "engine/engine_config.h"
 #include "engine/request.h"
 #include "kv/kv_storage.h"
@@ -43,6 +44,7 @@
 #include "prefix/tiered_store.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
+#include "spec/draft_policy.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
@@ -105,7 +107,11 @@ class EngineCore {
   const KvCacheManager& kv_manager() const { return *kv_manager_; }
   const Scheduler& scheduler() const { return *scheduler_; }
   int num_live_requests() const { return static_cast<int>(requests_.size()); }
-  void CheckInvariants() const { kv_manager_->CheckInvariants(); }
+  void CheckInvariants() const {
+    kv_manager_->CheckInvariants();
+    if (draft_) draft_->CheckInvariants();
+  }
+  const DraftRunner* draft_runner() const { return draft_.get(); }
 
  private:
   struct SeqCtx {
@@ -116,6 +122,13 @@ class EngineCore {
     int num_generated = 0;
     std::string held;  // text that may be the start of a stop string, not streamed yet
     bool text_done = false;  // a stop string ended the text
+    // Speculative decoding.
+    AcceptanceStats acceptance;
+    TokenId shadow = -1;     // n-gram: the draft it would have had, for position shadow_at
+    size_t shadow_at = 0;
+    int steps_without_drafts = 0;
+    int draft_tokens = 0;
+    int accepted_tokens = 0;
   };
   enum class Phase { kScheduled, kTierLoad, kTierWait };
   struct RequestCtx {
@@ -146,7 +159,13 @@ class EngineCore {
   ForwardBatch BuildBatch(const ScheduleOutput& so) const;
   void SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out);
   void ForkSamples(SeqId parent, const float* row, std::vector<RequestOutput>* out);
-  void SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out);
+  // Samples, appends and emits one token; true when the sample finished with it.
+  bool SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out);
+  // Speculative decoding: sets this step's drafts on the decoding sequences (before Schedule).
+  Status ProposeDrafts();
+  // Verifies a sequence's drafts against its logits rows (rows[0] follows its last token).
+  void VerifyRows(const ScheduledSeq& s, float* rows, std::vector<RequestOutput>* out);
+  CacheNamespace DraftNamespaceFor(const std::string& cache_salt) const;
   // Appends `text` to the sample's held-back text and moves to *emit what can be streamed.
   // True when a stop string was found (*emit then ends before or after it).
   bool TakeText(SeqCtx& s, const EngineRequest& r, std::string text, bool final,
@@ -186,7 +205,10 @@ class EngineCore {
   std::unordered_map<SeqId, SeqCtx> seqs_;
   int64_t next_seq_ = 0;
   int64_t num_steps_ = 0;
-  std::vector<float> logits_;   // [max_num_seqs, vocab]
+  std::unique_ptr<DraftRunner> draft_;  // method draft_model
+  SpecStats spec_stats_;
+  double last_step_seconds_ = 0;
+  std::vector<float> logits_;   // [logits rows of the step, vocab]
   std::vector<float> scratch_;  // [vocab] a row copy for each parallel sample
 };
 

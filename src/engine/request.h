@@ -38,6 +38,7 @@ struct EngineRequest {
   bool ignore_eos = false;        // if false, the tokenizer's end-of-generation ids stop too
   int32_t priority = 0;           // higher = admitted first, preempted and evicted last
   std::string cache_salt;         // requests share cached KV only with the same salt
+  bool speculative = true;        // false: no speculative decoding for this request
 };
 
 // Cached prompt tokens that one cache tier supplied ("ram", "disk", "redis").
@@ -60,6 +61,8 @@ struct RequestMetrics {
   double queue_seconds = -1;
   double ttft_seconds = 0;      // arrival to the request's first token
   double e2e_seconds = 0;       // arrival to this sample's end
+  int draft_tokens = 0;         // speculative drafts verified for this sample
+  int accepted_tokens = 0;      // of them, accepted
 };
 
 struct RequestOutput {
@@ -76,6 +79,16 @@ struct RequestOutput {
   RequestMetrics metrics;
 };
 
+// Speculative decoding's counters since start (names follow vLLM's spec_decode metrics).
+struct SpecStats {
+  bool enabled = false;
+  std::string method;             // "ngram", "draft_model"
+  int64_t num_drafts = 0;         // verifications of at least one draft
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_pos;  // [num_speculative_tokens]: drafts accepted at j
+};
+
 struct EngineStats {
   KvCacheStats kv;
   std::vector<TierStats> tiers;           // the lower tiers that are up, in lookup order
@@ -90,6 +103,7 @@ struct EngineStats {
   int64_t num_steps = 0;
   StepCostFit step_cost;  // the step cost model as fitted so far
   int prefill_cap = -1;   // prefill tokens the last step was held to (--max-itl-ms); -1 = none
+  SpecStats spec;
 };
 
 }  // namespace kvserve

@@ -1,5 +1,6 @@
 // BlockTable: the ordered KV blocks of one sequence; token slot i lives in block i / block_size
-// at offset i % block_size. NOTE: tables are append-only while a sequence runs (a slot never
+// at offset i % block_size. NOTE: tables are append-only while a sequence runs (except that blocks past its tokens that held
+// only rejected speculative drafts are popped) (a slot never
 // moves), so the K/V already written stay valid and shared prefix blocks can be referenced by
 // many tables at once.
 #pragma once
@@ -29,6 +30,12 @@ class BlockTable {
   // tokens). The caller moves the references. Slots never move, so the NOTE above still holds.
   void ReplaceBlock(int i, BlockId block) { blocks_[static_cast<size_t>(i)] = block; }
   std::span<const BlockId> blocks() const { return blocks_; }
+  // Removes and returns the last block (rejected speculative slots; never a shared block).
+  BlockId PopBack() {
+    const BlockId b = blocks_.back();
+    blocks_.pop_back();
+    return b;
+  }
   // Empties the table and returns the blocks (the caller releases them to the pool).
   std::vector<BlockId> TakeAll() { return std::exchange(blocks_, {}); }
 

@@ -7,6 +7,7 @@
 // RoPE position separately from its slot, so a later change may decouple them (attention sinks).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -33,12 +34,18 @@ struct ForwardBatch {
   // If want_last_logits, its last token is added to logits_rows.
   void AddSequence(std::span<const BlockId> block_table, int32_t num_cached,
                    std::span<const TokenId> new_tokens, bool want_last_logits) {
+    AddSequence(block_table, num_cached, new_tokens, want_last_logits ? 1 : 0);
+  }
+  // The same, with logits for its last `num_logits` tokens (speculative verification).
+  void AddSequence(std::span<const BlockId> block_table, int32_t num_cached,
+                   std::span<const TokenId> new_tokens, int num_logits) {
     ForwardSeq s{block_table, num_cached, static_cast<int32_t>(new_tokens.size()), num_tokens()};
     for (size_t i = 0; i < new_tokens.size(); ++i) {
       tokens.push_back(new_tokens[i]);
       positions.push_back(num_cached + static_cast<int32_t>(i));
     }
-    if (want_last_logits && !new_tokens.empty()) logits_rows.push_back(num_tokens() - 1);
+    const int32_t n = static_cast<int32_t>(new_tokens.size());
+    for (int32_t i = n - std::min(num_logits, n); i < n; ++i) logits_rows.push_back(s.first_token + i);
     seqs.push_back(s);
   }
 };

@@ -139,6 +139,13 @@ bool KvCacheManager::Allocate(SeqId seq, int num_tokens) {
   return true;
 }
 
+void KvCacheManager::Shrink(SeqId seq, int num_tokens) {
+  Seq& s = Get(seq);
+  const int keep = (num_tokens + config_.block_size - 1) / config_.block_size;
+  KV_CHECK_GE(keep, s.num_committed);
+  while (s.table.num_blocks() > keep) pool_.Release(s.table.PopBack());
+}
+
 std::span<const BlockId> KvCacheManager::block_table(SeqId seq) const {
   return Get(seq).table.blocks();
 }

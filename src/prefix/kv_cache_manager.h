@@ -112,6 +112,9 @@ class KvCacheManager {
   // is short. All or nothing: false (and no change) when even eviction cannot make room.
   bool Allocate(SeqId seq, int num_tokens);
   std::span<const BlockId> block_table(SeqId seq) const;
+  // Releases the blocks past those `num_tokens` slots need (they held only rejected speculative
+  // drafts). REQUIRES: they are not committed.
+  void Shrink(SeqId seq, int num_tokens);
   // Inserts the full blocks among tokens[0, num_computed) that are not in the tree yet. A block
   // whose tokens are already cached (computed twice concurrently) is swapped for the cached one
   // (identical bytes) and the duplicate freed. No-op without prefix caching.

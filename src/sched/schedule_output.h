@@ -15,6 +15,10 @@ struct ScheduledSeq {
   int num_computed = 0;    // slots holding K/V before this step (the chunk starts here)
   int num_new_tokens = 0;  // tokens computed this step: [num_computed, num_computed + new)
   bool wants_logits = false;  // the chunk reaches the sequence's last token: sample after it
+  // Speculative drafts among num_new_tokens (its last ones, after the sequence's last token):
+  // their K/V are written, but they count as computed only once verified. A sequence with
+  // drafts wants num_draft + 1 logits rows.
+  int num_draft = 0;
 };
 
 struct ScheduleOutput {

@@ -84,6 +84,7 @@ ScheduleOutput Scheduler::Schedule() {
       budget = cap;
     }
   }
+  ScheduleDrafts(out, budget);
   if (out.preempted.empty() && config_.short_prefill_tokens > 0) {
     int half = budget / 2;
     const int before = half;
@@ -92,7 +93,31 @@ ScheduleOutput Scheduler::Schedule() {
   }
   ScheduleRunning(out, budget, /*prefills=*/true);
   if (out.preempted.empty()) ScheduleWaiting(out, budget, std::numeric_limits<int>::max());
+  for (SeqId id : running_) {  // drafts not carried this step are stale by the next
+    Record& r = Get(id);
+    if (r.draft_step != step_) r.draft.clear();
+  }
   return out;
+}
+
+void Scheduler::ScheduleDrafts(ScheduleOutput& out, int& budget) {
+  int left = budget / 2;
+  for (ScheduledSeq& s : out.seqs) {
+    Record& r = Get(s.seq);
+    if (r.draft.empty()) continue;
+    const int nd = std::min(static_cast<int>(r.draft.size()), left);
+    if (nd <= 0 || s.num_new_tokens != 1 || !kv_->Allocate(s.seq, r.num_computed + 1 + nd)) {
+      r.draft.clear();
+      continue;
+    }
+    r.draft.resize(static_cast<size_t>(nd));
+    r.draft_step = step_;
+    s.num_draft = nd;
+    s.num_new_tokens += nd;
+    out.num_batched_tokens += nd;
+    left -= nd;
+    budget -= nd;
+  }
 }
 
 void Scheduler::Push(ScheduleOutput& out, Record& r, int n, int& budget) {
@@ -242,13 +267,34 @@ void Scheduler::OnStepDone(const ScheduleOutput& out) {
   for (const ScheduledSeq& s : out.seqs) {
     Record& r = Get(s.seq);
     KV_CHECK_EQ(r.num_computed, s.num_computed);
-    r.num_computed += s.num_new_tokens;
+    r.num_computed += s.num_new_tokens - s.num_draft;
     r.num_computed_total += s.num_new_tokens;
     kv_->Commit(s.seq, r.tokens, r.num_computed);
   }
 }
 
 void Scheduler::AppendToken(SeqId seq, TokenId token) { Get(seq).tokens.push_back(token); }
+
+void Scheduler::SetDraft(SeqId seq, std::vector<TokenId> draft) {
+  Record& r = Get(seq);
+  KV_CHECK(r.state == SeqState::kRunning &&
+               r.num_computed + 1 == static_cast<int>(r.tokens.size()),
+           "drafts for a sequence that is not decoding");
+  r.draft = std::move(draft);
+}
+
+// NOTE (verified drafts): the step computed the last token at slot L - 1 and draft j at slot
+// L + j. Accepted drafts are now tokens L .. L + accepted - 1 (appended by the engine), so their
+// slots already hold their K/V. The sampled token after them is not computed yet.
+void Scheduler::FinishVerify(SeqId seq, int accepted) {
+  Record& r = Get(seq);
+  KV_CHECK_LE(accepted, static_cast<int>(r.draft.size()));
+  r.draft.clear();
+  r.num_computed += accepted;
+  KV_CHECK_LE(r.num_computed, static_cast<int>(r.tokens.size()));
+  kv_->Commit(seq, r.tokens, r.num_computed);
+  kv_->Shrink(seq, static_cast<int>(r.tokens.size()));
+}
 
 std::optional<BlockCopy> Scheduler::Fork(SeqId parent, SeqId child) {
   KV_CHECK(!seqs_.count(child), "sequence {} already exists", child.value());

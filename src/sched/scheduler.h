@@ -15,6 +15,9 @@
 //      Allocate fails, the victim is the running sequence with the lowest priority, newest
 //      first; it is preempted (un-scheduled if it already got tokens this step) until the
 //      allocation succeeds or the victim is the sequence itself.
+//   1a. (Speculative decoding) decodes whose sequence has drafts (SetDraft) carry them after
+//      their token, within half of the budget left, and only where the blocks can be had
+//      without preempting anyone; other drafts are dropped.
 //   1b. With an inter-token latency target and decodes in the step, the token budget left for
 //      prefill becomes what the step cost model predicts fits in the target (at least
 //      min_prefill_chunk, and just that before the model is ready).
@@ -86,6 +89,15 @@ class Scheduler {
   void OnStepDone(const ScheduleOutput& out);
   // Appends a sampled token. REQUIRES: the sequence is running and caught up.
   void AppendToken(SeqId seq, TokenId token);
+  // Speculative drafts for the next Schedule(): tokens that may follow the sequence's last one.
+  // REQUIRES: running with exactly one token to compute. Schedule() drops what it cannot carry.
+  void SetDraft(SeqId seq, std::vector<TokenId> draft);
+  // The drafts the last step computed for the sequence (empty when none).
+  std::span<const TokenId> draft(SeqId seq) const { return Get(seq).draft; }
+  // After the step and its sampling: the first `accepted` drafts were accepted (the engine has
+  // appended them and the token after them with AppendToken). Their K/V count as computed and
+  // are committed; blocks that held only rejected drafts are released.
+  void FinishVerify(SeqId seq, int accepted);
   // Starts `child` as a copy of running `parent` (a parallel sample). If no block can be had
   // for the copy-on-write, the child waits and will recompute. Returns the copy to perform.
   std::optional<BlockCopy> Fork(SeqId parent, SeqId child);
@@ -115,6 +127,8 @@ class Scheduler {
     int num_cached_first = -1;
     int64_t num_computed_total = 0;
     uint64_t scheduled_step = 0;  // the step that last scheduled it
+    std::vector<TokenId> draft;   // speculative tokens after the last one (SetDraft)
+    uint64_t draft_step = 0;      // the step that carried them
   };
   struct WaitKey {
     int32_t neg_priority;
@@ -127,6 +141,8 @@ class Scheduler {
   WaitKey KeyOf(const Record& r) const { return {-r.spec.priority, r.arrival, r.spec.id}; }
   // prefills = false: only sequences with one token left (decodes); true: the rest.
   void ScheduleRunning(ScheduleOutput& out, int& budget, bool prefills);
+  // Step 1a: adds the scheduled decodes' drafts, within `budget`.
+  void ScheduleDrafts(ScheduleOutput& out, int& budget);
   // Admits waiting sequences in priority order; with max_uncached, only those with at most that
   // many tokens left to compute (others keep their place).
   void ScheduleWaiting(ScheduleOutput& out, int& budget, int max_uncached);

@@ -200,6 +200,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     r.ignore_eos = p.ignore_eos;
     r.priority = p.priority;
     r.cache_salt = p.cache_salt;
+    r.speculative = p.speculative;
     Result<std::shared_ptr<RequestStream>> stream = engine_->AddRequest(std::move(r));
     if (!stream.ok()) {
       in_flight_.fetch_sub(k - i);  // the started ones are released by ~Generation

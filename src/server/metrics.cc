@@ -275,6 +275,21 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
   }
   w.Counter("kvserve:num_preemptions_total", "Requests preempted for lack of KV blocks.",
             static_cast<double>(stats.num_preemptions));
+  if (stats.spec.enabled) {
+    w.Counter("kvserve:spec_decode_num_drafts_total",
+              "Speculative verifications: one per sequence and step that carried drafts.",
+              static_cast<double>(stats.spec.num_drafts));
+    w.Counter("kvserve:spec_decode_num_draft_tokens_total", "Draft tokens verified.",
+              static_cast<double>(stats.spec.num_draft_tokens));
+    w.Counter("kvserve:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+              static_cast<double>(stats.spec.num_accepted_tokens));
+    for (size_t j = 0; j < stats.spec.accepted_per_pos.size(); ++j) {
+      w.Counter("kvserve:spec_decode_num_accepted_tokens_per_pos_total",
+                "Draft tokens accepted at each draft position (0 = the first draft).",
+                static_cast<double>(stats.spec.accepted_per_pos[j]),
+                fmt::format("position=\"{}\"", j));
+    }
+  }
   w.Counter("kvserve:prompt_tokens_total", "Prompt tokens of finished requests.",
             static_cast<double>(prompt_tokens.load()));
   w.Counter("kvserve:generation_tokens_total", "Generated tokens.",

@@ -263,6 +263,7 @@ std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoin
     p.priority = static_cast<int32_t>(i);
   }
   KV_TRY(r.String("cache_salt", &p.cache_salt));
+  KV_TRY(r.Bool("speculative", &p.speculative));
   KV_TRY(r.Bool("ignore_eos", &p.ignore_eos));
   std::string user;
   KV_TRY(r.String("user", &user));

@@ -57,6 +57,7 @@ struct GenerationParams {
   int logprobs = -1;  // completions: top-N count, -1 = off; chat: 0 with logprobs on, -1 off
   int32_t priority = 0;
   std::string cache_salt;
+  bool speculative = true;  // extension: false turns speculative decoding off for the request
 };
 
 // `body` must be a parsed JSON value; anything but an object is an error.

@@ -80,6 +80,12 @@ Status Serve(const ServeConfig& config) {
   for (const std::string& line : engine->TierDescriptions()) {
     fmt::print(stderr, "kvserve: {}\n", line);
   }
+  if (const SpecConfig& sc = engine->config().spec; sc.enabled()) {
+    fmt::print(stderr, "kvserve: speculative decoding: {}, up to {} drafts per step{}{}\n",
+               SpecMethodName(sc.method), sc.num_speculative_tokens,
+               sc.adaptive ? ", adaptive" : "",
+               sc.method == SpecMethod::kDraftModel ? ", draft " + sc.draft_model : "");
+  }
   std::printf("kvserve: listening on http://%s:%d\n", http.host.c_str(), port);
   std::fflush(stdout);
 

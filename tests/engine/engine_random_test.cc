@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -32,6 +33,7 @@ struct Totals {
   int finished = 0, cancelled = 0, pins = 0, restarts = 0;
   int64_t preemptions = 0, evictions = 0, hits = 0, partial_hits = 0;
   int64_t tier_hit_blocks = 0, tier_written_blocks = 0, tier_corrupt = 0;
+  int64_t draft_tokens = 0, accepted_tokens = 0;
 };
 
 std::unique_ptr<EngineCore> NewCore(const EngineConfig& config) {
@@ -150,6 +152,12 @@ Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
   EXPECT_EQ(st.kv.num_in_use, 0);
   EXPECT_EQ(st.kv.num_free + st.kv.num_cached, st.kv.num_blocks);
   EXPECT_EQ(core->kv_manager().num_live_sequences(), 0);
+  if (const DraftRunner* d = core->draft_runner()) {
+    EXPECT_EQ(d->num_live(), 0);
+    EXPECT_EQ(d->kv_manager().stats().num_in_use, 0);
+  }
+  totals.draft_tokens = st.spec.num_draft_tokens;
+  totals.accepted_tokens = st.spec.num_accepted_tokens;
   if (tiers) accumulate_tiers(*core);
   totals.preemptions = st.num_preemptions;
   totals.evictions = st.kv.evicted_blocks;
@@ -161,6 +169,11 @@ Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
       num_ops, totals.finished, totals.cancelled, static_cast<long long>(totals.preemptions),
       static_cast<long long>(totals.evictions), static_cast<long long>(totals.hits),
       static_cast<long long>(totals.partial_hits), totals.pins);
+  if (config.spec.enabled()) {
+    std::printf("[ summary ] speculative (%s): %lld drafts, %lld accepted\n",
+                SpecMethodName(config.spec.method), static_cast<long long>(totals.draft_tokens),
+                static_cast<long long>(totals.accepted_tokens));
+  }
   if (tiers) {
     std::printf("[ summary ] tiers: %d restarts, %lld blocks loaded, %lld written, %lld corrupt\n",
                 totals.restarts, static_cast<long long>(totals.tier_hit_blocks),
@@ -249,6 +262,42 @@ TEST(EngineRandomized, DiskAndRedisTiersMatchToo) {
   EXPECT_GT(t.restarts, 0);
   EXPECT_GT(t.tier_hit_blocks, 0);
   EXPECT_EQ(t.tier_corrupt, 0);
+}
+
+TEST(EngineRandomized, NgramSpeculationMatchesToo) {
+  EngineConfig c = SmallCache(true, EvictionPolicyKind::kLru);
+  c.spec.method = SpecMethod::kNgram;
+  c.spec.num_speculative_tokens = 4;
+  c.spec.prompt_lookup_min = 1;
+  const Totals t = RunRandomized(c, 8, 3000);
+  EXPECT_GT(t.finished, 150);
+  EXPECT_GT(t.preemptions, 0);
+  EXPECT_GT(t.accepted_tokens, 0);
+  EXPECT_LT(t.accepted_tokens, t.draft_tokens);
+}
+
+TEST(EngineRandomized, DraftModelSpeculationMatchesToo) {
+  testing_util::TempDir dir;
+  std::filesystem::create_directories(dir.path());
+  // The target itself as draft (every draft accepted) and a model of another seed (mostly
+  // rejected). Not adaptive: a draft as large as the target never pays, and the adaptive policy
+  // would rightly not draft at all.
+  for (uint64_t draft_seed : {42, 43}) {
+    const std::string path = dir.path() + "/draft-" + std::to_string(draft_seed) + ".gguf";
+    const std::vector<uint8_t>& bytes = testing_util::TinyModelBytes(draft_seed);
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    EngineConfig c = SmallCache(true, EvictionPolicyKind::kLru);
+    c.spec.method = SpecMethod::kDraftModel;
+    c.spec.draft_model = path;
+    c.spec.num_speculative_tokens = 3;
+    c.spec.adaptive = false;
+    const Totals t = RunRandomized(c, 9 + draft_seed, 1500);
+    EXPECT_GT(t.finished, 80);
+    EXPECT_GT(t.preemptions, 0);
+    EXPECT_GT(t.draft_tokens, 0);
+    if (draft_seed == 42) EXPECT_EQ(t.accepted_tokens, t.draft_tokens);
+  }
 }
 
 TEST(EngineRandomized, NoPrefixCachingMatchesToo) {

@@ -1,6 +1,7 @@
 // kvserve run: generate text from a prompt. kvserve logits: dump prompt logits (reference checks).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -8,11 +9,13 @@
 
 #include "commands.h"
 #include "engine_options.h"
+#include "engine/engine_core.h"
 #include "engine/generator.h"
 #include "engine/synthetic_model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "util/byte_size.h"
 
 namespace kvserve::cli {
 namespace {
@@ -26,6 +29,7 @@ struct RunOptions {
   int top_k = 40;
   int64_t seed = -1;
   bool chat = false, json = false, ignore_eos = false;
+  std::string speculative_config;
 };
 
 
@@ -73,21 +77,138 @@ std::vector<TokenId> BuildPrompt(const RunOptions& o, const Tokenizer& tok) {
   return std::move(ids).value();
 }
 
+SamplingParams Sampling(const RunOptions& o) {
+  SamplingParams p;
+  p.temperature = o.temp;
+  p.top_k = o.top_k;
+  p.top_p = o.top_p;
+  p.min_p = o.min_p;
+  p.repetition_penalty = o.repeat_penalty;
+  if (o.seed >= 0) {
+    p.seed = static_cast<uint64_t>(o.seed);
+    p.has_seed = true;
+  }
+  return p;
+}
+
+// With --speculative-config: one request on an EngineCore (the serving engine, which verifies
+// drafts inside its steps) instead of the Generator.
+void RunSpeculative(const RunOptions& o) {
+  auto spec = ParseSpecConfig(o.speculative_config);
+  if (!spec.ok()) Fail("--speculative-config: " + spec.status().message());
+  auto file = OpenModelOrDefault(o.engine.model);
+  if (!file.ok()) Fail(file.status().ToString());
+  auto tok = Tokenizer::FromGguf(*file);
+  if (!tok.ok()) Fail(tok.status().ToString());
+  ModelOptions mo;
+  mo.max_batch_tokens = o.engine.batch;
+  mo.max_context = o.engine.ctx;
+  auto model = Model::Load(std::move(file).value(), mo);
+  if (!model.ok()) Fail(model.status().ToString());
+  EngineConfig c;
+  c.num_threads = o.engine.threads;
+  c.poll_us = o.engine.poll_us;
+  c.block_size = o.engine.block_size;
+  const auto k = ParseKvDtypeOrError(o.engine.cache_type_k, "--cache-type-k");
+  if (!k.ok()) Fail(k.status().message());
+  const auto v = ParseKvDtypeOrError(o.engine.cache_type_v, "--cache-type-v");
+  if (!v.ok()) Fail(v.status().message());
+  c.k_dtype = *k;
+  c.v_dtype = *v;
+  c.max_model_len = o.engine.ctx;
+  if (!o.engine.kv_cache_memory.empty()) {
+    auto bytes = ParseByteSize(o.engine.kv_cache_memory);
+    if (!bytes.ok()) Fail("--kv-cache-memory: " + bytes.status().message());
+    c.kv_cache_memory_bytes = *bytes;
+  }
+  c.max_num_seqs = 1;
+  c.max_num_batched_tokens = o.engine.batch;
+  c.spec = *spec;
+  auto core = EngineCore::Create(std::move(model).value(), c, &*tok);
+  if (!core.ok()) Fail(core.status().ToString());
+  EngineRequest req;
+  req.prompt = BuildPrompt(o, *tok);
+  req.max_tokens = o.n;
+  req.sampling = Sampling(o);
+  req.ignore_eos = o.ignore_eos;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  if (Status st = (*core)->Add(RequestId(0), req, start); !st.ok()) Fail(st.ToString());
+  std::vector<TokenId> ids;
+  std::string text;
+  RequestMetrics metrics;
+  FinishReason reason = FinishReason::kLength;
+  Clock::time_point first, last;
+  std::vector<RequestOutput> events;
+  while ((*core)->HasWork()) {
+    if (Status st = (*core)->Step(&events); !st.ok()) Fail(st.ToString());
+    for (RequestOutput& e : events) {
+      if (!e.new_tokens.empty()) {
+        if (ids.empty()) first = Clock::now();
+        last = Clock::now();
+      }
+      ids.insert(ids.end(), e.new_tokens.begin(), e.new_tokens.end());
+      text += e.text;
+      if (!o.json) {
+        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+        std::fflush(stdout);
+      }
+      if (e.finished) {
+        metrics = e.metrics;
+        reason = e.finish_reason;
+        if (e.finish_reason == FinishReason::kError) Fail(e.error.ToString());
+      }
+    }
+    events.clear();
+  }
+  const double prefill = std::chrono::duration<double>(first - start).count();
+  const double decode = std::chrono::duration<double>(last - first).count();
+  const double pp = prefill > 0 ? static_cast<double>(req.prompt.size()) / prefill : 0;
+  const double tg = decode > 0 && ids.size() > 1 ? static_cast<double>(ids.size() - 1) / decode : 0;
+  const EngineStats stats = (*core)->stats();
+  const double rate = metrics.draft_tokens > 0
+                          ? static_cast<double>(metrics.accepted_tokens) / metrics.draft_tokens
+                          : 0;
+  const double mean_len =
+      stats.spec.num_drafts > 0
+          ? 1.0 + static_cast<double>(stats.spec.num_accepted_tokens) / stats.spec.num_drafts
+          : 1.0;
+  if (o.json) {
+    nlohmann::json j;
+    j["prompt_ids"] = req.prompt;
+    j["ids"] = ids;
+    j["text"] = text;
+    j["finish_reason"] = FinishReasonName(reason);
+    j["prompt_tokens"] = req.prompt.size();
+    j["generated_tokens"] = ids.size();
+    j["prompt_tokens_per_second"] = pp;
+    j["generation_tokens_per_second"] = tg;
+    j["threads"] = o.engine.threads;
+    j["speculative_method"] = SpecMethodName(spec->method);
+    j["draft_tokens"] = metrics.draft_tokens;
+    j["accepted_tokens"] = metrics.accepted_tokens;
+    j["acceptance_rate"] = rate;
+    j["num_drafts"] = stats.spec.num_drafts;
+    j["mean_acceptance_length"] = mean_len;
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    fmt::print("\n");
+    fmt::print(stderr,
+               "\n[{} prompt tokens at {:.1f} tok/s, {} generated at {:.1f} tok/s, {}; {} drafts, "
+               "{} accepted ({:.0f}%), mean acceptance length {:.2f}]\n",
+               req.prompt.size(), pp, ids.size(), tg, FinishReasonName(reason),
+               metrics.draft_tokens, metrics.accepted_tokens, rate * 100, mean_len);
+  }
+}
+
 void RunGenerate(const RunOptions& o) {
+  if (!o.speculative_config.empty()) return RunSpeculative(o);
   Loaded l = Load(o.engine, true);
   const Tokenizer& tok = *l.tokenizer;
   GenerateRequest req;
   req.prompt = BuildPrompt(o, tok);
   req.max_tokens = o.n;
-  req.sampling.temperature = o.temp;
-  req.sampling.top_k = o.top_k;
-  req.sampling.top_p = o.top_p;
-  req.sampling.min_p = o.min_p;
-  req.sampling.repetition_penalty = o.repeat_penalty;
-  if (o.seed >= 0) {
-    req.sampling.seed = static_cast<uint64_t>(o.seed);
-    req.sampling.has_seed = true;
-  }
+  req.sampling = Sampling(o);
   if (!o.ignore_eos) req.stop_ids = tok.spec().eog_ids;
   StreamingDetokenizer detok(tok);
   std::string text;
@@ -169,6 +290,9 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template, "Chat template name (overrides the model's)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
+  cmd->add_option("--speculative-config", o->speculative_config,
+                  "Speculative decoding as JSON (as for serve; docs/speculative.md); --json then "
+                  "reports draft_tokens, accepted_tokens and acceptance_rate");
   cmd->callback([o] { RunGenerate(*o); });
 }
 

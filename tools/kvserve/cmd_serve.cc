@@ -5,6 +5,7 @@
 #include "engine_options.h"
 #include "prefix/eviction_policy.h"
 #include "quant/kv_dtype.h"
+#include "spec/spec_config.h"
 #include "server/server.h"
 #include "util/byte_size.h"
 #include "util/log.h"
@@ -29,6 +30,7 @@ struct ServeOptions {
   std::string kv_disk_size;
   std::string kv_disk_write_policy = "write-through";
   std::string kv_tier_queue = "256MiB";
+  std::string speculative_config;
 };
 
 void RunServe(ServeOptions& o) {
@@ -85,6 +87,11 @@ void RunServe(ServeOptions& o) {
   c.engine.tiers.max_queued_write_bytes = *queue;
   if (c.engine.tiers.redis_ttl_seconds < 0) Fail("--kv-redis-ttl must be >= 0");
   if (c.engine.tiers.redis_timeout_ms < 1) Fail("--kv-redis-timeout-ms must be >= 1");
+  if (!o.speculative_config.empty()) {
+    auto spec = ParseSpecConfig(o.speculative_config);
+    if (!spec.ok()) Fail("--speculative-config: " + spec.status().message());
+    c.engine.spec = *spec;
+  }
   if (c.http.port < 0 || c.http.port > 65535) Fail("--port must be in [0, 65535]");
   if (c.max_queued_requests < 0) Fail("--max-queued-requests must be >= 0");
   const Status s = Serve(c);
@@ -137,6 +144,10 @@ void AddServeCommand(CLI::App& app) {
                   "prefill its fitted cost model says fits (default 0 = off)")
       ->check(CLI::Range(0.0, 600000.0));
   cmd->add_option("--eviction-policy", o->eviction_policy, "lru, lfu or priority");
+  cmd->add_option("--speculative-config", o->speculative_config,
+                  "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", "
+                  "\"num_speculative_tokens\": 5}' or '{\"method\": \"draft_model\", \"model\": "
+                  "\"draft.gguf\"}' (docs/speculative.md; default: off)");
   cmd->add_option("--kv-disk-path", c.engine.tiers.disk_path,
                   "Directory of the disk KV tier: blocks survive restarts (default: none)");
   cmd->add_option("--kv-disk-size", o->kv_disk_size,
