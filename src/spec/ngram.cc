@@ -14,10 +14,16 @@ int ProposeNgram(std::span<const TokenId> tokens, int min_n, int max_n, int k,
     for (int i = len - n - 1; i >= 0; --i) {
       if (tokens[static_cast<size_t>(i)] != suffix[0]) continue;
       if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + i)) continue;
+      // What followed the match, read on into the proposal itself where the text ends: a
+      // repeating pattern (period len - n - i) goes on repeating.
       const int from = i + n;
-      const int take = std::min(k, len - from);
-      out->insert(out->end(), tokens.begin() + from, tokens.begin() + from + take);
-      return take;
+      const size_t start = out->size();
+      for (int j = 0; j < k; ++j) {
+        const int idx = from + j;
+        out->push_back(idx < len ? tokens[static_cast<size_t>(idx)]
+                                 : (*out)[start + static_cast<size_t>(idx - len)]);
+      }
+      return k;
     }
   }
   return 0;

@@ -11,9 +11,10 @@
 
 namespace kvserve {
 
-// Appends up to k proposed tokens to *out; returns how many. The match must end before the
-// suffix itself, and the longest n that matches wins; among its matches the most recent one.
-// O(len(tokens) * max_n) per call.
+// Appends up to k proposed tokens to *out; returns how many (k, or 0 without a match). The
+// match must end before the suffix itself, and the longest n that matches wins; among its
+// matches the most recent one. Where the text after the match runs out, the proposal goes on
+// copying itself, so a repeating pattern is proposed for all k tokens. O(len(tokens) * max_n).
 int ProposeNgram(std::span<const TokenId> tokens, int min_n, int max_n, int k,
                  std::vector<TokenId>* out);
 

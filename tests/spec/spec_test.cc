@@ -62,11 +62,15 @@ TEST(Ngram, ProposesWhatFollowedTheLongestMostRecentMatch) {
   const std::vector<TokenId> u = {1, 2, 3, 7, 8, 0, 2, 3, 5, 1, 2, 3};
   EXPECT_EQ(ProposeNgram(u, 2, 3, 2, &out), 2);
   EXPECT_EQ(out, (std::vector<TokenId>{7, 8}));
-  // The continuation is cut at the end of the text; nothing when nothing matches.
+  // Where the text runs out the proposal repeats the pattern; nothing when nothing matches.
   out.clear();
   const std::vector<TokenId> v = {9, 9, 9};
-  EXPECT_EQ(ProposeNgram(v, 1, 2, 5, &out), 1);  // "9 9" at 0 is followed by one 9
-  EXPECT_EQ(out, (std::vector<TokenId>{9}));
+  EXPECT_EQ(ProposeNgram(v, 1, 2, 5, &out), 5);  // "9 9" at 0 is followed by 9, and so on
+  EXPECT_EQ(out, (std::vector<TokenId>{9, 9, 9, 9, 9}));
+  out.clear();
+  const std::vector<TokenId> cyc = {1, 2, 3, 1, 2, 3, 1};  // "3 1" at 2: then 2 3 1 2 3 ...
+  EXPECT_EQ(ProposeNgram(cyc, 2, 2, 5, &out), 5);
+  EXPECT_EQ(out, (std::vector<TokenId>{2, 3, 1, 2, 3}));
   out.clear();
   const std::vector<TokenId> w = {1, 2, 3, 4};
   EXPECT_EQ(ProposeNgram(w, 1, 3, 5, &out), 0);
@@ -78,6 +82,9 @@ TEST(Ngram, ProposesWhatFollowedTheLongestMostRecentMatch) {
   EXPECT_EQ(ProposeNgram(x, 2, 4, 2, &out), 0);
   EXPECT_EQ(ProposeNgram(x, 1, 4, 2, &out), 2);
   EXPECT_EQ(out, (std::vector<TokenId>{5, 8}));
+  out.clear();
+  EXPECT_EQ(ProposeNgram(x, 1, 4, 5, &out), 5);  // 5 8 3, then 5 8 again
+  EXPECT_EQ(out, (std::vector<TokenId>{5, 8, 3, 5, 8}));
 }
 
 TEST(Verify, AcceptsUntilTheFirstDifferentSample) {

@@ -1,0 +1,265 @@
+// kvserve_spec_bench: speculative decoding on against off, in process (no HTTP), and the verify
+// cost table behind adaptive draft lengths.
+//
+// Decode mode: the same requests run on two EngineCores of the same target, one without
+// speculation and one with --spec (a --speculative-config JSON); --runs rounds alternate the
+// sides. Decode tokens/s = tokens after the first / time from the first token to the last,
+// summed over the batch. Prints each run, then medians, the on/off ratio, the acceptance rate
+// and the mean acceptance length (1 + accepted drafts per verification) of the "on" side, and
+// whether the outputs were identical (greedy: they must be).
+//
+// Verify mode (--verify-table): for the model alone, the time of one Forward of k + 1 tokens of
+// one sequence after a --context-token prefix against one token (k = 1..8), medians of --reps.
+//
+//   kvserve_spec_bench --model T.gguf --spec '{"method":"ngram"}' --prompt-file P.txt [--n 256]
+//       [--batch 1] [--runs 5] [--threads 2] [--temp 0]
+//   kvserve_spec_bench --model T.gguf --verify-table [--context 256] [--reps 15]
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fmt/format.h>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/engine_core.h"
+#include "engine/synthetic_model.h"
+#include "kv/block_pool.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Options {
+  std::string model, spec, prompt_file, prompt;
+  int n = 256, batch = 1, runs = 5, threads = 2, context = 256, reps = 15;
+  float temp = 0.f;
+  bool verify_table = false;
+};
+
+std::unique_ptr<Model> LoadModel(const std::string& path, int max_batch) {
+  auto file = OpenModelOrDefault(path);
+  if (!file.ok()) throw std::runtime_error(file.status().ToString());
+  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch, 0});
+  if (!model.ok()) throw std::runtime_error(model.status().ToString());
+  return std::move(model).value();
+}
+
+struct RunResult {
+  double tokens_per_s = 0;
+  std::vector<std::vector<TokenId>> ids;
+  int64_t drafts = 0, draft_tokens = 0, accepted = 0;
+};
+
+RunResult RunOnce(EngineCore& core, const std::vector<EngineRequest>& reqs, int64_t* next_id) {
+  const SpecStats before = core.stats().spec;
+  RunResult r;
+  r.ids.resize(reqs.size());
+  std::vector<Clock::time_point> first(reqs.size()), last(reqs.size());
+  const int64_t base = *next_id;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Status st = core.Add(RequestId((*next_id)++), reqs[i]);
+    if (!st.ok()) throw std::runtime_error(st.ToString());
+  }
+  std::vector<RequestOutput> events;
+  while (core.HasWork()) {
+    const Status st = core.Step(&events);
+    if (!st.ok()) throw std::runtime_error(st.ToString());
+    const Clock::time_point now = Clock::now();
+    for (const RequestOutput& e : events) {
+      const size_t i = static_cast<size_t>(e.id.value() - base);
+      if (e.new_tokens.empty()) continue;
+      if (r.ids[i].empty()) first[i] = now;
+      last[i] = now;
+      r.ids[i].insert(r.ids[i].end(), e.new_tokens.begin(), e.new_tokens.end());
+    }
+    events.clear();
+  }
+  // The batch's decode phase: from the earliest first token to the latest last token, counting
+  // every token after each request's first.
+  const Clock::time_point t0 = *std::min_element(first.begin(), first.end());
+  const Clock::time_point t1 = *std::max_element(last.begin(), last.end());
+  size_t tokens = 0;
+  for (const auto& ids : r.ids) tokens += ids.empty() ? 0 : ids.size() - 1;
+  r.tokens_per_s = tokens / std::max(std::chrono::duration<double>(t1 - t0).count(), 1e-9);
+  const SpecStats after = core.stats().spec;
+  r.drafts = after.num_drafts - before.num_drafts;
+  r.draft_tokens = after.num_draft_tokens - before.num_draft_tokens;
+  r.accepted = after.num_accepted_tokens - before.num_accepted_tokens;
+  return r;
+}
+
+std::string ReadPrompt(const Options& o) {
+  if (o.prompt_file.empty()) return o.prompt;
+  std::ifstream in(o.prompt_file, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + o.prompt_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int Decode(const Options& o) {
+  auto spec = ParseSpecConfig(o.spec);
+  if (!spec.ok()) throw std::runtime_error(spec.status().ToString());
+  auto file = OpenModelOrDefault(o.model);
+  if (!file.ok()) throw std::runtime_error(file.status().ToString());
+  auto tok = Tokenizer::FromGguf(*file);
+  if (!tok.ok()) throw std::runtime_error(tok.status().ToString());
+  // Prompts: the text (each request of the batch starts at a different paragraph boundary, so
+  // they do not share a whole prompt).
+  const std::string text = ReadPrompt(o);
+  std::vector<EngineRequest> reqs;
+  for (int b = 0; b < o.batch; ++b) {
+    std::string p = text;
+    if (b > 0) p = fmt::format("Request {}.\n{}", b, text);
+    EngineRequest r;
+    r.prompt = tok->Encode(p, true, false);
+    r.max_tokens = o.n;
+    r.ignore_eos = true;
+    r.sampling.temperature = o.temp;
+    r.sampling.seed = 1234 + static_cast<uint64_t>(b);
+    r.sampling.has_seed = true;
+    reqs.push_back(std::move(r));
+  }
+  EngineConfig c;
+  c.num_threads = o.threads;
+  c.max_num_seqs = std::max(o.batch, 1);
+  c.max_num_batched_tokens = 512;
+  c.max_model_len = static_cast<int>(reqs[0].prompt.size()) + o.n + 64;
+  const int per_seq = (c.max_model_len + 15) / 16 + 1;
+  c.num_blocks = per_seq * (o.batch + 1) * 2;
+  EngineConfig con = c;
+  con.spec = *spec;
+  auto off = EngineCore::Create(LoadModel(o.model, 512), c, &*tok);
+  if (!off.ok()) throw std::runtime_error(off.status().ToString());
+  auto on = EngineCore::Create(LoadModel(o.model, 512), con, &*tok);
+  if (!on.ok()) throw std::runtime_error(on.status().ToString());
+  std::printf("prompt %zu tokens, %d generated per request, batch %d, %d threads, spec %s\n",
+              reqs[0].prompt.size(), o.n, o.batch, o.threads, o.spec.c_str());
+  std::vector<double> r_off, r_on, rates, lens;
+  int64_t next_id = 0;
+  bool identical = true;
+  // A warm-up of each side (page cache, the cost model), not counted.
+  RunOnce(**off, reqs, &next_id);
+  RunOnce(**on, reqs, &next_id);
+  for (int run = 0; run < o.runs; ++run) {
+    const bool on_first = run % 2 == 1;
+    RunResult a, b;
+    if (on_first) {
+      b = RunOnce(**on, reqs, &next_id);
+      a = RunOnce(**off, reqs, &next_id);
+    } else {
+      a = RunOnce(**off, reqs, &next_id);
+      b = RunOnce(**on, reqs, &next_id);
+    }
+    identical = identical && a.ids == b.ids;
+    const double rate = b.draft_tokens ? static_cast<double>(b.accepted) / b.draft_tokens : 0;
+    const double len = b.drafts ? 1.0 + static_cast<double>(b.accepted) / b.drafts : 1.0;
+    r_off.push_back(a.tokens_per_s);
+    r_on.push_back(b.tokens_per_s);
+    rates.push_back(rate);
+    lens.push_back(len);
+    std::printf("run %d: off %.1f tok/s, on %.1f tok/s (%.2fx); %lld drafts in %lld verifications, "
+                "%.1f%% accepted, mean acceptance length %.2f\n",
+                run, a.tokens_per_s, b.tokens_per_s, b.tokens_per_s / a.tokens_per_s,
+                static_cast<long long>(b.draft_tokens), static_cast<long long>(b.drafts),
+                100 * rate, len);
+    std::fflush(stdout);
+  }
+  std::printf("median: off %.1f tok/s, on %.1f tok/s, on/off %.2fx, acceptance %.1f%%, mean "
+              "acceptance length %.2f, outputs %s\n",
+              Median(r_off), Median(r_on), Median(r_on) / Median(r_off), 100 * Median(rates),
+              Median(lens), identical ? "identical" : "DIFFER");
+  return identical || o.temp > 0 ? 0 : 2;
+}
+
+int VerifyTable(const Options& o) {
+  std::unique_ptr<Model> model = LoadModel(o.model, 512);
+  const int bs = 16;
+  const int slots = o.context + 16;
+  const KvLayout layout = model->MakeKvLayout(bs, KvDtype::kF16, KvDtype::kF16);
+  KvStorage kv(layout, (slots + bs - 1) / bs);
+  BlockPool pool((slots + bs - 1) / bs);
+  std::vector<BlockId> table;
+  if (!pool.AllocateN((slots + bs - 1) / bs, &table)) throw std::runtime_error("no blocks");
+  ThreadPool threads(o.threads);
+  const int vocab = model->config().vocab;
+  std::vector<float> logits(static_cast<size_t>(9) * vocab);
+  std::vector<TokenId> prompt(static_cast<size_t>(o.context));
+  for (int i = 0; i < o.context; ++i) prompt[static_cast<size_t>(i)] = 3 + (i * 7919) % (vocab - 3);
+  for (int done = 0; done < o.context; done += 512) {
+    ForwardBatch b;
+    const int n = std::min(512, o.context - done);
+    b.AddSequence(table, done, std::span<const TokenId>(prompt).subspan(static_cast<size_t>(done), static_cast<size_t>(n)), true);
+    if (Status st = model->Forward(b, kv, threads, logits.data()); !st.ok()) throw std::runtime_error(st.ToString());
+  }
+  const auto time_k = [&](int k) {
+    std::vector<TokenId> toks(static_cast<size_t>(k) + 1, 5);
+    std::vector<double> t;
+    for (int r = 0; r < o.reps; ++r) {
+      ForwardBatch b;
+      b.AddSequence(table, o.context, toks, k + 1);
+      const Clock::time_point t0 = Clock::now();
+      if (Status st = model->Forward(b, kv, threads, logits.data()); !st.ok()) throw std::runtime_error(st.ToString());
+      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return Median(t);
+  };
+  time_k(0);  // warm-up
+  std::printf("%s: %.2f GB of weights, context %d, %d threads; step time of k+1 tokens / 1 token\n",
+              o.model.c_str(), model->weight_bytes() / 1e9, o.context, o.threads);
+  // Alternate 1-token and (k+1)-token timings so drift hits both.
+  std::printf("k  1-token ms  (k+1)-token ms  ratio\n");
+  for (int k = 1; k <= 8; ++k) {
+    std::vector<double> one, many;
+    for (int i = 0; i < 3; ++i) {
+      one.push_back(time_k(0));
+      many.push_back(time_k(k));
+    }
+    std::printf("%d  %9.2f  %13.2f  %5.2f\n", k, 1e3 * Median(one), 1e3 * Median(many),
+                Median(many) / Median(one));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvserve
+
+int main(int argc, char** argv) {
+  kvserve::Options o;
+  CLI::App app{"Speculative decoding on against off, and the verify cost table"};
+  app.add_option("--model", o.model, "Target GGUF (default: the embedded model)");
+  app.add_option("--spec", o.spec, "--speculative-config JSON of the 'on' side");
+  app.add_option("--prompt-file", o.prompt_file, "Prompt text file");
+  app.add_option("--prompt", o.prompt, "Prompt text");
+  app.add_option("-n", o.n, "Tokens generated per request");
+  app.add_option("--batch", o.batch, "Concurrent requests");
+  app.add_option("--runs", o.runs, "Alternating on/off rounds");
+  app.add_option("--threads", o.threads, "Compute threads");
+  app.add_option("--temp", o.temp, "Temperature (0 = greedy: outputs must be identical)");
+  app.add_flag("--verify-table", o.verify_table, "Time k+1-token verification against 1 token");
+  app.add_option("--context", o.context, "Context before the timed step (verify table)");
+  app.add_option("--reps", o.reps, "Repetitions per timing (verify table)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (o.verify_table) return kvserve::VerifyTable(o);
+    if (o.spec.empty()) {
+      std::fprintf(stderr, "error: --spec is required (or --verify-table)\n");
+      return 1;
+    }
+    return kvserve::Decode(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
