@@ -11,7 +11,6 @@
 #include "prefix/redis_tier.h"
 #include "quant/kv_dtype.h"
 #include "spec/ngram.h"
-#include "spec/verify.h"
 #include "util/byte_size.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -117,7 +116,6 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
   if (config.spec.enabled()) {
     SpecStats& ss = core->spec_stats_;
     ss.enabled = true;
-    ss.method = SpecMethodName(config.spec.method);
     ss.accepted_per_pos.assign(static_cast<size_t>(config.spec.num_speculative_tokens), 0);
     if (config.spec.method == SpecMethod::kDraftModel) {
       KV_ASSIGN_OR_RETURN(core->draft_,
@@ -408,7 +406,8 @@ void EngineCore::ForkSamples(SeqId parent, const float* row, std::vector<Request
   }
 }
 
-bool EngineCore::SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out) {
+Emitted EngineCore::SampleOne(SeqId seq, std::span<float> logits,
+                               std::vector<RequestOutput>* out) {
   SeqCtx& s = seqs_.at(seq);
   RequestCtx& r = requests_.at(s.request);
   SampleOutput sample;
@@ -436,20 +435,21 @@ bool EngineCore::SampleOne(SeqId seq, std::span<float> logits, std::vector<Reque
     FinishSeq(seq, stop ? FinishReason::kStop : FinishReason::kLength, Status::Ok(), out, &e);
   }
   out->push_back(std::move(e));
-  return finished;
+  return Emitted{token, finished};
 }
 
 void EngineCore::VerifyRows(const ScheduledSeq& s, float* rows, std::vector<RequestOutput>* out) {
   const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  // A copy: a sample that ends during verification leaves the scheduler, and its drafts with it.
   const std::vector<TokenId> drafts(scheduler_->draft(s.seq).begin(),
                                     scheduler_->draft(s.seq).end());
   const SeqId seq = s.seq;
   bool ended = false;
   const int accepted = VerifyDrafts(drafts, [&](int j) {
-    ended = SampleOne(seq, std::span<float>(rows + static_cast<size_t>(j) * vocab, vocab), out);
-    // A sample that ended is gone; its last token is the one its final event carries.
-    const TokenId t = out->back().new_tokens.empty() ? -1 : out->back().new_tokens.back();
-    return Emitted{t, ended};
+    const Emitted e =
+        SampleOne(seq, std::span<float>(rows + static_cast<size_t>(j) * vocab, vocab), out);
+    ended = e.ended;
+    return e;
   });
   ++spec_stats_.num_drafts;
   spec_stats_.num_draft_tokens += static_cast<int64_t>(drafts.size());

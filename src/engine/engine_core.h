@@ -45,6 +45,7 @@
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
 #include "spec/draft_policy.h"
+#include "spec/verify.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
@@ -159,8 +160,8 @@ class EngineCore {
   ForwardBatch BuildBatch(const ScheduleOutput& so) const;
   void SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out);
   void ForkSamples(SeqId parent, const float* row, std::vector<RequestOutput>* out);
-  // Samples, appends and emits one token; true when the sample finished with it.
-  bool SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out);
+  // Samples, appends and emits one token; says which, and whether the sample finished with it.
+  Emitted SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out);
   // Speculative decoding: sets this step's drafts on the decoding sequences (before Schedule).
   Status ProposeDrafts();
   // Verifies a sequence's drafts against its logits rows (rows[0] follows its last token).

@@ -82,7 +82,6 @@ struct RequestOutput {
 // Speculative decoding's counters since start (names follow vLLM's spec_decode metrics).
 struct SpecStats {
   bool enabled = false;
-  std::string method;             // "ngram", "draft_model"
   int64_t num_drafts = 0;         // verifications of at least one draft
   int64_t num_draft_tokens = 0;
   int64_t num_accepted_tokens = 0;

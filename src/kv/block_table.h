@@ -1,8 +1,8 @@
 // BlockTable: the ordered KV blocks of one sequence; token slot i lives in block i / block_size
-// at offset i % block_size. NOTE: tables are append-only while a sequence runs (except that blocks past its tokens that held
-// only rejected speculative drafts are popped) (a slot never
+// at offset i % block_size. NOTE: tables are append-only while a sequence runs (a slot never
 // moves), so the K/V already written stay valid and shared prefix blocks can be referenced by
-// many tables at once.
+// many tables at once. The one exception: trailing blocks that held only rejected speculative
+// drafts are popped (PopBack).
 #pragma once
 
 #include <span>

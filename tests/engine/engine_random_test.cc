@@ -296,7 +296,9 @@ TEST(EngineRandomized, DraftModelSpeculationMatchesToo) {
     EXPECT_GT(t.finished, 80);
     EXPECT_GT(t.preemptions, 0);
     EXPECT_GT(t.draft_tokens, 0);
-    if (draft_seed == 42) EXPECT_EQ(t.accepted_tokens, t.draft_tokens);
+    if (draft_seed == 42) {
+      EXPECT_EQ(t.accepted_tokens, t.draft_tokens);
+    }
   }
 }
 

@@ -15,7 +15,6 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
-#include "util/byte_size.h"
 
 namespace kvserve::cli {
 namespace {
@@ -91,43 +90,51 @@ SamplingParams Sampling(const RunOptions& o) {
   return p;
 }
 
+// The fields `run --json` prints for any generation.
+nlohmann::json RunJson(const std::vector<TokenId>& prompt, const std::vector<TokenId>& ids,
+                       const std::string& text, FinishReason reason, double prompt_tps,
+                       double generation_tps, int threads, int64_t poll_us) {
+  nlohmann::json j;
+  j["prompt_ids"] = prompt;
+  j["ids"] = ids;
+  j["text"] = text;
+  j["finish_reason"] = FinishReasonName(reason);
+  j["prompt_tokens"] = prompt.size();
+  j["generated_tokens"] = ids.size();
+  j["prompt_tokens_per_second"] = prompt_tps;
+  j["generation_tokens_per_second"] = generation_tps;
+  j["threads"] = threads;
+  j["poll_us"] = poll_us;
+  return j;
+}
+
+void PrintJson(const nlohmann::json& j) {
+  fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 // With --speculative-config: one request on an EngineCore (the serving engine, which verifies
 // drafts inside its steps) instead of the Generator.
 void RunSpeculative(const RunOptions& o) {
   auto spec = ParseSpecConfig(o.speculative_config);
   if (!spec.ok()) Fail("--speculative-config: " + spec.status().message());
-  auto file = OpenModelOrDefault(o.engine.model);
-  if (!file.ok()) Fail(file.status().ToString());
-  auto tok = Tokenizer::FromGguf(*file);
-  if (!tok.ok()) Fail(tok.status().ToString());
-  ModelOptions mo;
-  mo.max_batch_tokens = o.engine.batch;
-  mo.max_context = o.engine.ctx;
-  auto model = Model::Load(std::move(file).value(), mo);
-  if (!model.ok()) Fail(model.status().ToString());
+  LoadedModel m = LoadModel(o.engine, /*need_tokenizer=*/true);
+  const Tokenizer& tok = *m.tokenizer;
   EngineConfig c;
   c.num_threads = o.engine.threads;
   c.poll_us = o.engine.poll_us;
   c.block_size = o.engine.block_size;
-  const auto k = ParseKvDtypeOrError(o.engine.cache_type_k, "--cache-type-k");
-  if (!k.ok()) Fail(k.status().message());
-  const auto v = ParseKvDtypeOrError(o.engine.cache_type_v, "--cache-type-v");
-  if (!v.ok()) Fail(v.status().message());
-  c.k_dtype = *k;
-  c.v_dtype = *v;
+  const KvOptions kv = ParseKvOptions(o.engine);
+  c.k_dtype = kv.k_dtype;
+  c.v_dtype = kv.v_dtype;
+  c.kv_cache_memory_bytes = kv.kv_cache_bytes;
   c.max_model_len = o.engine.ctx;
-  if (!o.engine.kv_cache_memory.empty()) {
-    auto bytes = ParseByteSize(o.engine.kv_cache_memory);
-    if (!bytes.ok()) Fail("--kv-cache-memory: " + bytes.status().message());
-    c.kv_cache_memory_bytes = *bytes;
-  }
   c.max_num_seqs = 1;
   c.max_num_batched_tokens = o.engine.batch;
   c.spec = *spec;
-  auto core = EngineCore::Create(std::move(model).value(), c, &*tok);
+  auto core = EngineCore::Create(std::move(m.model), c, &tok);
   if (!core.ok()) Fail(core.status().ToString());
   EngineRequest req;
-  req.prompt = BuildPrompt(o, *tok);
+  req.prompt = BuildPrompt(o, tok);
   req.max_tokens = o.n;
   req.sampling = Sampling(o);
   req.ignore_eos = o.ignore_eos;
@@ -174,23 +181,16 @@ void RunSpeculative(const RunOptions& o) {
           ? 1.0 + static_cast<double>(stats.spec.num_accepted_tokens) / stats.spec.num_drafts
           : 1.0;
   if (o.json) {
-    nlohmann::json j;
-    j["prompt_ids"] = req.prompt;
-    j["ids"] = ids;
-    j["text"] = text;
-    j["finish_reason"] = FinishReasonName(reason);
-    j["prompt_tokens"] = req.prompt.size();
-    j["generated_tokens"] = ids.size();
-    j["prompt_tokens_per_second"] = pp;
-    j["generation_tokens_per_second"] = tg;
-    j["threads"] = o.engine.threads;
+    const int threads = c.num_threads > 0 ? c.num_threads : ThreadPool::DefaultThreads();
+    nlohmann::json j = RunJson(req.prompt, ids, text, reason, pp, tg, threads,
+                               PoolSpin(c.poll_us).count());
     j["speculative_method"] = SpecMethodName(spec->method);
     j["draft_tokens"] = metrics.draft_tokens;
     j["accepted_tokens"] = metrics.accepted_tokens;
     j["acceptance_rate"] = rate;
     j["num_drafts"] = stats.spec.num_drafts;
     j["mean_acceptance_length"] = mean_len;
-    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    PrintJson(j);
   } else {
     fmt::print("\n");
     fmt::print(stderr,
@@ -229,18 +229,8 @@ void RunGenerate(const RunOptions& o) {
   const size_t decoded = result->ids.empty() ? 0 : result->ids.size() - 1;
   const double tg = result->decode_seconds > 0 ? decoded / result->decode_seconds : 0;
   if (o.json) {
-    nlohmann::json j;
-    j["prompt_ids"] = req.prompt;
-    j["ids"] = result->ids;
-    j["text"] = text;
-    j["finish_reason"] = FinishReasonName(result->finish_reason);
-    j["prompt_tokens"] = result->prompt_tokens;
-    j["generated_tokens"] = result->ids.size();
-    j["prompt_tokens_per_second"] = pp;
-    j["generation_tokens_per_second"] = tg;
-    j["threads"] = l.generator->num_threads();
-    j["poll_us"] = l.generator->poll_us();
-    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    PrintJson(RunJson(req.prompt, result->ids, text, result->finish_reason, pp, tg,
+                      l.generator->num_threads(), l.generator->poll_us()));
   } else {
     fmt::print("{}\n", tail);
     fmt::print(stderr, "\n[{} prompt tokens at {:.1f} tok/s, {} generated at {:.1f} tok/s, {}]\n",

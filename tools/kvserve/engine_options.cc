@@ -21,10 +21,26 @@ void AddEngineOptions(CLI::App* cmd, EngineOptions& o) {
   cmd->add_option("-b,--batch", o.batch, "Most tokens per forward pass (prefill chunk)");
 }
 
-Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet) {
+KvOptions ParseKvOptions(const EngineOptions& o) {
+  KvOptions kv;
+  const auto k = ParseKvDtypeOrError(o.cache_type_k, "--cache-type-k");
+  if (!k.ok()) Fail(k.status().message());
+  const auto v = ParseKvDtypeOrError(o.cache_type_v, "--cache-type-v");
+  if (!v.ok()) Fail(v.status().message());
+  kv.k_dtype = *k;
+  kv.v_dtype = *v;
+  if (!o.kv_cache_memory.empty()) {
+    auto bytes = ParseByteSize(o.kv_cache_memory);
+    if (!bytes.ok()) Fail("--kv-cache-memory: " + bytes.status().message());
+    kv.kv_cache_bytes = *bytes;
+  }
+  return kv;
+}
+
+LoadedModel LoadModel(const EngineOptions& o, bool need_tokenizer) {
   auto file = OpenModelOrDefault(o.model);
   if (!file.ok()) Fail(file.status().ToString());
-  Loaded out;
+  LoadedModel out;
   if (need_tokenizer) {
     auto tok = Tokenizer::FromGguf(*file);
     if (!tok.ok()) Fail(tok.status().ToString());
@@ -35,22 +51,23 @@ Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet) {
   mo.max_context = o.ctx;
   auto model = Model::Load(std::move(file).value(), mo);
   if (!model.ok()) Fail(model.status().ToString());
+  out.model = std::move(model).value();
+  return out;
+}
+
+Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet) {
+  LoadedModel m = LoadModel(o, need_tokenizer);
+  Loaded out;
+  out.tokenizer = std::move(m.tokenizer);
   GeneratorConfig gc;
   gc.num_threads = o.threads;
   gc.poll_us = o.poll_us;
   gc.block_size = o.block_size;
-  const auto k = ParseKvDtypeOrError(o.cache_type_k, "--cache-type-k");
-  if (!k.ok()) Fail(k.status().message());
-  const auto v = ParseKvDtypeOrError(o.cache_type_v, "--cache-type-v");
-  if (!v.ok()) Fail(v.status().message());
-  gc.k_dtype = *k;
-  gc.v_dtype = *v;
-  if (!o.kv_cache_memory.empty()) {
-    auto bytes = ParseByteSize(o.kv_cache_memory);
-    if (!bytes.ok()) Fail("--kv-cache-memory: " + bytes.status().message());
-    gc.kv_cache_bytes = *bytes;
-  }
-  auto gen = Generator::Create(std::move(model).value(), gc);
+  const KvOptions kv_options = ParseKvOptions(o);
+  gc.k_dtype = kv_options.k_dtype;
+  gc.v_dtype = kv_options.v_dtype;
+  gc.kv_cache_bytes = kv_options.kv_cache_bytes;
+  auto gen = Generator::Create(std::move(m.model), gc);
   if (!gen.ok()) Fail(gen.status().ToString());
   out.generator = std::move(gen).value();
   const KvStorage& kv = out.generator->kv_storage();

@@ -33,6 +33,22 @@ struct Loaded {
   std::optional<Tokenizer> tokenizer;
 };
 
+// The KV cache flags, parsed (Fail()s naming the flag on a bad value).
+struct KvOptions {
+  KvDtype k_dtype = KvDtype::kF16;
+  KvDtype v_dtype = KvDtype::kF16;
+  uint64_t kv_cache_bytes = 0;  // --kv-cache-memory; 0 = not set
+};
+KvOptions ParseKvOptions(const EngineOptions& o);
+
+// Opens the model (or the embedded default), with its tokenizer when asked, and loads it for
+// --batch tokens per forward pass and a --ctx context; Fail()s with a clear message on any error.
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::optional<Tokenizer> tokenizer;
+};
+LoadedModel LoadModel(const EngineOptions& o, bool need_tokenizer);
+
 // Loads the model and builds its Generator; Fail()s with a clear message on any error. Prints
 // the KV cache's start-up line (types, bytes per token, capacity) to stderr unless `quiet`.
 Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet = false);
