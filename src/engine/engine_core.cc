@@ -320,10 +320,10 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
 Status EngineCore::Step(std::vector<RequestOutput>* out) {
   if (tiers_) FinishTierLoads();
   const Clock::time_point step_start = Clock::now();
-  if (spec_stats_.enabled) {
+  if (spec_stats_.enabled && !draft_failed_) {
     if (Status ps = ProposeDrafts(); !ps.ok()) {  // the draft model failed: go on without it
       KV_LOG(Error, "speculative decoding off: the draft model failed: {}", ps.message());
-      spec_stats_.enabled = false;
+      draft_failed_ = true;  // the counters stay in the stats (a counter must not vanish)
     }
   }
   ScheduleOutput so = scheduler_->Schedule();
@@ -455,7 +455,12 @@ void EngineCore::VerifyRows(const ScheduledSeq& s, float* rows, std::vector<Requ
   spec_stats_.num_draft_tokens += static_cast<int64_t>(drafts.size());
   spec_stats_.num_accepted_tokens += accepted;
   for (int j = 0; j < accepted; ++j) ++spec_stats_.accepted_per_pos[static_cast<size_t>(j)];
-  if (ended) return;
+  if (ended) {  // its final event (the last one out) was filled before this verification counted
+    RequestMetrics& m = out->back().metrics;
+    m.draft_tokens += static_cast<int>(drafts.size());
+    m.accepted_tokens += accepted;
+    return;
+  }
   SeqCtx& c = seqs_.at(seq);
   c.acceptance.Observe(static_cast<int>(drafts.size()), accepted);
   c.draft_tokens += static_cast<int>(drafts.size());

@@ -208,6 +208,7 @@ class EngineCore {
   int64_t num_steps_ = 0;
   std::unique_ptr<DraftRunner> draft_;  // method draft_model
   SpecStats spec_stats_;
+  bool draft_failed_ = false;  // the draft model's Forward failed once: no more drafts
   double last_step_seconds_ = 0;
   std::vector<float> logits_;   // [logits rows of the step, vocab]
   std::vector<float> scratch_;  // [vocab] a row copy for each parallel sample
