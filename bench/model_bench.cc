@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_stats.h"
 #include "kv/block_pool.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
@@ -44,10 +45,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::Median;
 
 double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();

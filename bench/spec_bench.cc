@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.h"
 #include "engine/engine_core.h"
 #include "engine/synthetic_model.h"
 #include "kv/block_pool.h"
@@ -34,10 +35,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::Median;
 
 struct Options {
   std::string model, spec, prompt_file, prompt;
