@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two (or more) `kvserve serve` configurations under one `kvserve bench` workload.
+"""Two (or more) `kvserve serve` configurations, or other servers, under one `kvserve bench` workload.
 
 Each run starts a fresh server per side (so every side starts with an empty cache), runs the
 same `kvserve bench` command against it and stops it; the order of the sides rotates from run
@@ -13,6 +13,10 @@ Usage:
 
 --side NAME=FLAGS: FLAGS (split on spaces) are added to `kvserve serve`; everything after `--`
 goes to `kvserve bench`.
+--peer NAME=COMMAND: another OpenAI-compatible server as a side, for example llama.cpp's
+  --peer 'llama.cpp=/path/llama-server -m {model} -t {threads} -np 4 --port {port}'
+  {model}, {threads} and {port} (a free loopback port) are filled in; the side is ready when
+  GET /health or /v1/models answers 200.
 """
 import argparse
 import json
@@ -20,7 +24,10 @@ import os
 import statistics
 import subprocess
 import sys
+import socket
 import tempfile
+import time
+import urllib.request
 
 from bench_util import cpu_name, start_serve
 
@@ -44,9 +51,42 @@ FIGURES = [
 ]
 
 
-def run_side(args, flags, bench_args, out_path, log):
-    server, url, _ = start_serve(
-        args.kvserve, ["--model", args.model, "--threads", str(args.threads)] + flags, log)
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_peer(command, args, log, timeout_s=300):
+    """Starts COMMAND (placeholders filled) and waits until it answers; returns (process, url)."""
+    port = free_port()
+    argv = [a.format(model=args.model, threads=args.threads, port=port) for a in command.split()]
+    proc = subprocess.Popen(argv, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv[0]} exited with {proc.returncode} before it was ready")
+        for path in ("/health", "/v1/models"):
+            try:
+                with urllib.request.urlopen(url + path, timeout=2) as r:
+                    if r.status == 200:
+                        return proc, url
+            except OSError:
+                pass
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"{argv[0]} did not answer on port {port} within {timeout_s} s")
+
+
+def run_side(args, side, bench_args, out_path, log):
+    kind, flags = side
+    if kind == "peer":
+        server, url = start_peer(flags, args, log)
+    else:
+        server, url, _ = start_serve(
+            args.kvserve, ["--model", args.model, "--threads", str(args.threads)] + flags, log)
     try:
         subprocess.run([args.kvserve, "bench", "--base-url", url, "--no-progress",
                         "--out", out_path] + bench_args,
@@ -70,13 +110,19 @@ def main():
                                                       "kvserve"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--side", action="append", required=True, help="NAME=SERVE FLAGS")
+    ap.add_argument("--side", action="append", default=[], help="NAME=SERVE FLAGS")
+    ap.add_argument("--peer", action="append", default=[], help="NAME=SERVER COMMAND")
     ap.add_argument("--log", default=None, help="server and bench stderr (default: a temp file)")
     args = ap.parse_args(argv)
     sides = []
     for s in args.side:
         name, _, flags = s.partition("=")
-        sides.append((name, flags.split()))
+        sides.append((name, ("kvserve", flags.split())))
+    for s in args.peer:
+        name, _, command = s.partition("=")
+        sides.append((name, ("peer", command)))
+    if len(sides) < 1:
+        ap.error("give at least one --side or --peer")
     log_path = args.log or tempfile.mktemp(prefix="serve_ab_", suffix=".log")
     cpu = cpu_name()
     print(f"cpu: {cpu}; model {args.model}; {args.threads} threads; bench {' '.join(bench_args)};"
@@ -85,8 +131,8 @@ def main():
     with open(log_path, "a") as log, tempfile.TemporaryDirectory() as tmp:
         for r in range(args.runs):
             order = sides[r % len(sides):] + sides[:r % len(sides)]
-            for name, flags in order:
-                res = run_side(args, flags, bench_args, os.path.join(tmp, "r.json"), log)
+            for name, side in order:
+                res = run_side(args, side, bench_args, os.path.join(tmp, "r.json"), log)
                 figures = {k: f(res) for k, f in FIGURES}
                 results[name].append(figures)
                 shown = ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"

@@ -37,6 +37,7 @@ struct EngineConfig {
   int num_blocks = 0;                 // overrides the budget when > 0
   bool enable_prefix_caching = true;
   double max_itl_ms = 0;              // --max-itl-ms: inter-token latency target; 0 = off
+  int min_prefill_chunk = 32;         // --min-prefill-chunk: least prefill a held step carries
   bool partial_block_hits = true;     // token-granular hits (--no-partial-block-hits turns off)
   int max_num_seqs = 64;              // running sequences per step
   int max_num_batched_tokens = 0;     // tokens per step; 0 = the model's max batch

@@ -103,6 +103,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
   }
   SchedulerConfig sc{config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len};
   sc.max_itl_seconds = config.max_itl_ms / 1e3;
+  sc.min_prefill_chunk = config.min_prefill_chunk;
   core->scheduler_ = std::make_unique<Scheduler>(sc, core->kv_manager_.get());
   core->scheduler_->set_cost_model(&core->step_cost_);
   core->pool_ = std::make_unique<ThreadPool>(

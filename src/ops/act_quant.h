@@ -14,6 +14,11 @@ struct ActQ8_0 {
   int8_t* q = nullptr;  // [num_tokens, cols]
   float* d = nullptr;   // [num_tokens, cols / 32]
   int64_t cols = 0;
+  // Optional, for kernels that read blocks in pairs (see KernelTable::q8_0_prepare): the same
+  // activations laid out for them, filled after quantization. Per token and pair of blocks p
+  // (blocks 2p and 2p+1; a missing last block reads as q = 0, d = 0):
+  uint8_t* pair_q = nullptr;  // [num_tokens, pairs * 64]: q + 128, as unsigned bytes
+  float* pair_d = nullptr;    // [num_tokens, pairs * 16]: d of block 2p in lanes 0-7, 2p+1 in 8-15
 };
 
 struct ActQ8K {

@@ -126,10 +126,19 @@ bool MatMulQ8_0(const WeightMatrix& w, const float* x, int64_t num_tokens, float
   if (k.q8_0 == nullptr || w.cols % 32 != 0) return false;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
+  thread_local std::vector<uint8_t> pair_q;
+  thread_local std::vector<float> pair_d;
   ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 32), w.cols};
+  const bool paired = k.q8_0_prepare != nullptr && num_tokens >= k.q8_0_prepare_min_tokens;
+  if (paired) {
+    const int64_t pairs = (w.cols / 32 + 1) / 2;
+    act.pair_q = ScratchOf(pair_q, num_tokens * pairs * 64);
+    act.pair_d = ScratchOf(pair_d, num_tokens * pairs * 16);
+  }
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
     ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * (w.cols / 32), w.cols};
     QuantizeActQ8_0(x + t0 * w.cols, t1 - t0, part);
+    if (paired) k.q8_0_prepare(act, t0, t1);
   });
   const kernels::PanelArgs args{&w, num_tokens, y};
   pool.ParallelFor(w.rows, [&](int64_t r0, int64_t r1) { k.q8_0(args, act, r0, r1); }, 4);

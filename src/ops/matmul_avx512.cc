@@ -42,8 +42,44 @@ inline __m512 SplitScale(float a, float b) {
 // NOTE: VNNI multiplies unsigned by signed bytes. Activations are shifted to unsigned
 // (x + 128, an xor of the sign bit) and the excess 128 * sum(w) is subtracted by starting each
 // dot product from -128 * sum(w), computed once per weight block pair and reused by every token.
+//
+// Two ways to read the activations, with the same arithmetic for every (row, token):
+// - direct (decode and small batches): each tile shifts the int8 values and spreads the pair's
+//   scales itself;
+// - paired (kPairedMinTokens tokens on): MatMul has laid them out once (Q8_0PrepareAvx512), so a
+//   tile loads one vector of values and one of scales per token and pair. That frees the
+//   instructions and registers for a 2-row x 8-token tile, which reads the weights once for up
+//   to 8 tokens. Measured on 2 Zen 5 cores, a 5632 x 2048 matrix: 5-8 tokens 1.1-1.25x faster
+//   than 4-token tiles (verification of speculative drafts, batched decode); from 12 tokens on
+//   (compute bound) the same speed.
 
-template <int NR, int NT>
+constexpr int64_t kPairedMinTokens = 5;
+constexpr int kPairedRows = 2;
+constexpr int kPairedTokens = 8;
+
+void Q8_0PrepareAvx512(const ActQ8_0& x, int64_t t0, int64_t t1) {
+  const int64_t nb = x.cols / 32;
+  const int64_t pairs = (nb + 1) / 2;
+  const __m256i sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t t = t0; t < t1; ++t) {
+    const int8_t* q = x.q + t * x.cols;
+    const float* d = x.d + t * nb;
+    uint8_t* pq = x.pair_q + t * pairs * 64;
+    float* pd = x.pair_d + t * pairs * 16;
+    for (int64_t b = 0; b < nb; ++b) {  // block b sits at b * 32 bytes and b * 8 floats
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * 32));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pq + b * 32),
+                          _mm256_xor_si256(v, sign_bit));
+      _mm256_storeu_ps(pd + b * 8, _mm256_set1_ps(d[b]));
+    }
+    if (nb % 2 != 0) {  // the missing block of the last pair: q = 0 (128 unsigned), d = 0
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pq + nb * 32), sign_bit);
+      _mm256_storeu_ps(pd + nb * 8, _mm256_setzero_ps());
+    }
+  }
+}
+
+template <int NR, int NT, bool kPaired>
 void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_t t0,
               float* y, int64_t y_stride, int64_t prefetch) {
   const __m512i sign_bit = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -51,6 +87,7 @@ void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_
   for (int t = 0; t < NT; ++t)
     for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_setzero_ps();
   const int64_t xnb = x.cols / 32;
+  const int64_t pairs = (xnb + 1) / 2;
   for (int64_t b = 0; b < nb; b += 2) {
     const bool pair = b + 1 < nb;
     __m512i w[NR], neg_corr[NR];
@@ -71,14 +108,23 @@ void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_
       dw[i] = SplitScale(Half(blk[0].d), pair ? Half(blk[1].d) : 0.f);
     }
     for (int t = 0; t < NT; ++t) {
-      const int8_t* xq = x.q + (t0 + t) * x.cols + b * 32;
-      const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-      const __m256i xhi = pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32))
-                               : _mm256_setzero_si256();
-      const __m512i xu = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(xlo), xhi, 1),
-                                          sign_bit);
-      const float* xd = x.d + (t0 + t) * xnb + b;
-      const __m512 dx = SplitScale(xd[0], pair ? xd[1] : 0.f);
+      __m512i xu;
+      __m512 dx;
+      if constexpr (kPaired) {
+        const int64_t at = (t0 + t) * pairs + b / 2;
+        xu = _mm512_loadu_si512(x.pair_q + at * 64);
+        dx = _mm512_loadu_ps(x.pair_d + at * 16);
+      } else {
+        const int8_t* xq = x.q + (t0 + t) * x.cols + b * 32;
+        const __m256i xlo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+        const __m256i xhi = pair
+                                ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32))
+                                : _mm256_setzero_si256();
+        xu = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(xlo), xhi, 1),
+                              sign_bit);
+        const float* xd = x.d + (t0 + t) * xnb + b;
+        dx = SplitScale(xd[0], pair ? xd[1] : 0.f);
+      }
       for (int i = 0; i < NR; ++i) {
         const __m512i p = _mm512_dpbusd_epi32(neg_corr[i], xu, w[i]);
         acc[t][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw[i], dx), acc[t][i]);
@@ -89,42 +135,54 @@ void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_
     for (int i = 0; i < NR; ++i) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[t][i]);
 }
 
-// Calls tile(std::integral_constant<int, NT>, t) over tokens in tiles of kTokens, then one tile
-// of the remaining 1-3 tokens, so small batches also read each weight tile only once.
-template <typename TileCall>
-void ForTokenTiles(int64_t num_tokens, TileCall&& tile) {
-  int64_t t = 0;
-  for (; t + kTokens <= num_tokens; t += kTokens) tile(std::integral_constant<int, kTokens>{}, t);
-  switch (num_tokens - t) {
-    case 3: tile(std::integral_constant<int, 3>{}, t); break;
-    case 2: tile(std::integral_constant<int, 2>{}, t); break;
-    case 1: tile(std::integral_constant<int, 1>{}, t); break;
-    default: break;
+// Calls tile(std::integral_constant<int, N>, t) for N = n (1 <= n < kTile) at token t.
+template <int N, typename TileCall>
+void LastTile(int64_t n, int64_t t, TileCall& tile) {
+  if constexpr (N > 0) {
+    if (n == N) {
+      tile(std::integral_constant<int, N>{}, t);
+    } else {
+      LastTile<N - 1>(n, t, tile);
+    }
   }
 }
 
-template <int NR>
+// Calls tile(std::integral_constant<int, NT>, t) over tokens in tiles of kTile, then one tile
+// of the remaining tokens, so small batches also read each weight tile only once.
+template <int kTile, typename TileCall>
+void ForTokenTiles(int64_t num_tokens, TileCall&& tile) {
+  int64_t t = 0;
+  for (; t + kTile <= num_tokens; t += kTile) tile(std::integral_constant<int, kTile>{}, t);
+  LastTile<kTile - 1>(num_tokens - t, t, tile);
+}
+
+template <int NR, bool kPaired>
 void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
   const WeightMatrix& w = *a.w;
   const BlockQ8_0* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ8_0*>(w.row(r + i));
   const int64_t n = w.cols / 32;
-  ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
-    Q8_0Tile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows,
-                                      PrefetchDistance(w, NR, t));
+  ForTokenTiles<kPaired ? kPairedTokens : kTokens>(a.num_tokens, [&](auto nt, int64_t t) {
+    Q8_0Tile<NR, decltype(nt)::value, kPaired>(rows, n, x, t, a.y + t * w.rows + r, w.rows,
+                                               PrefetchDistance(w, NR, t));
   });
 }
 
 void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   int64_t r = r0;
+  if (x.pair_q != nullptr) {
+    for (; r + kPairedRows <= r1; r += kPairedRows) Q8_0Rows<kPairedRows, true>(a, x, r);
+    for (; r < r1; ++r) Q8_0Rows<1, true>(a, x, r);
+    return;
+  }
   // NOTE: with fewer than kTokens tokens the panel is bandwidth bound, and one row at a time
   // (a single sequential stream for the hardware prefetcher) reads memory fastest; interleaving
   // several rows measured up to 2x slower on decode.
   if (a.num_tokens < kTokens) {
-    for (; r < r1; ++r) Q8_0Rows<1>(a, x, r);
+    for (; r < r1; ++r) Q8_0Rows<1, false>(a, x, r);
   }
-  for (; r + kRows <= r1; r += kRows) Q8_0Rows<kRows>(a, x, r);
-  for (; r < r1; ++r) Q8_0Rows<1>(a, x, r);
+  for (; r + kRows <= r1; r += kRows) Q8_0Rows<kRows, false>(a, x, r);
+  for (; r < r1; ++r) Q8_0Rows<1, false>(a, x, r);
 }
 
 // --- K-quants --------------------------------------------------------------------------------
@@ -202,7 +260,7 @@ void Q4KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
   const BlockQ4_K* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ4_K*>(w.row(r + i));
   const int64_t n = w.cols / 256;
-  ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+  ForTokenTiles<kTokens>(a.num_tokens, [&](auto nt, int64_t t) {
     Q4KTile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows,
                                      PrefetchDistance(w, NR, t));
   });
@@ -288,7 +346,7 @@ void Q6KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
   const BlockQ6_K* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ6_K*>(w.row(r + i));
   const int64_t n = w.cols / 256;
-  ForTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+  ForTokenTiles<kTokens>(a.num_tokens, [&](auto nt, int64_t t) {
     Q6KTile<NR, decltype(nt)::value>(rows, n, x, t, a.y + t * w.rows + r, w.rows,
                                      PrefetchDistance(w, NR, t));
   });
@@ -372,6 +430,8 @@ bool InitAvx512(KernelTable& table) {
   }
   table.isa = "avx512-vnni";
   table.q8_0 = &Q8_0PanelAvx512;
+  table.q8_0_prepare = &Q8_0PrepareAvx512;
+  table.q8_0_prepare_min_tokens = kPairedMinTokens;
   table.q4_k = &Q4KPanelAvx512;
   table.q6_k = &Q6KPanelAvx512;
   table.f16_to_f32 = &F16ToF32Avx512;

@@ -20,6 +20,8 @@ struct PanelArgs {
 };
 
 using Q8_0Panel = void (*)(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1);
+// Fills x.pair_q / x.pair_d for tokens [t0, t1) (x's pointers address token 0).
+using Q8_0Prepare = void (*)(const ActQ8_0& x, int64_t t0, int64_t t1);
 using Q8KPanel = void (*)(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1);
 using F16RowToF32 = void (*)(const uint16_t* src, float* dst, int64_t n);
 // F16 / BF16 weights times float activations x [num_tokens, w->cols], no activation rounding.
@@ -32,6 +34,9 @@ using HalfPanel = void (*)(const PanelArgs& a, const float* x, int64_t r0, int64
 struct KernelTable {
   const char* isa = "generic";
   Q8_0Panel q8_0 = nullptr;  // Q8_0 weights x ActQ8_0
+  // When set, MatMul prepares ActQ8_0's paired layout for q8_0 from this many tokens on.
+  Q8_0Prepare q8_0_prepare = nullptr;
+  int64_t q8_0_prepare_min_tokens = 0;
   Q8KPanel q4_k = nullptr;   // Q4_K weights x ActQ8K
   Q8KPanel q6_k = nullptr;   // Q6_K weights x ActQ8K
   F16RowToF32 f16_to_f32 = nullptr;

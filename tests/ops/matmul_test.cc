@@ -128,22 +128,32 @@ TEST_P(MatMulTest, QuantizedActivationsStayCloseToTheFloatProduct) {
 }
 
 TEST_P(MatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
+  // Batches of every tile shape: 4-token tiles, the paired Q8_0 path from 5 tokens on (8-token
+  // tiles and their remainders), and for Q8_0 an odd number of blocks (a last unpaired block).
   const GgmlType type = GetParam();
-  const int64_t cols = 2 * 256, rows = 37, tokens = 9;
-  std::mt19937 rng(3);
-  Quantized q = MakeWeights(type, rows, cols, rng);
-  std::vector<float> x(tokens * cols);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (float& v : x) v = u(rng);
-  ThreadPool pool(2);
-  for (const char* isa : {"generic", "avx2", "avx512"}) {
-    if (!SetMatMulIsa(isa)) continue;
-    std::vector<float> batched(tokens * rows), alone(rows);
-    MatMul(q.w, x.data(), tokens, batched.data(), pool);
-    for (int64_t t = 0; t < tokens; ++t) {
-      MatMul(q.w, x.data() + t * cols, 1, alone.data(), pool);
-      for (int64_t r = 0; r < rows; ++r) {
-        ASSERT_EQ(alone[r], batched[t * rows + r]) << isa << ": bit-identical expected, token " << t;
+  const int64_t rows = 37, tokens = 19;
+  std::vector<int64_t> col_counts = {2 * 256};
+  if (type == GgmlType::kQ8_0) col_counts.push_back(17 * 32);
+  for (const int64_t cols : col_counts) {
+    std::mt19937 rng(3);
+    Quantized q = MakeWeights(type, rows, cols, rng);
+    std::vector<float> x(tokens * cols);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (float& v : x) v = u(rng);
+    ThreadPool pool(2);
+    for (const char* isa : {"generic", "avx2", "avx512"}) {
+      if (!SetMatMulIsa(isa)) continue;
+      std::vector<float> alone(tokens * rows);
+      for (int64_t t = 0; t < tokens; ++t) {
+        MatMul(q.w, x.data() + t * cols, 1, alone.data() + t * rows, pool);
+      }
+      for (const int64_t n : {2, 4, 5, 7, 8, 9, 19}) {
+        std::vector<float> batched(n * rows);
+        MatMul(q.w, x.data(), n, batched.data(), pool);
+        for (int64_t i = 0; i < n * rows; ++i) {
+          ASSERT_EQ(alone[i], batched[i]) << isa << ": bit-identical expected, cols " << cols
+                                          << ", batch " << n << ", token " << i / rows;
+        }
       }
     }
   }

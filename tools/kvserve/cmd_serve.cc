@@ -143,6 +143,10 @@ void AddServeCommand(CLI::App& app) {
                   "Inter-token latency target: while requests decode, each step carries only the "
                   "prefill its fitted cost model says fits (default 0 = off)")
       ->check(CLI::Range(0.0, 600000.0));
+  cmd->add_option("--min-prefill-chunk", c.engine.min_prefill_chunk,
+                  "With --max-itl-ms: the least prefill a decoding step carries, so prompts keep "
+                  "moving whatever the target (default 32)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--eviction-policy", o->eviction_policy, "lru, lfu or priority");
   cmd->add_option("--speculative-config", o->speculative_config,
                   "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", "
