@@ -129,7 +129,8 @@ bool MatMulQ8_0(const WeightMatrix& w, const float* x, int64_t num_tokens, float
   thread_local std::vector<uint8_t> pair_q;
   thread_local std::vector<float> pair_d;
   ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 32), w.cols};
-  const bool paired = k.q8_0_prepare != nullptr && num_tokens >= k.q8_0_prepare_min_tokens;
+  const bool paired = k.q8_0_prepare != nullptr && num_tokens >= k.q8_0_prepare_min_tokens &&
+                      num_tokens <= k.q8_0_prepare_max_tokens;
   if (paired) {
     const int64_t pairs = (w.cols / 32 + 1) / 2;
     act.pair_q = ScratchOf(pair_q, num_tokens * pairs * 64);

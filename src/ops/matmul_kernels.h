@@ -34,9 +34,11 @@ using HalfPanel = void (*)(const PanelArgs& a, const float* x, int64_t r0, int64
 struct KernelTable {
   const char* isa = "generic";
   Q8_0Panel q8_0 = nullptr;  // Q8_0 weights x ActQ8_0
-  // When set, MatMul prepares ActQ8_0's paired layout for q8_0 from this many tokens on.
+  // When set, MatMul prepares ActQ8_0's paired layout for q8_0 for batches of
+  // [q8_0_prepare_min_tokens, q8_0_prepare_max_tokens] tokens.
   Q8_0Prepare q8_0_prepare = nullptr;
   int64_t q8_0_prepare_min_tokens = 0;
+  int64_t q8_0_prepare_max_tokens = 0;
   Q8KPanel q4_k = nullptr;   // Q4_K weights x ActQ8K
   Q8KPanel q6_k = nullptr;   // Q6_K weights x ActQ8K
   F16RowToF32 f16_to_f32 = nullptr;
