@@ -1,5 +1,6 @@
 """Helpers shared by the Python benchmarks in bench/."""
 import re
+import socket
 import subprocess
 
 
@@ -13,6 +14,13 @@ def cpu_name():
     except OSError:
         pass
     return "unknown"
+
+
+def free_port():
+    """A loopback port that was free a moment ago (for servers that need one given)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 LISTENING = re.compile(r"^kvserve: listening on (http://127\.0\.0\.1:(\d+))$")

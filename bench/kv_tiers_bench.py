@@ -30,7 +30,7 @@ import tempfile
 import time
 import urllib.request
 
-from bench_util import cpu_name, start_serve
+from bench_util import cpu_name, free_port, start_serve
 
 class Server:
     def __init__(self, args, flags, log_path):
@@ -177,12 +177,6 @@ def beyond(args, work):
         print(f"beyond: median TTFT RAM-only / disk = "
               f"{med([x['ttft_p50'] for x in rows['ram']]) / med([x['ttft_p50'] for x in rows['disk']]):.1f}x",
               flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -24,12 +24,11 @@ import os
 import statistics
 import subprocess
 import sys
-import socket
 import tempfile
 import time
 import urllib.request
 
-from bench_util import cpu_name, start_serve
+from bench_util import cpu_name, free_port, start_serve
 
 FIGURES = [
     ("ttft_p50", lambda r: r["ttft_ms"]["p50"]),
@@ -49,12 +48,6 @@ FIGURES = [
     ("server_prefill_mean", lambda r: (r.get("server_ms") or {}).get("phases", {})
      .get("prefill", {}).get("mean")),
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_peer(command, args, log, timeout_s=300):
