@@ -1,7 +1,5 @@
 #include "loadgen/client.h"
 
-#include <httplib.h>
-
 #include <fmt/format.h>
 
 #include "loadgen/sse.h"
@@ -35,12 +33,17 @@ Result<ServerTarget> ParseBaseUrl(std::string_view url) {
   const size_t scheme_end = url.find("://");
   if (scheme_end == std::string_view::npos ||
       (url.substr(0, scheme_end) != "http" && url.substr(0, scheme_end) != "https")) {
-    return InvalidArgument(fmt::format("--base-url '{}' must start with http:// or https://", url));
+    return InvalidArgument(fmt::format("--base-url '{}' must start with http://", url));
   }
   const size_t path_start = url.find('/', scheme_end + 3);
   t.origin = std::string(url.substr(0, path_start));
   if (t.origin.size() == scheme_end + 3) {
     return InvalidArgument(fmt::format("--base-url '{}' has no host", url));
+  }
+  // The client's own check of the origin (https, the port), so that a bad URL stops the
+  // benchmark here rather than failing every request.
+  if (auto probe = http::Client::Create(t.origin); !probe.ok()) {
+    return InvalidArgument(fmt::format("--base-url: {}", probe.status().message()));
   }
   std::string path = path_start == std::string_view::npos ? "" : std::string(url.substr(path_start));
   while (!path.empty() && path.back() == '/') path.pop_back();
@@ -49,26 +52,39 @@ Result<ServerTarget> ParseBaseUrl(std::string_view url) {
   return t;
 }
 
-ApiClient::ApiClient(const ServerTarget& target)
-    : target_(target), http_(std::make_unique<httplib::Client>(target.origin)) {
-  const auto sec = static_cast<time_t>(target.timeout_s);
-  const auto usec = static_cast<time_t>((target.timeout_s - static_cast<double>(sec)) * 1e6);
-  http_->set_connection_timeout(sec, usec);
-  http_->set_read_timeout(sec, usec);
-  http_->set_write_timeout(sec, usec);
-  http_->set_keep_alive(true);
-  if (!target.api_key.empty()) http_->set_bearer_token_auth(target.api_key);
+ApiClient::ApiClient(const ServerTarget& target) : target_(target) {
+  auto client = http::Client::Create(target.origin, {.timeout_s = target.timeout_s});
+  if (client.ok()) {
+    http_ = std::move(client).value();
+  } else {
+    create_error_ = client.status();
+  }
 }
 
 ApiClient::~ApiClient() = default;
 
-Result<std::string> ApiClient::FirstModelId() {
-  auto res = http_->Get(target_.path_prefix + "/v1/models");
-  if (!res) {
-    return IoError(fmt::format("cannot reach {}: {}", target_.origin, httplib::to_string(res.error())));
+http::Headers ApiClient::BaseHeaders() const {
+  http::Headers headers;
+  if (!target_.api_key.empty()) headers.emplace_back("Authorization", "Bearer " + target_.api_key);
+  return headers;
+}
+
+Result<http::ClientResponse> ApiClient::Call(std::string_view method, const std::string& path,
+                                             std::string_view body) {
+  if (!http_) return create_error_;
+  http::Headers headers = BaseHeaders();
+  if (!body.empty()) headers.emplace_back("Content-Type", "application/json");
+  auto res = http_->Send(method, target_.path_prefix + path, headers, body);
+  if (!res.ok()) {
+    return IoError(fmt::format("cannot reach {}: {}", target_.origin, res.status().message()));
   }
-  if (res->status != 200) return NotFound("GET /v1/models: " + ErrorMessage(res->status, res->body));
-  json j = json::parse(res->body, nullptr, false);
+  return res;
+}
+
+Result<std::string> ApiClient::FirstModelId() {
+  KV_ASSIGN_OR_RETURN(const http::ClientResponse res, Call("GET", "/v1/models"));
+  if (res.status != 200) return NotFound("GET /v1/models: " + ErrorMessage(res.status, res.body));
+  json j = json::parse(res.body, nullptr, false);
   if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
       !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
     return NotFound("GET /v1/models lists no model; pass --model");
@@ -77,25 +93,18 @@ Result<std::string> ApiClient::FirstModelId() {
 }
 
 Result<std::string> ApiClient::Metrics() {
-  auto res = http_->Get(target_.path_prefix + "/metrics");
-  if (!res) {
-    return IoError(
-        fmt::format("cannot reach {}: {}", target_.origin, httplib::to_string(res.error())));
-  }
-  if (res->status != 200) return NotFound("GET /metrics: " + ErrorMessage(res->status, res->body));
-  return res->body;
+  KV_ASSIGN_OR_RETURN(http::ClientResponse res, Call("GET", "/metrics"));
+  if (res.status != 200) return NotFound("GET /metrics: " + ErrorMessage(res.status, res.body));
+  return std::move(res.body);
 }
 
 Result<int> ApiClient::CountTokens(std::string_view text, const std::string& model) {
   json body = {{"prompt", text}, {"content", text}, {"add_special_tokens", false},
                {"add_special", false}};
   if (!model.empty()) body["model"] = model;
-  auto res = http_->Post(target_.path_prefix + "/tokenize", body.dump(), "application/json");
-  if (!res) {
-    return IoError(fmt::format("cannot reach {}: {}", target_.origin, httplib::to_string(res.error())));
-  }
-  if (res->status != 200) return NotFound("POST /tokenize: " + ErrorMessage(res->status, res->body));
-  json j = json::parse(res->body, nullptr, false);
+  KV_ASSIGN_OR_RETURN(const http::ClientResponse res, Call("POST", "/tokenize", body.dump()));
+  if (res.status != 200) return NotFound("POST /tokenize: " + ErrorMessage(res.status, res.body));
+  json j = json::parse(res.body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return NotFound("POST /tokenize answered no JSON object");
   if (j.contains("count") && j["count"].is_number_integer()) return j["count"].get<int>();
   if (j.contains("tokens") && j["tokens"].is_array()) return static_cast<int>(j["tokens"].size());
@@ -128,45 +137,34 @@ void ApiClient::StreamRequest(const std::string& path, const json& body, Clock::
     if (chunk->cached_tokens) r.cached_tokens = *chunk->cached_tokens;
   };
 
-  httplib::Request req;
-  req.method = "POST";
-  req.path = target_.path_prefix + path;
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  req.set_header("Accept", "text/event-stream");
-  req.response_handler = [&](const httplib::Response& res) {
-    r.http_status = res.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (r.http_status != 200) {
-      if (error_body.size() < 4096) error_body.append(data, n);
-    } else {
-      parser.Feed(std::string_view(data, n), on_event);
-    }
-    return true;
-  };
-  httplib::Response res;
-  httplib::Error err = httplib::Error::Success;
+  http::Headers headers = BaseHeaders();
+  headers.emplace_back("Content-Type", "application/json");
+  headers.emplace_back("Accept", "text/event-stream");
   r.sent = true;
   r.sent_s = Seconds(t0, Clock::now());
-  bool transport_ok = http_->send(req, res, err);
-  if (!transport_ok && r.http_status == 0 && err == httplib::Error::Read &&
-      Seconds(t0, Clock::now()) - r.sent_s < 1.0) {
-    // A kept-alive connection the server had already closed fails at once, before any byte of
-    // a response; the request never reached the server, so send it again on a new connection.
-    // (A real read timeout takes --timeout seconds and is reported, not retried.)
-    r.sent_s = Seconds(t0, Clock::now());
-    transport_ok = http_->send(req, res, err);
-  }
+  // The client resends on its own a request that met a kept-alive connection the server had
+  // closed; that costs microseconds, so sent_s stays the time of the first try.
+  const Status transport =
+      !http_ ? create_error_
+             : http_->Stream(
+                   "POST", target_.path_prefix + path, headers, body.dump(),
+                   [&](int status, const http::Headers&) { r.http_status = status; },
+                   [&](std::string_view data) {
+                     if (r.http_status != 200) {
+                       if (error_body.size() < 4096) error_body.append(data);
+                     } else {
+                       parser.Feed(data, on_event);
+                     }
+                     return true;
+                   });
   if (r.http_status == 200) parser.Finish(on_event);
   r.done_s = Seconds(t0, Clock::now());
-  if (!transport_ok && r.http_status == 0) {
-    r.error = fmt::format("request failed: {}", httplib::to_string(err));
+  if (!transport.ok() && r.http_status == 0) {
+    r.error = fmt::format("request failed: {}", transport.message());
   } else if (r.http_status != 200) {
     r.error = ErrorMessage(r.http_status, error_body);
-  } else if (!transport_ok && r.error.empty()) {
-    r.error = fmt::format("stream broken: {}", httplib::to_string(err));
+  } else if (!transport.ok() && r.error.empty()) {
+    r.error = fmt::format("stream broken: {}", transport.message());
   } else if (r.error.empty() && !saw_done && num_text_chunks == 0) {
     r.error = "the stream ended without data";
   }

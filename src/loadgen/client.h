@@ -14,24 +14,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http/client.h"
 #include "kvserve/status.h"
-
-namespace httplib {
-class Client;
-}
 
 namespace kvserve::loadgen {
 
 using Clock = std::chrono::steady_clock;
 
 struct ServerTarget {
-  std::string origin;       // "http://host:port" (or https)
+  std::string origin;       // "http://host:port"
   std::string path_prefix;  // "" or e.g. "/proxy" (a trailing "/v1" of the URL is removed)
   std::string api_key;      // sent as "Authorization: Bearer KEY" when not empty
   double timeout_s = 600;   // connect, read and write timeouts
 };
 
-// "http://127.0.0.1:8080", "http://host:8000/v1", "https://host/prefix".
+// "http://127.0.0.1:8080", "http://host:8000/v1", "http://host/prefix". https is refused: the
+// HTTP client speaks plain HTTP only.
 Result<ServerTarget> ParseBaseUrl(std::string_view url);
 
 // What happened to one request; times in seconds, relative to the benchmark's start.
@@ -72,8 +70,14 @@ class ApiClient {
                      RequestRecord& record);
 
  private:
+  // One request to path_prefix + `path`; IoError when the server cannot be reached.
+  Result<http::ClientResponse> Call(std::string_view method, const std::string& path,
+                                    std::string_view body = {});
+  http::Headers BaseHeaders() const;
+
   ServerTarget target_;
-  std::unique_ptr<httplib::Client> http_;
+  std::unique_ptr<http::Client> http_;  // null when the target is unusable: create_error_ says why
+  Status create_error_;
 };
 
 }  // namespace kvserve::loadgen

@@ -65,8 +65,10 @@ Status Serve(const ServeConfig& config) {
                       BridgeConfig{name, config.max_queued_requests, config.max_response_bytes},
                       &metrics);
   HttpConfig http = config.http;
-  if (http.num_workers <= 0) {
-    http.num_workers =
+  if (http.server.num_workers <= 0) {
+    // Every admitted request (running or queued) may hold a worker for its whole stream; a few
+    // more serve the requests that are refused.
+    http.server.num_workers =
         std::min(1024, engine->config().max_num_seqs + config.max_queued_requests + 16);
   }
   HttpServer server(http, &bridge);
@@ -86,7 +88,7 @@ Status Serve(const ServeConfig& config) {
                sc.adaptive ? ", adaptive" : "",
                sc.method == SpecMethod::kDraftModel ? ", draft " + sc.draft_model : "");
   }
-  std::printf("kvserve: listening on http://%s:%d\n", http.host.c_str(), port);
+  std::printf("kvserve: listening on http://%s:%d\n", http.server.host.c_str(), port);
   std::fflush(stdout);
 
   std::thread waiter([&] {

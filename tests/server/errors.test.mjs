@@ -332,11 +332,13 @@ describe("framing (400, 411, 413) and Range", () => {
       assert.equal(res.status, 400, `${value}: ${res.body}`);
       assertErrorShape(JSON.parse(res.body), { type: "invalid_request_error" });
     }
-    for (const value of ["99999999999999999999999", "1000000000"]) {
-      const res = await post(`Content-Length: ${value}\r\n`);
-      assert.equal(res.status, 413, `${value}: ${res.body}`);
-      assertErrorShape(JSON.parse(res.body), { code: "request_too_large" });
-    }
+    // Past 64 bits a length is no number the parser can hold: invalid, a 400.
+    const overflow = await post("Content-Length: 99999999999999999999999\r\n");
+    assert.equal(overflow.status, 400, overflow.body);
+    assert.match(errorOf(overflow).message, /invalid Content-Length/);
+    const huge = await post("Content-Length: 1000000000\r\n");
+    assert.equal(huge.status, 413, huge.body);
+    assertErrorShape(JSON.parse(huge.body), { code: "request_too_large" });
   });
 
   test("a POST with neither Content-Length nor a chunked body is a 411", async () => {

@@ -136,22 +136,22 @@ test("an abruptly dropped stream is cancelled and its KV blocks return to the po
   assertIdlePool(after);
 });
 
-test("a non-streaming request whose client goes away runs to its end", { timeout: 120_000 }, async () => {
+test("a non-streaming request whose client goes away is cancelled and its KV blocks return", { timeout: 120_000 }, async () => {
   const before = await ctx.server.metrics();
   const controller = new AbortController();
   const pending = ctx.client.completions.create({
-    model: ctx.server.model, prompt: "hi", max_tokens: 400, ignore_eos: true }, { signal: controller.signal })
+    model: ctx.server.model, prompt: "hi", max_tokens: 3000, ignore_eos: true }, { signal: controller.signal })
     .then(() => "its response", (e) => e.constructor.name);
-  // Abort once the server has the request (running), or at once if it already finished.
-  await ctx.server.waitForMetrics((m) => m.get("kvserve:num_requests_running") === 1 ||
-    finished(m, "length") > finished(before, "length"), { what: "the request admitted" });
+  await ctx.server.waitForMetrics((m) => m.get("kvserve:num_requests_running") === 1,
+    { what: "the request admitted" });
   controller.abort();
-  console.log(`non-streaming abort: client saw ${await pending}`);
+  assert.equal(await pending, "APIUserAbortError");
+  // The HTTP layer watches the connection while the request runs: the closed socket cancels it.
   const after = await ctx.server.waitForMetrics(
-    (m) => isIdle(m) && finished(m, "length") === finished(before, "length") + 1,
-    { what: "the abandoned request finished with reason length" });
-  assert.equal(finished(after, "abort"), finished(before, "abort"));
-  assert.equal(after.get("kvserve:generation_tokens_total") - before.get("kvserve:generation_tokens_total"), 400);
+    (m) => isIdle(m) && finished(m, "abort") === finished(before, "abort") + 1,
+    { what: "the abandoned request aborted and the pool idle" });
+  assert.equal(finished(after, "length"), finished(before, "length"));
+  assert.ok(after.get("kvserve:generation_tokens_total") - before.get("kvserve:generation_tokens_total") < 3000);
   assertIdlePool(after);
 });
 

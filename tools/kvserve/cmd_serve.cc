@@ -1,5 +1,8 @@
 // kvserve serve: the OpenAI-compatible HTTP server (see docs/server.md).
 #include <cstdlib>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "commands.h"
 #include "engine_options.h"
@@ -31,6 +34,7 @@ struct ServeOptions {
   std::string kv_disk_write_policy = "write-through";
   std::string kv_tier_queue = "256MiB";
   std::string speculative_config;
+  std::string max_header = "16KiB";
 };
 
 void RunServe(ServeOptions& o) {
@@ -45,7 +49,27 @@ void RunServe(ServeOptions& o) {
   }
   auto body = ParseByteSize(o.max_body);
   if (!body.ok()) Fail("--max-body-bytes: " + body.status().message());
-  c.http.max_body_bytes = static_cast<size_t>(*body);
+  c.http.server.limits.max_body_bytes = *body;
+  auto header = ParseByteSize(o.max_header);
+  if (!header.ok()) Fail("--max-header-bytes: " + header.status().message());
+  if (*header < 256 || *header > (uint64_t{1} << 30)) {
+    Fail("--max-header-bytes must be between 256 bytes and 1GiB");
+  }
+  c.http.server.limits.max_header_bytes = static_cast<size_t>(*header);
+  const http::ServerConfig& hc = c.http.server;
+  for (const auto& [flag, value] :
+       {std::pair<const char*, double>{"--header-timeout", hc.header_timeout_s},
+        {"--read-timeout", hc.read_timeout_s},
+        {"--write-timeout", hc.write_timeout_s},
+        {"--idle-timeout", hc.idle_timeout_s}}) {
+    if (!(value > 0) || value > 86400) Fail(fmt::format("{} must be in (0, 86400] seconds", flag));
+  }
+  if (!(hc.shutdown_timeout_s >= 0) || hc.shutdown_timeout_s > 3600) {
+    Fail("--shutdown-timeout must be in [0, 3600] seconds");
+  }
+  if (hc.backlog < 1) Fail("--backlog must be >= 1");
+  if (hc.max_connections < 1) Fail("--max-connections must be >= 1");
+  if (hc.limits.max_header_fields < 1) Fail("--max-header-fields must be >= 1");
   auto response = ParseByteSize(o.max_response);
   if (!response.ok()) Fail("--max-response-bytes: " + response.status().message());
   if (*response == 0) Fail("--max-response-bytes must be more than 0");
@@ -92,7 +116,7 @@ void RunServe(ServeOptions& o) {
     if (!spec.ok()) Fail("--speculative-config: " + spec.status().message());
     c.engine.spec = *spec;
   }
-  if (c.http.port < 0 || c.http.port > 65535) Fail("--port must be in [0, 65535]");
+  if (c.http.server.port < 0 || c.http.server.port > 65535) Fail("--port must be in [0, 65535]");
   if (c.max_queued_requests < 0) Fail("--max-queued-requests must be >= 0");
   const Status s = Serve(c);
   if (!s.ok()) Fail(s.ToString());
@@ -105,8 +129,8 @@ void AddServeCommand(CLI::App& app) {
   ServeConfig& c = o->config;
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API");
   cmd->add_option("-m,--model", c.model_path, "GGUF model file (default: the embedded model)");
-  cmd->add_option("--host", c.http.host, "Address to bind (default 127.0.0.1)");
-  cmd->add_option("--port", c.http.port, "TCP port; 0 = any free port (default 8080)");
+  cmd->add_option("--host", c.http.server.host, "Address to bind (default 127.0.0.1)");
+  cmd->add_option("--port", c.http.server.port, "TCP port; 0 = any free port (default 8080)");
   cmd->add_option("--api-key", c.http.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize "
                   "(default: env KVSERVE_API_KEY)");
@@ -175,10 +199,32 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-response-bytes", o->max_response,
                   "Largest response: requests that would certainly produce more are refused, "
                   "streams are ended when they reach it (default 64MiB)");
-  cmd->add_option("--read-timeout", c.http.read_timeout_s, "Seconds to receive a request (default 30)");
-  cmd->add_option("--idle-timeout", c.http.idle_timeout_s,
-                  "Seconds a kept-alive connection may idle (default 5)");
-  c.http.num_workers = 0;
+  http::ServerConfig& h = c.http.server;
+  cmd->add_option("--header-timeout", h.header_timeout_s,
+                  "Seconds from a request's first byte to the end of its headers; later is a "
+                  "408 (default 10)");
+  cmd->add_option("--read-timeout", h.read_timeout_s,
+                  "Seconds from a request's first byte to the end of its body; later is a 408 "
+                  "(default 30)");
+  cmd->add_option("--write-timeout", h.write_timeout_s,
+                  "Seconds a client may take to accept one write of a response before it is "
+                  "dropped (default 30)");
+  cmd->add_option("--idle-timeout", h.idle_timeout_s,
+                  "Seconds a connection may wait with no request in progress (default 5)");
+  cmd->add_option("--shutdown-timeout", h.shutdown_timeout_s,
+                  "On SIGTERM or SIGINT, seconds that running requests get to finish before "
+                  "their connections are closed (default 5)");
+  cmd->add_option("--backlog", h.backlog,
+                  "Pending connections the kernel may queue for accept (default 1024; capped "
+                  "by net.core.somaxconn)");
+  cmd->add_option("--max-connections", h.max_connections,
+                  "Open connections; beyond them a new one gets 503 with Retry-After and is "
+                  "closed (default 4096)");
+  cmd->add_option("--max-header-bytes", o->max_header,
+                  "Largest request line plus headers; more is a 431 (default 16KiB)");
+  cmd->add_option("--max-header-fields", h.limits.max_header_fields,
+                  "Most header fields in a request; more is a 431 (default 100)");
+  h.num_workers = 0;
   cmd->callback([o] { RunServe(*o); });
 }
 
