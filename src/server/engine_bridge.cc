@@ -133,16 +133,19 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     if (ids.empty()) return BadRequest("the prompt is empty", param);
   }
 
-  // Reserve admission slots for every prompt at once, or refuse the whole request. A request
-  // with more prompts than the limit can never be admitted: that is the client's to fix (a
-  // 400 naming the field), not a 503 that invites retrying for ever.
+  // Reserve admission slots for every prompt at once, or refuse the whole request. One request
+  // may hold at most a fair share of the places (running plus queued): half of them, or a full
+  // batch when that is more. More than that is the client's to fix (a 400 naming the field,
+  // never a 503 that invites retrying for ever), and one client cannot fill the queue alone.
   const int k = static_cast<int>(prompts.size());
   const int limit = engine_->config().max_num_seqs + config_.max_queued_requests;
-  if (k > limit) {
-    return BadRequest(fmt::format("this request has {} prompts; the server admits at most {} "
-                                  "running and queued requests at once (--max-num-seqs plus "
-                                  "--max-queued-requests): send fewer prompts per request",
-                                  k, limit),
+  const int share = std::min(limit, std::max(engine_->config().max_num_seqs, (limit + 1) / 2));
+  if (k > share) {
+    return BadRequest(fmt::format("this request has {} prompts; one request may hold at most {} "
+                                  "of the server's {} places for running and queued requests "
+                                  "(--max-num-seqs plus --max-queued-requests): send fewer "
+                                  "prompts per request",
+                                  k, share, limit),
                       "prompt");
   }
   // A small request must not be able to ask for a response of gigabytes (n x max_tokens x

@@ -105,6 +105,11 @@ ApiError StatusError(int status) {
       e.message = "unsupported Content-Type: send the body as application/json";
       e.code = "unsupported_media_type";
       break;
+    case 503:
+      e.type = "server_error";
+      e.message = "the server is overloaded";
+      e.code = "server_overloaded";
+      break;
     default:
       if (status >= 500) {
         e.type = "server_error";

@@ -174,6 +174,31 @@ describe("queueing (--max-num-seqs 1 --max-queued-requests 1)", () => {
   });
 });
 
+describe("one request's fair share (--max-num-seqs 1 --max-queued-requests 3)", () => {
+  let server;
+  before(async () => {
+    server = await Server.start(["--max-num-seqs", "1", "--max-queued-requests", "3"]);
+  });
+  after(() => server?.kill());
+
+  test("a request may hold half of the 4 places: 2 prompts are served, 3 are a 400 naming prompt", async () => {
+    const two = await server.request("POST", "/v1/completions",
+      { body: { model: server.model, prompt: ["a", "b"], max_tokens: 1 } });
+    assert.equal(two.status, 200, two.text);
+    assert.equal(two.body.choices.length, 2);
+    const three = await server.request("POST", "/v1/completions",
+      { body: { model: server.model, prompt: ["a", "b", "c"], max_tokens: 1 } });
+    assert.equal(three.status, 400, three.text);
+    assert.equal(three.headers["retry-after"], undefined);
+    assertErrorShape(three.body, { type: "invalid_request_error", param: "prompt" });
+    assert.match(three.body.error.message, /3 prompts.*at most 2 of the server's 4 places/);
+  });
+
+  test("SIGTERM stops the fair-share server with exit status 0", async () => {
+    assert.equal((await server.stop()).code, 0);
+  });
+});
+
 describe("priority (--max-num-seqs 1 --max-queued-requests 2)", () => {
   let server;
   before(async () => {
