@@ -402,6 +402,8 @@ void Conn::OnHead(beast::error_code ec) {
   if (closed_) return;
   Disarm();
   StartLog("-", "-");
+  // A deadline that fires as the read completes loses: what arrived in time is served.
+  if (!ec) timed_out_ = false;
   if (timed_out_) {
     return Refuse({408, fmt::format("the request's head did not arrive within {} s "
                                     "(--header-timeout)",
@@ -453,6 +455,7 @@ void Conn::ReadBody() {
 void Conn::OnBody(beast::error_code ec) {
   if (closed_) return;
   Disarm();
+  if (!ec) timed_out_ = false;
   if (timed_out_) {
     return Refuse({408, fmt::format("the request's body did not arrive within {} s "
                                     "(--read-timeout)",
