@@ -75,7 +75,9 @@ def pct(values, p):
 
 
 def ms(x):
-    return "-" if x is None else f"{1000 * x:.1f}"
+    if x is None:
+        return "-"
+    return f"{1000 * x:.2f}" if x < 0.01 else f"{1000 * x:.1f}"
 
 
 def mib(kib):
@@ -151,6 +153,16 @@ class Server:
 
     def alive(self):
         return self.proc.poll() is None
+
+    def cpu_s(self):
+        """User + system CPU seconds so far: a server that spins on idle or slow clients
+        shows here before it shows in latency."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
 
     def stop(self, cap=60.0):
         """SIGTERM, then wait up to CAP s; a server that has not exited by then is killed."""
@@ -496,11 +508,17 @@ def stream(port, path, body, abort_after=None, timeout=60.0, key=None):
     return out
 
 
-def health_latencies(port, n):
-    """N sequential GET /health, each on a new connection (connect + request + response)."""
+def health_latencies(port, n, budget=60.0):
+    """Up to N sequential GET /health, each on a new connection (connect + request + response);
+    a server that stops answering ends the series after BUDGET seconds, not N timeouts."""
     lat, bad = [], []
+    end = time.monotonic() + budget
     for _ in range(n):
-        ex = get(port, "/health", timeout=10)
+        left = end - time.monotonic()
+        if left <= 0:
+            bad.append("not sent (budget spent)")
+            continue
+        ex = get(port, "/health", timeout=min(5.0, left))
         r = ex.first()
         if r and r.status == 200:
             lat.append(ex.elapsed)
@@ -579,6 +597,12 @@ class Crowd:
         for c in list(self.conns):
             self._drop(c)
         self.sel.close()
+
+    def idle_waiting(self):
+        """Idle connections still waiting for their /health answer (or for their connect)."""
+        return sum(1 for c in list(self.conns)
+                   if c.kind == "idle" and c.state in ("connecting", "waiting")) + \
+            sum(1 for k in list(self.to_open) if k == "idle")
 
     def open_counts(self):
         states = collections.Counter((c.kind, c.state) for c in self.conns)
@@ -742,7 +766,7 @@ def row_big_headers(ctx):
             ex = exchange(ctx.port, data, timeout=20)
             outcomes.append(ex.outcome() + (f" ({ex.send_error})" if ex.send_error else ""))
             sent_mb.append(round(ex.sent / 2**20, 2))
-            secs.append(round(ex.elapsed, 2))
+            secs.append(round(ex.elapsed, 3))
     del data, filler
     return {"behaviour": f"{tally(outcomes)}; sent {min(sent_mb)}-{max(sent_mb)} MB of "
                          f"{len(head) / 2**20 + n * len(line.format(0)) / 2**20:.0f}; "
@@ -815,12 +839,13 @@ def row_sigterm_trickle(ctx):
     time.sleep(2.5)
     t_term[0] = time.monotonic()
     res = srv.stop(cap=60)
+    th.join(timeout=3)  # the exit closes the socket; give the client a moment to see it
     stop.set()
-    th.join(timeout=3)
+    th.join()
     sock.close()
     client = (f"; client saw {got['seen']} {got['at']:.2f} s after SIGTERM"
               if got["seen"] and got["at"] is not None else "; client saw nothing")
-    return {"behaviour": res["behaviour"] + client, **res, "client_saw": got["seen"],
+    return {**res, "behaviour": res["behaviour"] + client, "client_saw": got["seen"],
             "client_at_s": got["at"]}
 
 
@@ -1056,7 +1081,8 @@ def exp_table(args):
     ctx.start()
     rows = []
     print(f"\n== table: {args.kvserve} ==")
-    print(f"{'#':>2}  {'row':<21} {'s':>6}  {'RSS MiB':>13}  behaviour", flush=True)
+    print(f"{'#':>2}  {'row':<21} {'s':>6} {'CPU s':>6}  {'RSS MiB':>13}  behaviour",
+          flush=True)
     for num, name, fn in TABLE_ROWS:
         if args.rows and num not in args.rows:
             continue
@@ -1069,7 +1095,7 @@ def exp_table(args):
         idle, _, _ = wait_idle(ctx.port, 10)
         if not idle:
             note += "[server still busy from the row before] "
-        before = ctx.srv.rss()
+        before, cpu0 = ctx.srv.rss(), ctx.srv.cpu_s()
         t0 = time.monotonic()
         try:
             res = fn(ctx)
@@ -1077,6 +1103,9 @@ def exp_table(args):
             res = {"behaviour": f"exception {type(e).__name__}: {e}"}
         res["seconds"] = round(time.monotonic() - t0, 2)
         res["rss_before_mib"], res["rss_after_mib"] = before, ctx.srv.rss()
+        cpu1 = ctx.srv.cpu_s()
+        res["server_cpu_s"] = round(cpu1 - cpu0, 2) if cpu0 is not None and cpu1 is not None \
+            else None
         res["server_alive_after"] = ctx.srv.alive()
         if not res["server_alive_after"]:
             note += f"[server exited with {ctx.srv.proc.returncode}] "
@@ -1084,8 +1113,9 @@ def exp_table(args):
         res.update(row=num, name=name)
         rows.append(res)
         rss = f"{fmt_mib(before)}->{fmt_mib(res['rss_after_mib'])}"
-        print(f"{num:>2}  {name:<21} {res['seconds']:>6.1f}  {rss:>13}  {res['behaviour']}",
-              flush=True)
+        cpu = "-" if res["server_cpu_s"] is None else f"{res['server_cpu_s']:.2f}"
+        print(f"{num:>2}  {name:<21} {res['seconds']:>6.1f} {cpu:>6}  {rss:>13}  "
+              f"{res['behaviour']}", flush=True)
     stop = ctx.srv.stop()
     print(f"table server: {stop['behaviour']}")
     return {"rows": rows, "exit": stop}
@@ -1094,13 +1124,18 @@ def exp_table(args):
 # ---------------------------------------------------------------------------------------------
 # Experiment "crowd"
 
-def ttft_runs(port, seeds):
+def ttft_runs(port, seeds, budget=60.0):
     out, bad = [], []
+    end = time.monotonic() + budget
     for s in seeds:
+        left = end - time.monotonic()
+        if left <= 0:
+            bad.append("not sent (budget spent)")
+            continue
         r = stream(port, "/v1/completions", {"prompt": words(200, s), "max_tokens": 16,
-                                            "stream": True}, timeout=60)
+                                            "stream": True}, timeout=min(20.0, left))
         (out.append(r["ttft"]) if r["ttft"] is not None and not r["error"]
-         else bad.append(r["error"] or "no text"))
+         else bad.append((r["error"] or "no text")[:60]))
     return out, bad
 
 
@@ -1109,14 +1144,20 @@ def exp_crowd(args):
     port = srv.port
     print(f"\n== crowd: {args.kvserve}: {args.idle_conns} idle keep-alive + {args.slow_conns} "
           f"slowloris connections ==", flush=True)
+    # Warm-up, not counted: the first request of a fresh server pays one-off costs.
+    health_latencies(port, 1)
+    ttft_runs(port, [-1])
     rss0 = srv.rss()
     h0, h0_bad = health_latencies(port, 50)
     t0, t0_bad = ttft_runs(port, range(5))
     crowd = Crowd(port, args.idle_conns, args.slow_conns, 5.0, reopen=True)
+    cpu0, tc0 = srv.cpu_s(), time.monotonic()
     crowd.start()
-    opened = crowd.wait_opened(timeout=180)
+    # A server that gives each connection a thread may never answer the later ones: 60 s.
+    opened = crowd.wait_opened(timeout=60)
     open_s = (crowd.t_opened - crowd.t_start) if opened else None
     idle_open_at_start = crowd.idle_ok
+    unanswered = crowd.idle_waiting()
     rss1 = srv.rss()
     h1, h1_bad = health_latencies(port, 50)
     t1, t1_bad = ttft_runs(port, range(100, 105))  # other prompts: no prefix-cache hits
@@ -1125,6 +1166,8 @@ def exp_crowd(args):
     while time.monotonic() - (crowd.t_opened or crowd.t_start) < args.crowd_hold:
         time.sleep(0.2)
     rss2 = srv.rss()
+    cpu1, tc1 = srv.cpu_s(), time.monotonic()
+    crowd_cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
     crowd.stop()  # first: the loop thread must not change the connection set while we count
     idle_open, slow_open = crowd.open_counts()
     stop = srv.stop()  # with the crowd still connected: shutdown must not wait on them
@@ -1145,10 +1188,11 @@ def exp_crowd(args):
     if h0_bad or h1_bad or t0_bad or t1_bad:
         print(f"failed: /health {tally(h0_bad)} | {tally(h1_bad)}; TTFT {tally(t0_bad)} | "
               f"{tally(t1_bad)}")
-    print(f"opening the crowd: {'-' if open_s is None else f'{open_s:.1f}'} s; idle connections "
+    print(f"opening the crowd: {'-' if open_s is None else f'{open_s:.2f}'} s; idle connections "
           f"answered 200: {idle_open_at_start}/{args.idle_conns}"
-          + (f", failed: {dict(crowd.idle_failed)}" if crowd.idle_failed else ""))
-    print(f"after {args.crowd_hold:.0f} s: idle connections still open {idle_open}/"
+          + (f", failed: {dict(crowd.idle_failed)}" if crowd.idle_failed else "")
+          + (f", no answer within 60 s: {unanswered}" if unanswered else ""))
+    print(f"at the end: idle connections still open {idle_open}/"
           f"{args.idle_conns} (server closed {len(crowd.idle_closed)}); slowloris open "
           f"{slow_open}/{args.slow_conns}, cut {len(crowd.slow_ended)} times ("
           f"{tally(o for o, _ in crowd.slow_ended) or 'never'}"
@@ -1157,6 +1201,9 @@ def exp_crowd(args):
           + f"), reopened {crowd.reopens}"
           + (f", reconnects failed: {dict(crowd.slow_connect_failed)}"
              if crowd.slow_connect_failed else "") + f"; RSS {fmt_mib(rss2)} MiB")
+    if crowd_cpu is not None:
+        print(f"server CPU while the crowd was open: {crowd_cpu:.2f} s in {tc1 - tc0:.1f} s "
+              f"(loaded measurements included)")
     print(f"crowd server: {stop['behaviour']} (SIGTERM with the crowd connected)")
     return {"idle_conns": args.idle_conns, "slow_conns": args.slow_conns,
             "baseline": {"health_s": h0, "ttft_s": t0, "rss_mib": rss0,
@@ -1166,11 +1213,13 @@ def exp_crowd(args):
             "health_median_ratio": (med(h1) / med(h0)) if h0 and h1 else None,
             "ttft_median_ratio": (med(t1) / med(t0)) if t0 and t1 else None,
             "open_s": open_s, "idle_answered": idle_open_at_start,
+            "idle_unanswered": unanswered,
             "idle_failed": dict(crowd.idle_failed), "idle_still_open": idle_open,
             "idle_closed_by_server_after_s": crowd.idle_closed, "slow_still_open": slow_open,
             "slow_ended": crowd.slow_ended, "slow_reopens": crowd.reopens,
             "slow_connect_failed": dict(crowd.slow_connect_failed),
-            "unexpected_bytes_on_idle": crowd.unexpected, "rss_end_mib": rss2, "exit": stop}
+            "unexpected_bytes_on_idle": crowd.unexpected, "rss_end_mib": rss2,
+            "server_cpu_s_crowd": crowd_cpu, "crowd_wall_s": tc1 - tc0, "exit": stop}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1199,6 +1248,7 @@ def exp_honest(args, clients=32):
 
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
     t0 = time.monotonic()
+    cpu0 = srv.cpu_s()
     with RssSampler(srv.pid, 1.0) as rs:
         for t in threads:
             t.start()
@@ -1207,6 +1257,7 @@ def exp_honest(args, clients=32):
         for t in threads:
             t.join(timeout=130)
         wall = time.monotonic() - t0
+        cpu1 = srv.cpu_s()
         idle, idle_s, metrics = wait_idle(port, 10)
     rss = [k / 1024 for _, k in rs.samples]
     exit_ = srv.stop()
@@ -1221,15 +1272,20 @@ def exp_honest(args, clients=32):
         if rss else []
     block_lines = [line for line in metrics.splitlines()
                    if "block" in line and not line.startswith("#")]
-    in_use = metric_sum("\n".join(line for line in block_lines if 'state="in_use"' in line),
-                        "kvserve:kv_cache_blocks")
+    def blocks(state):
+        return metric_sum("\n".join(line for line in block_lines if f'state="{state}"' in line),
+                          "kvserve:kv_cache_blocks")
+    in_use, free, cached = blocks("in_use"), blocks("free"), blocks("cached")
+    total = metric_sum(metrics, "kvserve:kv_cache_blocks_total")
+    all_back = in_use == 0 and free is not None and cached is not None and free + cached == total
 
     print(f"requests: {len(results)} ({len(completed)} completed, {len(aborted)} cut off by us, "
           f"{len(errors)} errors" + (f": {tally(e['error'][:60] for e in errors)}" if errors
                                      else "") + ")")
     print(f"TTFT ms: p50 {ms(pct(ttfts, 50))}  p99 {ms(pct(ttfts, 99))}  (over completed)")
+    server_cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
     print(f"generated: {events / wall:.1f} tokens/s (text events over {wall:.1f} s; usage of "
-          f"completed: {usage_tokens} tokens)")
+          f"completed: {usage_tokens} tokens); server CPU {server_cpu or 0:.1f} s")
     if rss:
         print(f"RSS MiB: min {min(rss):.1f}  median {statistics.median(rss):.1f}  "
               f"max {max(rss):.1f};  at 0%,10%..100%: " + " ".join(f"{v:.0f}" for v in curve))
@@ -1237,15 +1293,18 @@ def exp_honest(args, clients=32):
           f"block gauges:")
     for line in block_lines:
         print(f"  {line}")
-    print(f"blocks in use once idle: {in_use if in_use is None else int(in_use)}")
+    print(f"blocks in use once idle: {in_use if in_use is None else int(in_use)}; free + cached "
+          f"= total: {'yes, every block is back' if all_back else 'NO'}")
     print(f"honest server: {exit_['behaviour']}")
     return {"clients": clients, "seconds": wall, "requests": len(results),
             "completed": len(completed), "aborted": len(aborted), "errors": len(errors),
             "error_samples": [e["error"] for e in errors[:10]],
             "ttft_p50_s": pct(ttfts, 50), "ttft_p99_s": pct(ttfts, 99),
             "tokens_per_s": events / wall, "usage_completion_tokens": usage_tokens,
+            "server_cpu_s": server_cpu,
             "rss_mib": rss, "rss_curve_mib": curve, "idle_after_s": idle_s if idle else None,
-            "block_lines": block_lines, "blocks_in_use_idle": in_use, "exit": exit_}
+            "block_lines": block_lines, "blocks_in_use_idle": in_use, "all_blocks_back": all_back,
+            "exit": exit_}
 
 
 # ---------------------------------------------------------------------------------------------

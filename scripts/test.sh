@@ -52,7 +52,7 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/b
 count "$logdir/tsan.log"
 
 if [ -f "$root/scripts/fuzz.sh" ] && command -v clang++ >/dev/null 2>&1; then
-  echo "== fuzzing the GGUF reader (${KVSERVE_FUZZ_SECONDS:-60} s)"
+  echo "== fuzzing the GGUF reader, the HTTP request parser and the OpenAI codec (${KVSERVE_FUZZ_SECONDS:-60} s each)"
   if bash "$root/scripts/fuzz.sh" "${KVSERVE_FUZZ_SECONDS:-60}"; then
     passed=$((passed + 1))
   else

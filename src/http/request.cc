@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <iterator>
+
 #include <boost/asio/buffer.hpp>
 
 namespace kvserve::http {
@@ -30,7 +32,13 @@ Refusal RefusalFor(const boost::beast::error_code& ec) {
   if (ec == bhttp::error::bad_chunk || ec == bhttp::error::bad_chunk_extension) {
     return {400, "malformed chunked body"};
   }
-  if (ec == bhttp::error::bad_version) return {505, "HTTP version not supported"};
+  // Beast reads only HTTP/1.0 and 1.1; a request line with bare LF endings also lands here.
+  if (ec == bhttp::error::bad_version) {
+    return {400, "malformed request line or unsupported HTTP version: send HTTP/1.1"};
+  }
+  if (ec == bhttp::error::buffer_overflow) {
+    return {431, "the request's headers or trailers are too large"};
+  }
   if (ec == bhttp::error::bad_target) return {400, "malformed request target"};
   if (ec == bhttp::error::bad_method) return {400, "malformed request method"};
   if (ec == bhttp::error::bad_field || ec == bhttp::error::bad_value) {
@@ -44,24 +52,46 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limi
   const auto& head = parser.get();
   int fields = 0;
   size_t lengths = 0;
-  bool transfer_encoding = false;
+  int transfer_encodings = 0;
+  bool only_chunked = true;
   for (const auto& f : head.base()) {
     ++fields;
     if (f.name() == bhttp::field::content_length) ++lengths;
-    if (f.name() == bhttp::field::transfer_encoding) transfer_encoding = true;
+    if (f.name() == bhttp::field::transfer_encoding) {
+      ++transfer_encodings;
+      std::string_view v = f.value();
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      only_chunked = only_chunked && boost::beast::iequals(v, "chunked");
+    }
   }
+  const bool transfer_encoding = transfer_encodings > 0;
   if (fields > limits.max_header_fields) {
     return Refusal{431, fmt::format("the request has more than {} header fields",
                                     limits.max_header_fields)};
   }
-  // Beast already refuses two Content-Length values that differ and a Transfer-Encoding other
-  // than chunked; a length beside a chunked body is refused here, since a proxy in front could
-  // frame the body by the other one (request smuggling).
+  // Beast refuses two Content-Length values that differ. A length beside a chunked body, or a
+  // Transfer-Encoding whose last coding is not chunked (the body's end is then unknowable), is
+  // refused here: a proxy in front could frame the body differently (request smuggling).
   if (lengths > 0 && transfer_encoding) {
     return Refusal{400, "a request may not carry both Content-Length and Transfer-Encoding"};
   }
+  // No other coding is decoded here, so the one accepted Transfer-Encoding is exactly
+  // "chunked", once: anything else would leave the body's end to a guess.
+  if (transfer_encoding && (transfer_encodings > 1 || !only_chunked || !parser.chunked())) {
+    return Refusal{400, "invalid Transfer-Encoding: a request may carry only 'chunked'"};
+  }
   if (head.method() == bhttp::verb::post && lengths == 0 && !parser.chunked()) {
     return Refusal{411, "a POST needs a Content-Length header (or a chunked body)"};
+  }
+  return std::nullopt;
+}
+
+std::optional<Refusal> CheckTrailers(const RequestParser& parser, const Limits& limits) {
+  const auto& fields = parser.get().base();
+  if (std::distance(fields.begin(), fields.end()) > limits.max_header_fields) {
+    return Refusal{431, fmt::format("the request's headers and trailers have more than {} fields",
+                                    limits.max_header_fields)};
   }
   return std::nullopt;
 }
@@ -123,11 +153,11 @@ ParseOutcome ParseStream(std::string_view bytes, const Limits& limits) {
         return out;
       }
     }
-    if (!head_checked) {
-      if (auto refusal = CheckHead(parser, limits)) {
-        out.refusal = std::move(refusal);
-        return out;
-      }
+    std::optional<Refusal> refusal = head_checked ? std::nullopt : CheckHead(parser, limits);
+    if (!refusal) refusal = CheckTrailers(parser, limits);
+    if (refusal) {
+      out.refusal = std::move(refusal);
+      return out;
     }
     out.requests.push_back(ToRequest(parser));
   }

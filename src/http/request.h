@@ -36,6 +36,9 @@ Refusal RefusalFor(const boost::beast::error_code& ec);
 // Checks a parsed head: its framing (RFC 9112 section 6.3: one Content-Length or a chunked body,
 // never both, and a POST must declare one) and its number of header fields.
 std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limits);
+// Checks a request whose body has been read: a chunked body's trailer fields count against the
+// header field limit too (Beast adds them to the same list).
+std::optional<Refusal> CheckTrailers(const RequestParser& parser, const Limits& limits);
 // The head (and the body, moved out, when it has been read) as the layer's Request.
 Request ToRequest(RequestParser& parser);
 // Whether the head asks for "100 Continue" before its body is sent.

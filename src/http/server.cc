@@ -1,6 +1,9 @@
 #include "http/server.h"
 
 #include <sys/resource.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -166,8 +169,13 @@ struct Server::Impl {
 // threads read. Each pending operation's handler holds a shared_ptr to it.
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
+  // The read buffer holds at most a head (or a chunked body's trailers, which Beast also needs
+  // whole) plus one read's worth of what follows it: trailers cannot grow it further.
   Conn(Server::Impl* server, tcp::socket socket)
-      : s_(server), sock_(std::move(socket)), timer_(server->io) {
+      : s_(server),
+        sock_(std::move(socket)),
+        timer_(server->io),
+        buf_(server->config.limits.max_header_bytes + (size_t{64} << 10)) {
     beast::error_code ec;
     const tcp::endpoint ep = sock_.remote_endpoint(ec);
     if (!ec) remote_ = fmt::format("{}:{}", ep.address().to_string(), ep.port());
@@ -463,6 +471,7 @@ void Conn::OnBody(beast::error_code ec) {
   }
   if (ec && NetworkError(ec)) return CloseSocket();
   if (ec) return Refuse(RefusalFor(ec));
+  if (auto refusal = CheckTrailers(*parser_, s_->config.limits)) return Refuse(*refusal);
   request_.body = std::move(parser_->get().body());
   parser_.reset();
   Dispatch();
@@ -497,6 +506,12 @@ void Conn::Dispatch() {
         exchange.Send(s->handlers.error(500, "the request got no response"));
       }
     }
+#if defined(__GLIBC__)
+    // A large response (n x max_tokens x logprobs) leaves tens of megabytes free in this
+    // worker's malloc arena, which glibc keeps; hand them back so that memory returns to its
+    // idle level after the request.
+    if (exchange.outcome().bytes >= (int64_t{1} << 20)) malloc_trim(0);
+#endif
     asio::post(s->io, [self, outcome = exchange.outcome()]() mutable {
       self->Served(std::move(outcome));
     });

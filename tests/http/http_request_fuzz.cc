@@ -43,7 +43,9 @@ void CheckRequest(const Request& r, const Limits& limits, size_t input_size) {
   Require(!r.method.empty());
   Require(r.target.compare(0, r.path.size(), r.path) == 0);
   Require(r.path.find('?') == std::string::npos);
-  Require(r.version >= 0 && r.version <= 99);  // Beast reads "HTTP/d.d" as 10 * d + d
+  Require(r.version == 10 || r.version == 11);  // anything else is a 505
+  // Every field the request carries, the trailers of a chunked body included: they end up in
+  // the same headers as the head's.
   Require(r.headers.size() <= static_cast<size_t>(limits.max_header_fields));
   Require(r.body.size() <= limits.max_body_bytes);
   Require(r.body.size() <= input_size);

@@ -220,6 +220,19 @@ TEST_F(ServerTest, LimitsAndFramingAreRefusedWithTheirStatus) {
   EXPECT_EQ(status_of(Raw("POST /echo HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")),
             "HTTP/1.1 400");
   EXPECT_EQ(status_of(Raw("GARBAGE\r\n\r\n")), "HTTP/1.1 400");
+  // A final coding other than chunked leaves the body's end unknowable.
+  EXPECT_EQ(status_of(Raw("POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nabc")),
+            "HTTP/1.1 400");
+  EXPECT_EQ(status_of(Raw("GET /quick HTTP/1.2\r\n\r\n")), "HTTP/1.1 400");
+  // A chunked body's trailer fields count against the field limit, and their bytes are bounded.
+  std::string trailers;
+  for (int i = 0; i < 12; ++i) trailers += "T" + std::to_string(i) + ": v\r\n";
+  EXPECT_EQ(status_of(Raw("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "3\r\nabc\r\n0\r\n" + trailers + "\r\n")),
+            "HTTP/1.1 431");
+  EXPECT_EQ(status_of(Raw("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "3\r\nabc\r\n0\r\nBig: " + std::string(200000, 'b') + "\r\n\r\n")),
+            "HTTP/1.1 431");
   // A chunked body within the limit is read and served.
   const std::string chunked = Raw(
       "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
