@@ -26,7 +26,10 @@ function runToExit(args) {
 
 test("invalid flags exit non-zero without a listening line", { timeout: 60_000 }, async () => {
   for (const flags of [["--eviction-policy", "bogus"], ["--max-body-bytes", "lots"], ["--port", "-3"],
-                       ["--model", "/nonexistent/model.gguf"], ["--chat-template", "no-such-template"]]) {
+                       ["--model", "/nonexistent/model.gguf"], ["--chat-template", "no-such-template"],
+                       ["--header-timeout", "0"], ["--read-timeout", "-1"], ["--shutdown-timeout", "nan"],
+                       ["--max-connections", "0"], ["--backlog", "0"], ["--max-header-bytes", "10"],
+                       ["--max-header-fields", "0"]]) {
     const r = await runToExit(["serve", "--port", "0", ...flags]);
     assert.ok(!r.listening, `kvserve serve ${flags.join(" ")} started: ${JSON.stringify(r.stdout)}`);
     assert.notEqual(r.code, 0, `kvserve serve ${flags.join(" ")} exited 0`);
