@@ -50,12 +50,11 @@ Refusal RefusalFor(const boost::beast::error_code& ec) {
 
 std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limits) {
   const auto& head = parser.get();
-  int fields = 0;
+  if (auto refusal = CheckFieldCount(parser, limits)) return refusal;
   size_t lengths = 0;
   int transfer_encodings = 0;
   bool only_chunked = true;
   for (const auto& f : head.base()) {
-    ++fields;
     if (f.name() == bhttp::field::content_length) ++lengths;
     if (f.name() == bhttp::field::transfer_encoding) {
       ++transfer_encodings;
@@ -66,10 +65,6 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limi
     }
   }
   const bool transfer_encoding = transfer_encodings > 0;
-  if (fields > limits.max_header_fields) {
-    return Refusal{431, fmt::format("the request has more than {} header fields",
-                                    limits.max_header_fields)};
-  }
   // Beast refuses two Content-Length values that differ. A length beside a chunked body, or a
   // Transfer-Encoding whose last coding is not chunked (the body's end is then unknowable), is
   // refused here: a proxy in front could frame the body differently (request smuggling).
@@ -87,10 +82,11 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limi
   return std::nullopt;
 }
 
-std::optional<Refusal> CheckTrailers(const RequestParser& parser, const Limits& limits) {
+std::optional<Refusal> CheckFieldCount(const RequestParser& parser, const Limits& limits) {
   const auto& fields = parser.get().base();
   if (std::distance(fields.begin(), fields.end()) > limits.max_header_fields) {
-    return Refusal{431, fmt::format("the request's headers and trailers have more than {} fields",
+    return Refusal{431, fmt::format("the request has more than {} header fields (a chunked "
+                                    "body's trailers count too)",
                                     limits.max_header_fields)};
   }
   return std::nullopt;
@@ -116,7 +112,7 @@ bool ExpectsContinue(const RequestParser& parser) {
   const auto it = msg.find(bhttp::field::expect);
   if (it == msg.end()) return false;
   const std::string_view v = it->value();
-  return v.size() == 12 && boost::beast::iequals(v, "100-continue");
+  return boost::beast::iequals(v, "100-continue");
 }
 
 ParseOutcome ParseStream(std::string_view bytes, const Limits& limits) {
@@ -154,7 +150,7 @@ ParseOutcome ParseStream(std::string_view bytes, const Limits& limits) {
       }
     }
     std::optional<Refusal> refusal = head_checked ? std::nullopt : CheckHead(parser, limits);
-    if (!refusal) refusal = CheckTrailers(parser, limits);
+    if (!refusal) refusal = CheckFieldCount(parser, limits);
     if (refusal) {
       out.refusal = std::move(refusal);
       return out;

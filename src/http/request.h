@@ -36,9 +36,9 @@ Refusal RefusalFor(const boost::beast::error_code& ec);
 // Checks a parsed head: its framing (RFC 9112 section 6.3: one Content-Length or a chunked body,
 // never both, and a POST must declare one) and its number of header fields.
 std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limits);
-// Checks a request whose body has been read: a chunked body's trailer fields count against the
-// header field limit too (Beast adds them to the same list).
-std::optional<Refusal> CheckTrailers(const RequestParser& parser, const Limits& limits);
+// Checks the number of header fields: CheckHead calls it on the head, and it is called again
+// once a chunked body has been read, since Beast adds the body's trailer fields to the same list.
+std::optional<Refusal> CheckFieldCount(const RequestParser& parser, const Limits& limits);
 // The head (and the body, moved out, when it has been read) as the layer's Request.
 Request ToRequest(RequestParser& parser);
 // Whether the head asks for "100 Continue" before its body is sent.

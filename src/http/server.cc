@@ -208,7 +208,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Runs on the I/O thread for a worker: writes a whole response or a stream's piece, then
   // calls done(ok).
   using Done = std::function<void(bool ok)>;
-  void WriteResponse(Response r, Done done);
+  // `close`: the connection ends after this response (keep-alive off).
+  void WriteResponse(Response r, bool close, Done done);
   void WriteStreamHead(Response r, Done done);
   void WriteChunk(std::shared_ptr<std::string> data, bool last, Done done);
   // The worker has finished with the request.
@@ -300,7 +301,7 @@ class WorkerExchange final : public Exchange {
     outcome_.bytes = static_cast<int64_t>(r.body.size());
     if (outcome_.reason.empty()) outcome_.reason = r.reason;
     return RunOnIo([r = std::move(r)](Conn& c, Conn::Done done) mutable {
-      c.WriteResponse(std::move(r), std::move(done));
+      c.WriteResponse(std::move(r), /*close=*/false, std::move(done));
     });
   }
 
@@ -471,7 +472,7 @@ void Conn::OnBody(beast::error_code ec) {
   }
   if (ec && NetworkError(ec)) return CloseSocket();
   if (ec) return Refuse(RefusalFor(ec));
-  if (auto refusal = CheckTrailers(*parser_, s_->config.limits)) return Refuse(*refusal);
+  if (auto refusal = CheckFieldCount(*parser_, s_->config.limits)) return Refuse(*refusal);
   request_.body = std::move(parser_->get().body());
   parser_.reset();
   Dispatch();
@@ -506,13 +507,14 @@ void Conn::Dispatch() {
         exchange.Send(s->handlers.error(500, "the request got no response"));
       }
     }
-#if defined(__GLIBC__)
     // A large response (n x max_tokens x logprobs) leaves tens of megabytes free in this
     // worker's malloc arena, which glibc keeps; hand them back so that memory returns to its
     // idle level after the request.
-    if (exchange.outcome().bytes >= (int64_t{1} << 20)) malloc_trim(0);
+    Outcome outcome = exchange.outcome();
+#if defined(__GLIBC__)
+    if (outcome.bytes >= (int64_t{1} << 20)) malloc_trim(0);
 #endif
-    asio::post(s->io, [self, outcome = exchange.outcome()]() mutable {
+    asio::post(s->io, [self, outcome = std::move(outcome)]() mutable {
       self->Served(std::move(outcome));
     });
   });
@@ -562,6 +564,17 @@ void SetCommonHeaders(Message& m, const Response& r, const std::string& request_
   for (const auto& [name, value] : r.headers) m.insert(name, value);
 }
 
+// A whole response as Beast writes it: status, headers, body, Content-Length, Connection.
+bhttp::response<bhttp::string_body> Message(Response r, const std::string& request_id,
+                                            bool keep_alive) {
+  bhttp::response<bhttp::string_body> msg(static_cast<bhttp::status>(r.status), 11);
+  SetCommonHeaders(msg, r, request_id);
+  msg.body() = std::move(r.body);
+  msg.keep_alive(keep_alive);
+  msg.prepare_payload();
+  return msg;
+}
+
 }  // namespace
 
 void Conn::Respond(Response r, bool close) {
@@ -569,19 +582,10 @@ void Conn::Respond(Response r, bool close) {
   log_status_ = r.status;
   log_bytes_ = static_cast<int64_t>(r.body.size());
   if (log_reason_.empty()) log_reason_ = r.reason;
-  auto msg = std::make_shared<bhttp::response<bhttp::string_body>>(
-      static_cast<bhttp::status>(r.status), 11);
-  SetCommonHeaders(*msg, r, request_id_);
-  msg->body() = std::move(r.body);
-  msg->keep_alive(keep_alive_ && !close && !s_->stopping);
-  msg->prepare_payload();
-  Arm(Seconds(s_->config.write_timeout_s));
-  bhttp::async_write(sock_, *msg, [self = shared_from_this(), msg](const beast::error_code& ec, size_t) {
-    if (self->closed_) return;
-    self->Disarm();
+  WriteResponse(std::move(r), close, [self = shared_from_this()](bool ok) {
     self->LogAccess();
-    if (ec) return self->CloseSocket();
-    if (!msg->keep_alive()) return self->GracefulClose();
+    if (!ok) return;  // the connection is closed
+    if (!self->keep_alive_) return self->GracefulClose();
     self->WaitRequest();
   });
 }
@@ -618,15 +622,11 @@ void Conn::Drain(std::shared_ptr<std::array<char, 4096>> scratch, size_t total) 
   });
 }
 
-void Conn::WriteResponse(Response r, Done done) {
+void Conn::WriteResponse(Response r, bool close, Done done) {
   if (closed_) return done(false);
+  keep_alive_ = keep_alive_ && !close && !s_->stopping;
   auto msg = std::make_shared<bhttp::response<bhttp::string_body>>(
-      static_cast<bhttp::status>(r.status), 11);
-  SetCommonHeaders(*msg, r, request_id_);
-  msg->body() = std::move(r.body);
-  msg->keep_alive(keep_alive_ && !s_->stopping);
-  if (!msg->keep_alive()) keep_alive_ = false;
-  msg->prepare_payload();
+      Message(std::move(r), request_id_, keep_alive_));
   Arm(Seconds(s_->config.write_timeout_s));
   bhttp::async_write(sock_, *msg, [self = shared_from_this(), msg, done = std::move(done)](
                                       const beast::error_code& ec, size_t) {
@@ -641,8 +641,8 @@ void Conn::WriteStreamHead(Response r, Done done) {
   auto msg = std::make_shared<bhttp::response<bhttp::empty_body>>(
       static_cast<bhttp::status>(r.status), 11);
   SetCommonHeaders(*msg, r, request_id_);
-  msg->keep_alive(keep_alive_ && !s_->stopping);
-  if (!msg->keep_alive()) keep_alive_ = false;
+  keep_alive_ = keep_alive_ && !s_->stopping;
+  msg->keep_alive(keep_alive_);
   msg->chunked(true);
   auto sr = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*msg);
   Arm(Seconds(s_->config.write_timeout_s));
@@ -739,14 +739,9 @@ void Server::Impl::Overflow(tcp::socket socket) {
       503, fmt::format("the server is at its limit of {} connections (--max-connections); "
                        "retry later",
                        config.max_connections));
-  bhttp::response<bhttp::string_body> msg(static_cast<bhttp::status>(r.status), 11);
-  SetCommonHeaders(msg, r, "");
-  msg.set(bhttp::field::retry_after, "1");
-  msg.body() = std::move(r.body);
-  msg.keep_alive(false);
-  msg.prepare_payload();
+  r.headers.emplace_back("Retry-After", "1");
   std::ostringstream os;
-  os << msg;
+  os << Message(std::move(r), "", /*keep_alive=*/false);
   auto p = std::make_shared<Pending>(Pending{std::move(socket), asio::steady_timer(io), os.str()});
   p->timer.expires_after(std::chrono::seconds(1));
   p->timer.async_wait([p](const beast::error_code& ec) {
