@@ -178,10 +178,12 @@ void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r
     for (; r < r1; ++r) Q8_0Rows<1, true>(a, x, r);
     return;
   }
-  // NOTE: with fewer than kTokens tokens the panel is bandwidth bound, and one row at a time
-  // (a single sequential stream for the hardware prefetcher) reads memory fastest; interleaving
-  // several rows measured up to 2x slower on decode.
-  if (a.num_tokens < kTokens) {
+  // NOTE: a single token (decode) reads one row at a time, a single sequential stream for the
+  // hardware prefetcher. From 2 tokens on, 4-row tiles share each token's shifted activations
+  // and spread scales across 4 rows, which the 1-row tiles redo per row: 1B Q8_0, 2 Zen 5 cores,
+  // a whole Forward of 2 tokens measured 21.0 -> 16.4 ms and of 3 tokens 25.4 -> 18.8 ms (one
+  // token: 17.5 ms either way; kvserve_spec_bench --verify-table, 2 alternating rounds).
+  if (a.num_tokens < 2) {
     for (; r < r1; ++r) Q8_0Rows<1, false>(a, x, r);
   }
   for (; r + kRows <= r1; r += kRows) Q8_0Rows<kRows, false>(a, x, r);
