@@ -1,0 +1,130 @@
+// Grammar: a context-free grammar over bytes, the one form every constraint compiles to (JSON
+// Schema, regex, choice, GBNF). The matcher (matcher.h) walks it as a pushdown automaton.
+//
+// A rule is a list of alternatives; an alternative is a sequence of symbols, each either a set
+// of bytes (one input byte from the set) or a reference to a rule. Text is bytes: a code point
+// class such as [^"\\] becomes a rule of UTF-8 byte sequences (GrammarBuilder::CodepointClass),
+// so the matcher never decodes UTF-8 and tokens that end inside a character are handled for free.
+//
+// Contract: GrammarBuilder collects rules and Build() validates them into an immutable Grammar
+// (thread-safe to read). Build() refuses a grammar the matcher could not walk: an empty rule, a
+// rule that derives itself without consuming a byte first (left recursion, which would expand
+// forever), a rule that can never finish, and a grammar over `max_symbols` symbols.
+//
+// Layout: the alternatives are flattened into one symbol array, each alternative a run of
+// symbols closed by an kEnd symbol, so a parse position is one index (see matcher.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kvserve/status.h"
+
+namespace kvserve::structured {
+
+// 256 bits: which bytes a kBytes symbol accepts.
+struct ByteSet {
+  std::array<uint64_t, 4> bits{};
+
+  static ByteSet Of(uint8_t lo, uint8_t hi);  // [lo, hi]
+  static ByteSet Single(uint8_t b) { return Of(b, b); }
+  bool Has(uint8_t b) const { return (bits[b >> 6] >> (b & 63)) & 1; }
+  void Add(uint8_t lo, uint8_t hi);
+  void AddSet(const ByteSet& o);
+  bool Empty() const { return (bits[0] | bits[1] | bits[2] | bits[3]) == 0; }
+  int Count() const;
+  bool operator==(const ByteSet&) const = default;
+};
+
+struct Symbol {
+  enum class Kind : uint8_t { kBytes, kRule, kEnd };
+  Kind kind = Kind::kEnd;
+  int32_t index = 0;  // kBytes: byte set id; kRule: rule id; kEnd: the rule it closes
+};
+
+using Sequence = std::vector<Symbol>;
+
+// A code point range [lo, hi], for CodepointClass.
+struct CodepointRange {
+  uint32_t lo = 0, hi = 0;
+};
+
+class Grammar {
+ public:
+  int num_rules() const { return static_cast<int>(rule_alts_.size()); }
+  int start_rule() const { return start_; }
+  const std::string& rule_name(int rule) const { return rule_names_[static_cast<size_t>(rule)]; }
+  // Positions (indices into symbols()) where the rule's alternatives begin.
+  const std::vector<int32_t>& alternatives(int rule) const {
+    return rule_alts_[static_cast<size_t>(rule)];
+  }
+  const Symbol& symbol(int32_t pos) const { return symbols_[static_cast<size_t>(pos)]; }
+  int32_t num_symbols() const { return static_cast<int32_t>(symbols_.size()); }
+  const ByteSet& byte_set(int32_t id) const { return byte_sets_[static_cast<size_t>(id)]; }
+  // Whether the rule can derive the empty string.
+  bool nullable(int rule) const { return nullable_[static_cast<size_t>(rule)] != 0; }
+
+  // A readable dump in GBNF-like syntax (tests and --debug output).
+  std::string ToString() const;
+
+ private:
+  friend class GrammarBuilder;
+  std::vector<Symbol> symbols_;
+  std::vector<std::vector<int32_t>> rule_alts_;
+  std::vector<std::string> rule_names_;
+  std::vector<ByteSet> byte_sets_;
+  std::vector<uint8_t> nullable_;
+  int start_ = 0;
+};
+
+class GrammarBuilder {
+ public:
+  static constexpr int64_t kDefaultMaxSymbols = 2'000'000;
+
+  // A new empty rule (alternatives are added later, so rules may refer to each other before
+  // they are defined). Names need not be unique; they label errors and dumps.
+  int AddRule(std::string name);
+  void AddAlternative(int rule, Sequence seq);
+  int num_rules() const { return static_cast<int>(rules_.size()); }
+  const std::string& rule_name(int rule) const { return rules_[static_cast<size_t>(rule)].name; }
+  bool rule_defined(int rule) const { return !rules_[static_cast<size_t>(rule)].alts.empty(); }
+
+  Symbol Bytes(const ByteSet& set);  // REQUIRES: !set.Empty()
+  static Symbol Ref(int rule) { return Symbol{Symbol::Kind::kRule, rule}; }
+  // The bytes of `text`, one symbol each, appended to *seq.
+  void AppendLiteral(std::string_view text, Sequence* seq);
+  Sequence Literal(std::string_view text);
+
+  // Rules built from others; each returns a new rule (or a cached one for the same input).
+  int Alternatives(std::string name, std::vector<Sequence> alts);
+  int Optional(std::string name, Sequence seq);  // seq | ""
+  int Star(std::string name, Sequence seq);      // (seq)*, right-recursive (constant stack)
+  int Plus(std::string name, Sequence seq);      // seq (seq)*
+  // seq repeated min..max times (max < 0: unbounded). Sizes are O(max) symbols.
+  int Repeat(std::string name, const Sequence& seq, int64_t min, int64_t max);
+  // One code point from the union of `ranges` (or its complement in [0, 0x10FFFF] minus
+  // surrogates when negated), as UTF-8. Cached by content.
+  int CodepointClass(std::vector<CodepointRange> ranges, bool negated);
+
+  // Validates and flattens. an InvalidArgument status naming the offending rule.
+  Result<Grammar> Build(int start_rule, int64_t max_symbols = kDefaultMaxSymbols) const;
+
+ private:
+  struct RuleDef {
+    std::string name;
+    std::vector<Sequence> alts;
+  };
+  std::vector<RuleDef> rules_;
+  std::vector<ByteSet> byte_sets_;
+  std::unordered_map<std::string, int> class_cache_;
+  int64_t num_symbols_ = 0;
+};
+
+// Appends the UTF-8 encoding of cp (REQUIRES: cp <= 0x10FFFF) to *out.
+void AppendUtf8(uint32_t cp, std::string* out);
+
+}  // namespace kvserve::structured

@@ -1,0 +1,67 @@
+// Matcher: walks a Grammar byte by byte as a nondeterministic pushdown automaton.
+//
+// NOTE: the parse state is a set of stacks. A stack is a chain of frames; a frame is a symbol
+// position (an index into Grammar::symbols()): the top frame's position is a kBytes symbol, the
+// next byte to match; each frame below holds where its rule continues once the rule above
+// returns. Stacks are hash-consed in a StackArena (one node per distinct (position, parent)), so
+// a stack is one int, equal stacks are equal ints, and a state is a sorted vector of them.
+// Expansion skips return frames that sit on a kEnd symbol (tail calls), so a right-recursive
+// repetition such as `x*` keeps a constant stack depth however long the match runs. Build()
+// refused left recursion, so expansion always ends.
+//
+// Contract: a StackArena belongs to one compiled constraint and grows as new stacks appear
+// (bounded by the distinct stacks the inputs reach); it is not thread-safe: callers serialise
+// (TokenMasker holds a mutex). States are plain values.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "structured/grammar.h"
+
+namespace kvserve::structured {
+
+// A parse state: sorted, distinct stack ids. kAcceptStack marks "the start rule may end here".
+using State = std::vector<int32_t>;
+inline constexpr int32_t kAcceptStack = -2;
+
+class StackArena {
+ public:
+  explicit StackArena(const Grammar* grammar);
+
+  const Grammar& grammar() const { return *grammar_; }
+  // The state before any byte.
+  State Initial();
+  // The state after `byte`; empty when no stack accepts it.
+  void Advance(const State& state, uint8_t byte, State* out);
+  // Advance over every byte; false (and *state empty) as soon as a byte is refused.
+  bool AdvanceBytes(State* state, std::string_view bytes);
+  static bool CanEnd(const State& state) {
+    return !state.empty() && state.front() == kAcceptStack;
+  }
+  // The bytes allowed next (union over the stacks' top symbols).
+  ByteSet NextBytes(const State& state) const;
+  int64_t num_nodes() const { return static_cast<int64_t>(nodes_.size()); }
+
+ private:
+  struct Node {
+    int32_t pos;
+    int32_t parent;  // -1: the bottom
+  };
+  int32_t NodeFor(int32_t pos, int32_t parent);
+  // Pushes onto *out every stack reached from `pos` over parent without matching a byte.
+  void Expand(int32_t pos, int32_t parent, State* out);
+  // The stacks after the top frame of `stack` matched one byte (memoised per stack).
+  const State& Step(int32_t stack);
+
+  const Grammar* grammar_;
+  std::vector<Node> nodes_;
+  std::unordered_map<uint64_t, int32_t> index_;  // (pos, parent) -> node
+  std::vector<State> step_;                      // [node] successors, valid where stepped_
+  std::vector<uint8_t> stepped_;
+};
+
+}  // namespace kvserve::structured

@@ -1,0 +1,221 @@
+#include "structured/token_masker.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+#include <numeric>
+
+#include "tokenizer/tokenizer.h"
+
+namespace kvserve::structured {
+
+namespace {
+
+// A state's masks are kept until this many are cached, then the cache starts over (a bound on
+// memory: vocab / 8 bytes each, 19 KiB at 152k tokens).
+constexpr size_t kMaxCachedMasks = 4096;
+
+}  // namespace
+
+std::shared_ptr<const TokenVocab> TokenVocab::FromTokenizer(const Tokenizer& tok) {
+  const int n = tok.vocab_size();
+  std::vector<std::string> pieces(static_cast<size_t>(n));
+  std::vector<TokenId> eog, special;
+  for (TokenId id = 0; id < n; ++id) {
+    if (tok.IsEog(id)) {
+      eog.push_back(id);
+      continue;
+    }
+    if (tok.IsSpecial(id)) {
+      special.push_back(id);
+      continue;
+    }
+    pieces[static_cast<size_t>(id)] = tok.TokenToPiece(id);
+  }
+  return FromPieces(std::move(pieces), std::move(eog), std::move(special));
+}
+
+std::shared_ptr<const TokenVocab> TokenVocab::FromPieces(std::vector<std::string> pieces,
+                                                         std::vector<TokenId> eog,
+                                                         std::vector<TokenId> special) {
+  auto v = std::shared_ptr<TokenVocab>(new TokenVocab());
+  v->pieces_ = std::move(pieces);
+  v->eog_mask_.assign(v->pieces_.size(), 0);
+  std::vector<uint8_t> excluded(v->pieces_.size(), 0);
+  for (TokenId id : eog) {
+    if (id < 0 || static_cast<size_t>(id) >= v->pieces_.size()) continue;
+    v->eog_.push_back(id);
+    v->eog_mask_[static_cast<size_t>(id)] = 1;
+    excluded[static_cast<size_t>(id)] = 1;
+  }
+  for (TokenId id : special) {
+    if (id >= 0 && static_cast<size_t>(id) < v->pieces_.size()) excluded[static_cast<size_t>(id)] = 1;
+  }
+  v->BuildTrie(excluded);
+  return v;
+}
+
+void TokenVocab::BuildTrie(const std::vector<uint8_t>& excluded) {
+  std::vector<TokenId> order;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    if (!excluded[i] && !pieces_[i].empty()) order.push_back(static_cast<TokenId>(i));
+  }
+  std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+    const std::string& pa = pieces_[static_cast<size_t>(a)];
+    const std::string& pb = pieces_[static_cast<size_t>(b)];
+    return pa != pb ? pa < pb : a < b;
+  });
+  // Sorted pieces give the trie in preorder: a new node per byte past the common prefix with
+  // the previous piece. `open` holds the node index of each depth on the current path.
+  nodes_.clear();
+  token_ids_.clear();
+  nodes_.push_back(Node{});  // root
+  std::vector<int32_t> open{0};
+  std::string prev;
+  for (TokenId id : order) {
+    const std::string& p = pieces_[static_cast<size_t>(id)];
+    size_t common = 0;
+    while (common < p.size() && common < prev.size() && p[common] == prev[common]) ++common;
+    // Close the nodes deeper than the common prefix.
+    while (open.size() > common + 1) {
+      nodes_[static_cast<size_t>(open.back())].end = static_cast<int32_t>(nodes_.size());
+      open.pop_back();
+    }
+    for (size_t d = common; d < p.size(); ++d) {
+      Node n;
+      n.byte = static_cast<uint8_t>(p[d]);
+      n.depth = static_cast<uint16_t>(d + 1);
+      nodes_.push_back(n);
+      open.push_back(static_cast<int32_t>(nodes_.size()) - 1);
+    }
+    Node& leaf = nodes_[static_cast<size_t>(open.back())];
+    // Tokens with the same bytes are adjacent in `order`, so a node's tokens are contiguous.
+    if (leaf.tokens_end == 0) leaf.tokens_begin = static_cast<int32_t>(token_ids_.size());
+    token_ids_.push_back(id);
+    leaf.tokens_end = static_cast<int32_t>(token_ids_.size());
+    max_depth_ = std::max(max_depth_, static_cast<int>(p.size()));
+    prev = p;
+  }
+  while (!open.empty()) {
+    nodes_[static_cast<size_t>(open.back())].end = static_cast<int32_t>(nodes_.size());
+    open.pop_back();
+  }
+}
+
+size_t TokenMasker::StateHash::operator()(const State& s) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  for (int32_t v : s) h = (h ^ static_cast<uint32_t>(v)) * 0x100000001B3ull;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+TokenMasker::TokenMasker(Grammar grammar, std::shared_ptr<const TokenVocab> vocab)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), arena_(&grammar_) {
+  levels_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
+}
+
+State TokenMasker::Initial() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return arena_.Initial();
+}
+
+bool TokenMasker::Accept(State* state, TokenId token) {
+  if (token < 0 || token >= vocab_->size()) {
+    state->clear();
+    return false;
+  }
+  if (vocab_->is_eog(token)) return StackArena::CanEnd(*state);
+  const std::string& piece = vocab_->piece(token);
+  if (piece.empty()) {  // special: never part of a structure
+    state->clear();
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return arena_.AdvanceBytes(state, piece);
+}
+
+void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {
+  const size_t words = (static_cast<size_t>(vocab_->size()) + 63) / 64;
+  out->assign(words, 0);
+  auto set = [&](TokenId t) {
+    (*out)[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (static_cast<uint32_t>(t) & 63);
+  };
+  if (StackArena::CanEnd(state) || state.empty()) {
+    for (TokenId t : vocab_->eog()) set(t);
+  }
+  if (state.empty()) return;
+  const std::span<const TokenVocab::Node> nodes = vocab_->nodes();
+  levels_[0] = state;
+  int64_t visited = 0;
+  for (size_t i = 1; i < nodes.size();) {
+    const TokenVocab::Node& n = nodes[i];
+    State& here = levels_[n.depth];
+    arena_.Advance(levels_[n.depth - 1u], n.byte, &here);
+    ++visited;
+    if (here.empty()) {
+      i = static_cast<size_t>(n.end);
+      continue;
+    }
+    for (TokenId t : vocab_->node_tokens(n)) set(t);
+    ++i;
+  }
+  stats_.trie_nodes_visited += visited;
+}
+
+const TokenBits& TokenMasker::MaskLocked(const State& state) {
+  ++stats_.lookups;
+  if (auto it = cache_.find(state); it != cache_.end()) return it->second;
+  ++stats_.misses;
+  if (cache_.size() >= kMaxCachedMasks) cache_.clear();
+  TokenBits bits;
+  ComputeLocked(state, &bits);
+  return cache_.emplace(state, std::move(bits)).first->second;
+}
+
+void TokenMasker::Apply(const State& state, std::span<float> logits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const TokenBits& bits = MaskLocked(state);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const size_t n = std::min(logits.size(), bits.size() * 64);
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t word = bits[w];
+    if (word == ~uint64_t{0}) continue;
+    const size_t end = std::min(n, w * 64 + 64);
+    for (size_t i = w * 64; i < end; ++i) {
+      if (!((word >> (i & 63)) & 1)) logits[i] = kMasked;
+    }
+  }
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = kMasked;
+}
+
+TokenBits TokenMasker::Allowed(const State& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return MaskLocked(state);
+}
+
+std::string TokenMasker::ForcedBytes(const State& state, size_t max_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  State s = state, next;
+  while (out.size() < max_bytes && !s.empty() && !StackArena::CanEnd(s)) {
+    const ByteSet bytes = arena_.NextBytes(s);
+    if (bytes.Count() != 1) break;
+    uint8_t b = 0;
+    while (!bytes.Has(b)) ++b;
+    arena_.Advance(s, b, &next);
+    s.swap(next);
+    out.push_back(static_cast<char>(b));
+  }
+  return out;
+}
+
+MaskStats TokenMasker::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+int64_t TokenMasker::cached_masks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(cache_.size());
+}
+
+}  // namespace kvserve::structured

@@ -1,0 +1,127 @@
+// TokenMasker: which tokens a parse state allows, as a bitset over the vocabulary.
+//
+// NOTE: the vocabulary is a byte trie (TokenVocab), stored in preorder with each node's subtree
+// end, so one pass over the array walks it depth first: a node's state is its parent's state
+// advanced by the node's byte, and a node whose state is empty skips its whole subtree. A token
+// is allowed where its node's state is non-empty. Special and control tokens are not in the
+// trie (never allowed inside a structure); end-of-generation tokens are allowed exactly where
+// the start rule may end.
+//
+// Masks are cached per state, by content. Stacks are hash-consed (matcher.h), so the state
+// inside a JSON string, a number or a free-text field is the same ints from one character to
+// the next and across requests: after the first token there, a mask is one cache lookup. The
+// first visit of a state walks the trie (the miss cost, reported by the benchmarks).
+//
+// Contract: one TokenMasker per compiled constraint, shared by every sequence using it;
+// thread-safe (a mutex serialises the arena and the cache). Token bytes come from
+// Tokenizer::TokenToPiece, so byte-fallback <0xXX> tokens and byte-level BPE pieces are the raw
+// bytes they stand for.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "structured/grammar.h"
+#include "structured/matcher.h"
+#include "util/strong_id.h"
+
+namespace kvserve {
+class Tokenizer;
+}
+
+namespace kvserve::structured {
+
+class TokenVocab {
+ public:
+  static std::shared_ptr<const TokenVocab> FromTokenizer(const Tokenizer& tok);
+  // For tests: explicit pieces; `eog` lists end-of-generation ids; `special` ids never allowed.
+  static std::shared_ptr<const TokenVocab> FromPieces(std::vector<std::string> pieces,
+                                                      std::vector<TokenId> eog,
+                                                      std::vector<TokenId> special);
+
+  int size() const { return static_cast<int>(pieces_.size()); }
+  const std::string& piece(TokenId id) const { return pieces_[static_cast<size_t>(id)]; }
+  bool is_eog(TokenId id) const { return eog_mask_[static_cast<size_t>(id)] != 0; }
+  std::span<const TokenId> eog() const { return eog_; }
+
+  struct Node {
+    uint8_t byte = 0;
+    uint16_t depth = 0;       // root: 0
+    int32_t end = 0;          // index after the last node of the subtree
+    int32_t tokens_begin = 0; // tokens ending here: token_ids_[tokens_begin, tokens_end)
+    int32_t tokens_end = 0;
+  };
+  std::span<const Node> nodes() const { return nodes_; }
+  std::span<const TokenId> node_tokens(const Node& n) const {
+    return std::span<const TokenId>(token_ids_).subspan(static_cast<size_t>(n.tokens_begin),
+                                                        static_cast<size_t>(n.tokens_end - n.tokens_begin));
+  }
+  int max_depth() const { return max_depth_; }
+
+ private:
+  void BuildTrie(const std::vector<uint8_t>& excluded);
+  std::vector<std::string> pieces_;
+  std::vector<TokenId> eog_;
+  std::vector<uint8_t> eog_mask_;
+  std::vector<Node> nodes_;
+  std::vector<TokenId> token_ids_;
+  int max_depth_ = 0;
+};
+
+// A bitset over the vocabulary: bit t set = token t allowed.
+using TokenBits = std::vector<uint64_t>;
+
+struct MaskStats {
+  int64_t lookups = 0;
+  int64_t misses = 0;
+  int64_t trie_nodes_visited = 0;
+};
+
+class TokenMasker {
+ public:
+  TokenMasker(Grammar grammar, std::shared_ptr<const TokenVocab> vocab);
+  TokenMasker(const TokenMasker&) = delete;
+  TokenMasker& operator=(const TokenMasker&) = delete;
+
+  const Grammar& grammar() const { return grammar_; }
+  const TokenVocab& vocab() const { return *vocab_; }
+
+  State Initial();
+  // Advances *state over the token's bytes (an end-of-generation token leaves it unchanged).
+  // False, with *state empty, if the grammar refuses the token.
+  bool Accept(State* state, TokenId token);
+  // Sets logits of the tokens `state` does not allow to -inf. An empty state (nothing can
+  // follow) allows only end-of-generation tokens.
+  void Apply(const State& state, std::span<float> logits);
+  // The allowed tokens of `state` (copied out; for tests and tools).
+  TokenBits Allowed(const State& state);
+  // The bytes that must come next whatever the model picks (jump-forward's input): the longest
+  // byte string every continuation of `state` starts with (empty when there is a choice or the
+  // structure may end).
+  std::string ForcedBytes(const State& state, size_t max_bytes = 256);
+  MaskStats stats() const;
+  int64_t cached_masks() const;
+
+ private:
+  const TokenBits& MaskLocked(const State& state);
+  void ComputeLocked(const State& state, TokenBits* out);
+
+  struct StateHash {
+    size_t operator()(const State& s) const;
+  };
+
+  Grammar grammar_;
+  std::shared_ptr<const TokenVocab> vocab_;
+  mutable std::mutex mu_;
+  StackArena arena_;                                     // guarded by mu_
+  std::unordered_map<State, TokenBits, StateHash> cache_;  // guarded by mu_
+  std::vector<State> levels_;                            // guarded by mu_: DFS scratch per depth
+  MaskStats stats_;                                      // guarded by mu_
+};
+
+}  // namespace kvserve::structured
