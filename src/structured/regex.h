@@ -1,15 +1,21 @@
 // Regex → grammar rule: the regular expressions people write for structured output (Python `re`
 // / JavaScript syntax without back-references or look-around), matched against the whole output.
 //
-// Supported: literals and escapes (\n \t \r \f \v \0 \xHH \uHHHH \u{H...} and escaped
-// metacharacters), classes [...] with ranges, negation and the class escapes \d \w \s \D \W \S
-// (ASCII meanings, as Python's re.ASCII), `.` (any code point but \n), groups (...), (?:...),
-// (?P<name>...) and (?<name>...), alternation |, quantifiers * + ? {n} {n,} {n,m} (lazy and
-// possessive suffixes accepted and treated as greedy: a grammar has no match preference),
-// and ^ at the start and $ at the end (the match is always whole).
-// Refused with InvalidArgument naming the position: back-references, look-around, other (?...)
-// flags, unbalanced brackets or parentheses, a quantifier with nothing to repeat, {n,m} with
-// n > m or over kMaxRepeat.
+// Supported: literals (UTF-8 code points) and escapes (\n \t \r \f \v \a \0 (plus up to two
+// octal digits) \xHH \uHHHH \u{H...} \UHHHHHHHH and any escaped non-alphanumeric character),
+// classes [...] with ranges, negation and the class escapes \d \w \s \D \W \S (ASCII meanings,
+// as Python's re.ASCII; \b in a class is a backspace; a ']' first and a '-' first or last are
+// literals), `.` (any code point but \n), groups (...), (?:...), (?P<name>...) and
+// (?<name>...), comments (?#...), alternation | (empty alternatives included), quantifiers
+// * + ? {n} {n,} {,m} {n,m} {,} (lazy and possessive suffixes accepted and treated as greedy: a
+// grammar has no match preference), and ^ / \A at the start and $ / \Z / \z at the end of the
+// pattern or of a top-level alternative (the match is always whole). A `{` that does not start a
+// valid quantifier is a literal, as in Python ("a{", "{x}", "a{}").
+// Refused with InvalidArgument naming the offset (in code points): back-references,
+// look-around, other (?...) flags, word boundaries, \p{...}, unknown letter escapes, anchors
+// elsewhere, unbalanced brackets or parentheses, a quantifier with nothing to repeat or a second
+// quantifier, {n,m} with n > m or over kMaxRepeat, a class that matches nothing, surrogate
+// escapes, invalid UTF-8, and groups nested over 1000 deep.
 #pragma once
 
 #include <string_view>
