@@ -28,31 +28,15 @@ int ByteSet::Count() const {
   return n;
 }
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 namespace {
 
 constexpr uint32_t kMaxCodepoint = 0x10FFFF;
 constexpr uint32_t kSurrogateLo = 0xD800, kSurrogateHi = 0xDFFF;
 
 // Sorted, merged, surrogate-free ranges.
-std::vector<CodepointRange> Normalize(std::vector<CodepointRange> ranges, bool negated) {
+}  // namespace
+
+std::vector<CodepointRange> NormalizeCodepoints(std::vector<CodepointRange> ranges, bool negated) {
   std::vector<CodepointRange> r;
   for (CodepointRange c : ranges) {
     if (c.lo > c.hi) std::swap(c.lo, c.hi);
@@ -90,6 +74,8 @@ std::vector<CodepointRange> Normalize(std::vector<CodepointRange> ranges, bool n
   }
   return out;
 }
+
+namespace {
 
 int Utf8Length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
@@ -130,6 +116,8 @@ int GrammarBuilder::AddRule(std::string name) {
 }
 
 void GrammarBuilder::AddAlternative(int rule, Sequence seq) {
+  if ((++calls_ & 1023) == 0 && std::chrono::steady_clock::now() > deadline_) expired_ = true;
+  if (expired_) return;
   num_symbols_ += static_cast<int64_t>(seq.size()) + 1;
   rules_[static_cast<size_t>(rule)].alts.push_back(std::move(seq));
 }
@@ -201,7 +189,7 @@ int GrammarBuilder::Repeat(std::string name, const Sequence& seq, int64_t min, i
 }
 
 int GrammarBuilder::CodepointClass(std::vector<CodepointRange> ranges, bool negated) {
-  std::vector<CodepointRange> norm = Normalize(std::move(ranges), negated);
+  std::vector<CodepointRange> norm = NormalizeCodepoints(std::move(ranges), negated);
   std::string key;
   for (CodepointRange c : norm) key += fmt::format("{:x}-{:x},", c.lo, c.hi);
   if (auto it = class_cache_.find(key); it != class_cache_.end()) return it->second;
@@ -237,6 +225,10 @@ int GrammarBuilder::CodepointClass(std::vector<CodepointRange> ranges, bool nega
 
 Result<Grammar> GrammarBuilder::Build(int start_rule, int64_t max_symbols) const {
   const size_t n = rules_.size();
+  if (expired_ || std::chrono::steady_clock::now() > deadline_) {
+    return InvalidArgument("the constraint took longer to compile than the time limit allows "
+                           "(--structured-compile-timeout-ms); simplify it");
+  }
   if (start_rule < 0 || static_cast<size_t>(start_rule) >= n) {
     return InvalidArgument("grammar has no start rule");
   }

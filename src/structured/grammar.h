@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "kvserve/status.h"
+#include "tokenizer/unicode.h"  // AppendUtf8
 
 namespace kvserve::structured {
 
@@ -52,6 +54,10 @@ using Sequence = std::vector<Symbol>;
 struct CodepointRange {
   uint32_t lo = 0, hi = 0;
 };
+
+// Sorted, merged ranges without surrogates; with `negated`, their complement in [0, 0x10FFFF].
+// Empty when the class matches no code point.
+std::vector<CodepointRange> NormalizeCodepoints(std::vector<CodepointRange> ranges, bool negated);
 
 class Grammar {
  public:
@@ -110,8 +116,14 @@ class GrammarBuilder {
   // surrogates when negated), as UTF-8. Cached by content.
   int CodepointClass(std::vector<CodepointRange> ranges, bool negated);
 
-  // Validates and flattens. an InvalidArgument status naming the offending rule.
+  // Validates and flattens. An InvalidArgument status naming the offending rule.
   Result<Grammar> Build(int start_rule, int64_t max_symbols = kDefaultMaxSymbols) const;
+
+  // A compile deadline: once past it, the builder stops growing (every later rule is empty) and
+  // Build() refuses with DeadlineExceeded-style InvalidArgument, so a pathological constraint
+  // costs at most the time limit.
+  void SetDeadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
+  bool expired() const { return expired_; }
 
  private:
   struct RuleDef {
@@ -122,9 +134,9 @@ class GrammarBuilder {
   std::vector<ByteSet> byte_sets_;
   std::unordered_map<std::string, int> class_cache_;
   int64_t num_symbols_ = 0;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  bool expired_ = false;
+  int64_t calls_ = 0;
 };
-
-// Appends the UTF-8 encoding of cp (REQUIRES: cp <= 0x10FFFF) to *out.
-void AppendUtf8(uint32_t cp, std::string* out);
 
 }  // namespace kvserve::structured

@@ -107,4 +107,16 @@ ByteSet StackArena::NextBytes(const State& state) const {
   return s;
 }
 
+bool FullMatch(const Grammar& grammar, std::string_view text) {
+  StackArena arena(&grammar);
+  State s = arena.Initial();
+  return arena.AdvanceBytes(&s, text) && StackArena::CanEnd(s);
+}
+
+bool PrefixMatch(const Grammar& grammar, std::string_view text) {
+  StackArena arena(&grammar);
+  State s = arena.Initial();
+  return arena.AdvanceBytes(&s, text);
+}
+
 }  // namespace kvserve::structured

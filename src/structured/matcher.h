@@ -64,4 +64,9 @@ class StackArena {
   std::vector<uint8_t> stepped_;
 };
 
+// Whether the grammar matches all of `text`, and whether `text` is a prefix of something it
+// matches (with a fresh arena each call: for tests and one-off checks).
+bool FullMatch(const Grammar& grammar, std::string_view text);
+bool PrefixMatch(const Grammar& grammar, std::string_view text);
+
 }  // namespace kvserve::structured

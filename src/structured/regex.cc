@@ -70,35 +70,10 @@ std::vector<CodepointRange> ClassEscapeRanges(char c) {
   }
 }
 
-// [0, kMaxCodepoint] minus sorted, disjoint `ranges`.
-std::vector<CodepointRange> Complement(const std::vector<CodepointRange>& ranges) {
-  std::vector<CodepointRange> out;
-  uint32_t next = 0;
-  for (CodepointRange r : ranges) {
-    if (r.lo > next) out.push_back({next, r.lo - 1});
-    next = r.hi + 1;
-  }
-  if (next <= kMaxCodepoint) out.push_back({next, kMaxCodepoint});
-  return out;
-}
 
 // Whether a class matches no code point (surrogates are never matched).
 bool ClassIsEmpty(std::vector<CodepointRange> ranges, bool negated) {
-  std::sort(ranges.begin(), ranges.end(), [](auto a, auto b) { return a.lo < b.lo; });
-  int64_t covered = 0, surrogates = 0;
-  int64_t next = 0;  // first code point not yet counted
-  for (CodepointRange r : ranges) {
-    const int64_t lo = std::max<int64_t>(r.lo, next), hi = r.hi;
-    if (hi < lo) continue;
-    covered += hi - lo + 1;
-    const int64_t s_lo = std::max<int64_t>(lo, kSurrogateLo);
-    const int64_t s_hi = std::min<int64_t>(hi, kSurrogateHi);
-    if (s_hi >= s_lo) surrogates += s_hi - s_lo + 1;
-    next = hi + 1;
-  }
-  const int64_t matched = covered - surrogates;
-  const int64_t all = int64_t{kMaxCodepoint} + 1 - (kSurrogateHi - kSurrogateLo + 1);
-  return negated ? matched == all : matched == 0;
+  return NormalizeCodepoints(std::move(ranges), negated).empty();
 }
 
 int HexValue(char c) {
@@ -371,7 +346,7 @@ Result<Escape> Parser::ParseEscape(bool in_class) {
       const bool negated = c == 'D' || c == 'W' || c == 'S';
       e.is_class = true;
       e.ranges = ClassEscapeRanges(static_cast<char>(c | 0x20));
-      if (negated) e.ranges = Complement(e.ranges);
+      if (negated) e.ranges = NormalizeCodepoints(std::move(e.ranges), true);
       return e;
     }
     case '0': {  // \0 and up to two more octal digits (Python)

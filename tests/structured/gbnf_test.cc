@@ -11,20 +11,6 @@
 namespace kvserve::structured {
 namespace {
 
-// Whether the grammar matches `text` exactly.
-bool Matches(const Grammar& g, std::string_view text) {
-  StackArena arena(&g);
-  State s = arena.Initial();
-  return arena.AdvanceBytes(&s, text) && StackArena::CanEnd(s);
-}
-
-// Whether `text` is a prefix of something the grammar matches.
-bool Viable(const Grammar& g, std::string_view text) {
-  StackArena arena(&g);
-  State s = arena.Initial();
-  return arena.AdvanceBytes(&s, text);
-}
-
 Result<Grammar> CompileToGrammar(std::string_view gbnf) {
   GrammarBuilder b;
   KV_ASSIGN_OR_RETURN(int root, CompileGbnf(gbnf, &b));
@@ -43,10 +29,10 @@ void ExpectLanguage(std::string_view gbnf, const std::vector<std::string>& accep
   auto g = CompileToGrammar(gbnf);
   ASSERT_TRUE(g.ok()) << gbnf << "\n" << g.status().ToString();
   for (const std::string& s : accept) {
-    EXPECT_TRUE(Matches(*g, s)) << gbnf << "\nshould match \"" << s << "\"";
+    EXPECT_TRUE(FullMatch(*g, s)) << gbnf << "\nshould match \"" << s << "\"";
   }
   for (const std::string& s : reject) {
-    EXPECT_FALSE(Matches(*g, s)) << gbnf << "\nshould not match \"" << s << "\"";
+    EXPECT_FALSE(FullMatch(*g, s)) << gbnf << "\nshould not match \"" << s << "\"";
   }
 }
 
@@ -109,8 +95,8 @@ TEST(GbnfTest, JsonGrammar) {
                  });
   auto g = CompileToGrammar(kJsonGrammar);
   ASSERT_TRUE(g.ok());
-  EXPECT_TRUE(Viable(*g, "{\"key\": [1, 2"));
-  EXPECT_FALSE(Viable(*g, "{\"key\" 1"));
+  EXPECT_TRUE(PrefixMatch(*g, "{\"key\": [1, 2"));
+  EXPECT_FALSE(PrefixMatch(*g, "{\"key\" 1"));
 }
 
 TEST(GbnfTest, ArithmeticGrammar) {
@@ -219,8 +205,8 @@ TEST(GbnfTest, SharesABuilderWithOtherRules) {
   const int top = b.Alternatives("top", {{GrammarBuilder::Ref(pre), GrammarBuilder::Ref(*root)}});
   auto g = b.Build(top);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  EXPECT_TRUE(Matches(*g, ">42"));
-  EXPECT_FALSE(Matches(*g, "42"));
+  EXPECT_TRUE(FullMatch(*g, ">42"));
+  EXPECT_FALSE(FullMatch(*g, "42"));
 }
 
 TEST(GbnfTest, LeftRecursionIsRefusedThroughBuild) {

@@ -10,20 +10,6 @@
 namespace kvserve::structured {
 namespace {
 
-// Whether the grammar matches `text` exactly.
-bool Matches(const Grammar& g, std::string_view text) {
-  StackArena arena(&g);
-  State s = arena.Initial();
-  return arena.AdvanceBytes(&s, text) && StackArena::CanEnd(s);
-}
-
-// Whether `text` is a prefix of something the grammar matches.
-bool Viable(const Grammar& g, std::string_view text) {
-  StackArena arena(&g);
-  State s = arena.Initial();
-  return arena.AdvanceBytes(&s, text);
-}
-
 TEST(GrammarTest, LiteralsAlternativesAndRepetition) {
   GrammarBuilder b;
   // root ::= "a" ("b" | "cd")* "e"?
@@ -34,10 +20,10 @@ TEST(GrammarTest, LiteralsAlternativesAndRepetition) {
                                             GrammarBuilder::Ref(opt_e)}});
   auto g = b.Build(root);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  for (const char* ok : {"a", "ae", "abcdb", "acdbcde"}) EXPECT_TRUE(Matches(*g, ok)) << ok;
-  for (const char* bad : {"", "b", "ac", "aee", "abx"}) EXPECT_FALSE(Matches(*g, bad)) << bad;
-  EXPECT_TRUE(Viable(*g, "ac"));
-  EXPECT_FALSE(Viable(*g, "aex"));
+  for (const char* ok : {"a", "ae", "abcdb", "acdbcde"}) EXPECT_TRUE(FullMatch(*g, ok)) << ok;
+  for (const char* bad : {"", "b", "ac", "aee", "abx"}) EXPECT_FALSE(FullMatch(*g, bad)) << bad;
+  EXPECT_TRUE(PrefixMatch(*g, "ac"));
+  EXPECT_FALSE(PrefixMatch(*g, "aex"));
 }
 
 TEST(GrammarTest, RightRecursionKeepsAConstantNumberOfStacks) {
@@ -62,9 +48,9 @@ TEST(GrammarTest, NestedRecursionMatchesBalancedBrackets) {
   b.AddAlternative(root, {b.Literal("[")[0], GrammarBuilder::Ref(items), b.Literal("]")[0]});
   auto g = b.Build(root);
   ASSERT_TRUE(g.ok());
-  EXPECT_TRUE(Matches(*g, "[[][[]]]"));
-  EXPECT_FALSE(Matches(*g, "[[]"));
-  EXPECT_FALSE(Matches(*g, "[]]"));
+  EXPECT_TRUE(FullMatch(*g, "[[][[]]]"));
+  EXPECT_FALSE(FullMatch(*g, "[[]"));
+  EXPECT_FALSE(FullMatch(*g, "[]]"));
 }
 
 TEST(GrammarTest, RefusesLeftRecursionEmptyRulesAndEndlessRules) {
@@ -96,10 +82,10 @@ TEST(GrammarTest, RepeatCountsExactly) {
   const int r = b.Repeat("x{2,4}", b.Literal("x"), 2, 4);
   auto g = b.Build(r);
   ASSERT_TRUE(g.ok());
-  EXPECT_FALSE(Matches(*g, "x"));
-  EXPECT_TRUE(Matches(*g, "xx"));
-  EXPECT_TRUE(Matches(*g, "xxxx"));
-  EXPECT_FALSE(Matches(*g, "xxxxx"));
+  EXPECT_FALSE(FullMatch(*g, "x"));
+  EXPECT_TRUE(FullMatch(*g, "xx"));
+  EXPECT_TRUE(FullMatch(*g, "xxxx"));
+  EXPECT_FALSE(FullMatch(*g, "xxxxx"));
   GrammarBuilder huge;
   const int h = huge.Repeat("x{0,99999999}", huge.Literal("x"), 0, 99999999);
   EXPECT_NE(huge.Build(h).status().ToString().find("too large"), std::string::npos);
@@ -115,12 +101,12 @@ TEST(GrammarTest, CodepointClassesAreUtf8) {
                                             GrammarBuilder::Ref(wide)}});
   auto g = b.Build(root);
   ASSERT_TRUE(g.ok());
-  EXPECT_TRUE(Matches(*g, "aé中"));
-  EXPECT_TRUE(Matches(*g, "\xF0\x9F\x98\x80\xC3\xBC\xF0\x9F\x98\x81"));  // 😀ü😁
-  EXPECT_FALSE(Matches(*g, "\"é中"));
-  EXPECT_FALSE(Matches(*g, "aa中"));
-  EXPECT_FALSE(Matches(*g, "aé\xED\xA0\x80"));  // a surrogate is never a code point
-  EXPECT_FALSE(Viable(*g, "\xC3\x28"));           // a lead byte must be followed by a continuation
+  EXPECT_TRUE(FullMatch(*g, "aé中"));
+  EXPECT_TRUE(FullMatch(*g, "\xF0\x9F\x98\x80\xC3\xBC\xF0\x9F\x98\x81"));  // 😀ü😁
+  EXPECT_FALSE(FullMatch(*g, "\"é中"));
+  EXPECT_FALSE(FullMatch(*g, "aa中"));
+  EXPECT_FALSE(FullMatch(*g, "aé\xED\xA0\x80"));  // a surrogate is never a code point
+  EXPECT_FALSE(PrefixMatch(*g, "\xC3\x28"));           // a lead byte must be followed by a continuation
 }
 
 TEST(TokenMaskerTest, MasksFollowTheGrammarAndEogOnlyWhereItMayEnd) {

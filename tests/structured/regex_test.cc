@@ -11,20 +11,6 @@
 namespace kvserve::structured {
 namespace {
 
-// Whether the grammar matches `text` exactly.
-bool Matches(const Grammar& g, std::string_view text) {
-  StackArena arena(&g);
-  State s = arena.Initial();
-  return arena.AdvanceBytes(&s, text) && StackArena::CanEnd(s);
-}
-
-// Whether `text` is a prefix of something the grammar matches.
-bool Viable(const Grammar& g, std::string_view text) {
-  StackArena arena(&g);
-  State s = arena.Initial();
-  return arena.AdvanceBytes(&s, text);
-}
-
 Result<Grammar> CompileToGrammar(std::string_view pattern) {
   GrammarBuilder b;
   KV_ASSIGN_OR_RETURN(int root, CompileRegex(pattern, &b));
@@ -42,10 +28,10 @@ void ExpectCases(const std::vector<Case>& cases) {
     auto g = CompileToGrammar(c.pattern);
     ASSERT_TRUE(g.ok()) << c.pattern << ": " << g.status().ToString();
     for (const std::string& s : c.accept) {
-      EXPECT_TRUE(Matches(*g, s)) << "/" << c.pattern << "/ should match \"" << s << "\"";
+      EXPECT_TRUE(FullMatch(*g, s)) << "/" << c.pattern << "/ should match \"" << s << "\"";
     }
     for (const std::string& s : c.reject) {
-      EXPECT_FALSE(Matches(*g, s)) << "/" << c.pattern << "/ should not match \"" << s << "\"";
+      EXPECT_FALSE(FullMatch(*g, s)) << "/" << c.pattern << "/ should not match \"" << s << "\"";
     }
   }
 }
@@ -200,8 +186,8 @@ TEST(RegexTest, Utf8Literals) {
   // The quantifier applies to the whole code point, not its last byte.
   auto g = CompileToGrammar("\xC3\xA9{2}");
   ASSERT_TRUE(g.ok());
-  EXPECT_TRUE(Matches(*g, "\xC3\xA9\xC3\xA9"));
-  EXPECT_FALSE(Matches(*g, "\xC3\xA9\xA9"));
+  EXPECT_TRUE(FullMatch(*g, "\xC3\xA9\xC3\xA9"));
+  EXPECT_FALSE(FullMatch(*g, "\xC3\xA9\xA9"));
 }
 
 TEST(RegexTest, Anchors) {
@@ -231,24 +217,24 @@ TEST(RegexTest, RealWorldPatterns) {
 TEST(RegexTest, PrefixesAreViable) {
   auto g = CompileToGrammar("\\d{3}-[a-z]+");
   ASSERT_TRUE(g.ok());
-  EXPECT_TRUE(Viable(*g, "12"));
-  EXPECT_TRUE(Viable(*g, "123-"));
-  EXPECT_FALSE(Matches(*g, "123-"));
-  EXPECT_FALSE(Viable(*g, "12a"));
-  EXPECT_FALSE(Viable(*g, "1234"));
+  EXPECT_TRUE(PrefixMatch(*g, "12"));
+  EXPECT_TRUE(PrefixMatch(*g, "123-"));
+  EXPECT_FALSE(FullMatch(*g, "123-"));
+  EXPECT_FALSE(PrefixMatch(*g, "12a"));
+  EXPECT_FALSE(PrefixMatch(*g, "1234"));
 }
 
 TEST(RegexTest, LargeBoundedRepetitionBuilds) {
   auto g = CompileToGrammar("[a-z]{1,1000}");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  EXPECT_TRUE(Matches(*g, std::string(1000, 'q')));
-  EXPECT_FALSE(Matches(*g, std::string(1001, 'q')));
+  EXPECT_TRUE(FullMatch(*g, std::string(1000, 'q')));
+  EXPECT_FALSE(FullMatch(*g, std::string(1001, 'q')));
   auto exact = CompileToGrammar("(ab){5000}");
   ASSERT_TRUE(exact.ok()) << exact.status().ToString();
   std::string s;
   for (int i = 0; i < 5000; ++i) s += "ab";
-  EXPECT_TRUE(Matches(*exact, s));
-  EXPECT_FALSE(Matches(*exact, s.substr(2)));
+  EXPECT_TRUE(FullMatch(*exact, s));
+  EXPECT_FALSE(FullMatch(*exact, s.substr(2)));
 }
 
 TEST(RegexTest, ErrorsNameTheOffset) {
@@ -324,7 +310,7 @@ TEST(RegexTest, DeepNestingIsAnErrorNotACrash) {
   const std::string ok = std::string(200, '(') + "a" + std::string(200, ')') + "+";
   auto g = CompileToGrammar(ok);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  EXPECT_TRUE(Matches(*g, "aaa"));
+  EXPECT_TRUE(FullMatch(*g, "aaa"));
 }
 
 TEST(RegexTest, ErrorsAreInvalidArgument) {
@@ -344,8 +330,8 @@ TEST(RegexTest, SharesABuilderWithOtherRules) {
       "root", {{GrammarBuilder::Ref(*digits), b.Literal(":")[0], GrammarBuilder::Ref(*word)}});
   auto g = b.Build(root);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  EXPECT_TRUE(Matches(*g, "42:abc"));
-  EXPECT_FALSE(Matches(*g, "abc:42"));
+  EXPECT_TRUE(FullMatch(*g, "42:abc"));
+  EXPECT_FALSE(FullMatch(*g, "abc:42"));
 }
 
 }  // namespace
