@@ -1,0 +1,700 @@
+#include "structured/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace kvserve::structured {
+
+namespace json_schema_internal {
+// json_schema_values.cc
+int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b);
+int PlainNumberRule(bool integer, GrammarBuilder* b);
+Result<int> NumberRule(const nlohmann::json& schema, bool integer, const std::string& path,
+                       GrammarBuilder* b);
+int JsonCharRule(GrammarBuilder* b);
+bool ScalarFits(const nlohmann::json& v, const nlohmann::json& schema);
+// json_schema_strings.cc
+Result<int> StringRule(const nlohmann::json& schema, int json_char, const std::string& path,
+                       GrammarBuilder* b);
+// json_schema_merge.cc
+bool IsAnnotation(const std::string& k);
+std::string Where(const std::string& path);
+std::string Child(const std::string& path, std::string_view key);
+Status CheckKeywords(const nlohmann::json& s, const std::string& path);
+Result<unsigned> TypeMask(const nlohmann::json& t, const std::string& path);
+Result<const nlohmann::json*> ResolveRef(const nlohmann::json& root, const nlohmann::json& ref,
+                                         const std::string& path);
+Result<nlohmann::json> FlattenSchema(const nlohmann::json& root, const nlohmann::json& s,
+                                     const std::string& path, int depth);
+Result<nlohmann::json> MergeSchemas(const nlohmann::json& root, const nlohmann::json& a,
+                                    const nlohmann::json& b, const std::string& path);
+}  // namespace json_schema_internal
+
+namespace {
+
+using json_schema_internal::CheckKeywords;
+using json_schema_internal::Child;
+using json_schema_internal::FlattenSchema;
+using json_schema_internal::IsAnnotation;
+using json_schema_internal::JsonCharRule;
+using json_schema_internal::MergeSchemas;
+using json_schema_internal::ResolveRef;
+using json_schema_internal::TypeMask;
+using json_schema_internal::Where;
+using json_schema_internal::NumberRule;
+using json_schema_internal::PlainNumberRule;
+using json_schema_internal::ScalarFits;
+using json_schema_internal::StringRule;
+using nlohmann::json;
+using Sym = GrammarBuilder;  // for Sym::Ref
+
+constexpr int kMaxCompiledSchemas = 20000;  // schema nodes compiled, refs and merges included
+constexpr int kMaxExtraKeyTail = 32;        // characters of an extra key past its listed prefix
+enum TypeBits : unsigned {
+  kNull = 1,
+  kBool = 2,
+  kInt = 4,  // "integer"; "number" sets kInt | kNum
+  kNum = 8,
+  kStr = 16,
+  kArr = 32,
+  kObj = 64,
+  kAllTypes = 127,
+};
+
+// Keys that constrain a value (everything but annotations and definitions).
+bool HasConstraints(const json& s, std::initializer_list<std::string_view> ignore) {
+  for (const auto& [k, v] : s.items()) {
+    if (IsAnnotation(k) || k == "$defs" || k == "definitions") continue;
+    if (std::find(ignore.begin(), ignore.end(), k) != ignore.end()) continue;
+    return true;
+  }
+  return false;
+}
+
+// Whether an enum value has one of the types in `mask` (integral floats count as integers).
+bool HasType(const json& v, unsigned mask) {
+  switch (v.type()) {
+    case json::value_t::null: return mask & kNull;
+    case json::value_t::boolean: return mask & kBool;
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return mask & kInt;
+    case json::value_t::number_float: {
+      const double d = v.get<double>();
+      return (mask & kNum) || ((mask & kInt) && std::floor(d) == d);
+    }
+    case json::value_t::string: return mask & kStr;
+    case json::value_t::array: return mask & kArr;
+    case json::value_t::object: return mask & kObj;
+    default: return false;
+  }
+}
+
+Result<int64_t> Count(const json& s, const char* key, const std::string& path) {
+  auto it = s.find(key);
+  if (it == s.end()) return int64_t{-1};
+  if (!it->is_number() || it->get<double>() < 0 || it->get<double>() > 1e9 ||
+      std::floor(it->get<double>()) != it->get<double>()) {
+    return InvalidArgument(fmt::format("'{}' at {} must be a non-negative integer", key,
+                                       Where(path)));
+  }
+  return static_cast<int64_t>(it->get<double>());
+}
+
+// The code points of a UTF-8 string (input from the JSON parser, so well formed).
+std::vector<uint32_t> Codepoints(std::string_view s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    uint32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
+    for (int k = 1; k < n && i + static_cast<size_t>(k) < s.size(); ++k) {
+      cp = (cp << 6) | (static_cast<uint8_t>(s[i + static_cast<size_t>(k)]) & 0x3F);
+    }
+    out.push_back(cp);
+    i += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+bool NeedsEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
+
+class Compiler {
+ public:
+  Compiler(const json& root, const JsonSchemaOptions& options, GrammarBuilder* b)
+      : root_(root), options_(options), b_(b) {}
+
+  Result<int> Compile(const json& s, const std::string& path);
+  int AnyValue();
+  int AnyObject() {
+    AnyValue();
+    return any_object_;
+  }
+
+ private:
+  struct RefState {
+    int rule = -1;
+    bool in_progress = false;
+    int depth = 0;
+  };
+  struct Prop {
+    std::string name;
+    json schema;  // a schema, or true for "any value"
+    bool required = false;
+  };
+
+  Result<int> CompileRef(const json& ref, const std::string& path);
+  // A schema without $ref and allOf at its top.
+  Result<int> CompileFlat(const json& s, const std::string& path);
+  Result<int> CompileAlternatives(const json& s, const std::string& path);
+  Result<int> CompileEnum(const json& s, const std::string& path);
+  Result<int> CompileType(unsigned bit, unsigned mask, const json& s, const std::string& path);
+  Result<unsigned> Types(const json& s, const std::string& path) const;
+  Result<int> ObjectRule(const json& s, const std::string& path);
+  Result<std::vector<Prop>> CollectProperties(const json& s, const json& additional,
+                                              const std::string& path);
+  int ObjectChain(const std::vector<Prop>& props, const std::vector<int>& values, int extra_pair);
+  int ExtraKeyRule(const std::vector<Prop>& props);
+  Result<int> ArrayRule(const json& s, const std::string& path);
+  int GenericString();
+  void Ws(Sequence* s);
+  Symbol Byte(char c) { return b_->Bytes(ByteSet::Single(static_cast<uint8_t>(c))); }
+  Result<int> Nested(const json& s, const std::string& path) {
+    ++depth_;
+    Result<int> r = Compile(s, path);
+    --depth_;
+    return r;
+  }
+
+  const json& root_;
+  const JsonSchemaOptions options_;
+  GrammarBuilder* b_;
+  std::unordered_map<std::string, RefState> refs_;
+  int depth_ = 0;  // objects and arrays entered: a $ref met again at the same depth loops
+  int compiled_ = 0;
+  int ws_ = -1, char_ = -1, string_ = -1, any_value_ = -1, any_object_ = -1;
+};
+
+void Compiler::Ws(Sequence* s) {
+  if (!options_.flexible_whitespace) return;
+  if (ws_ < 0) {
+    ByteSet w = ByteSet::Single(' ');
+    w.Add('\t', '\n');
+    ws_ = b_->Repeat("ws", {b_->Bytes(w)}, 0, JsonSchemaOptions::kMaxWhitespace);
+  }
+  s->push_back(Sym::Ref(ws_));
+}
+
+int Compiler::GenericString() {
+  if (string_ >= 0) return string_;
+  if (char_ < 0) char_ = JsonCharRule(b_);
+  const int chars = b_->Star("chars*", {Sym::Ref(char_)});
+  string_ = b_->Alternatives("string", {{Byte('"'), Sym::Ref(chars), Byte('"')}});
+  return string_;
+}
+
+int Compiler::AnyValue() {
+  if (any_value_ >= 0) return any_value_;
+  any_value_ = b_->AddRule("value");
+  const int str = GenericString();
+  // member ::= string ws ":" ws value ws; object ::= "{" ws "}" | "{" ws member ("," ws member)* "}"
+  Sequence member = {Sym::Ref(str)};
+  Ws(&member);
+  member.push_back(Byte(':'));
+  Ws(&member);
+  member.push_back(Sym::Ref(any_value_));
+  Ws(&member);
+  const int member_rule = b_->Alternatives("member", {std::move(member)});
+  Sequence next_member = {Byte(',')};
+  Ws(&next_member);
+  next_member.push_back(Sym::Ref(member_rule));
+  const int members = b_->Star("members", std::move(next_member));
+  Sequence empty_obj = {Byte('{')}, obj = {Byte('{')};
+  Ws(&empty_obj);
+  Ws(&obj);
+  empty_obj.push_back(Byte('}'));
+  obj.insert(obj.end(), {Sym::Ref(member_rule), Sym::Ref(members), Byte('}')});
+  any_object_ = b_->Alternatives("object", {std::move(empty_obj), std::move(obj)});
+  // array ::= "[" ws "]" | "[" ws value ws ("," ws value ws)* "]"
+  Sequence elem = {Sym::Ref(any_value_)};
+  Ws(&elem);
+  const int elem_rule = b_->Alternatives("element", {std::move(elem)});
+  Sequence next_elem = {Byte(',')};
+  Ws(&next_elem);
+  next_elem.push_back(Sym::Ref(elem_rule));
+  const int elems = b_->Star("elements", std::move(next_elem));
+  Sequence empty_arr = {Byte('[')}, arr = {Byte('[')};
+  Ws(&empty_arr);
+  Ws(&arr);
+  empty_arr.push_back(Byte(']'));
+  arr.insert(arr.end(), {Sym::Ref(elem_rule), Sym::Ref(elems), Byte(']')});
+  const int array = b_->Alternatives("array", {std::move(empty_arr), std::move(arr)});
+  const int number = PlainNumberRule(false, b_);
+  for (const Sequence& s : {Sequence{Sym::Ref(any_object_)}, Sequence{Sym::Ref(array)},
+                            Sequence{Sym::Ref(str)}, Sequence{Sym::Ref(number)},
+                            b_->Literal("true"), b_->Literal("false"), b_->Literal("null")}) {
+    b_->AddAlternative(any_value_, s);
+  }
+  return any_value_;
+}
+
+Result<int> Compiler::Compile(const json& s, const std::string& path) {
+  if (++compiled_ > kMaxCompiledSchemas) {
+    return InvalidArgument(fmt::format(
+        "schema too large: over {} subschemas compiled ($ref, allOf and anyOf expansions "
+        "included)", kMaxCompiledSchemas));
+  }
+  if (s.is_boolean()) {
+    if (s.get<bool>()) return AnyValue();
+    return InvalidArgument(fmt::format("schema false at {} matches nothing", Where(path)));
+  }
+  if (!s.is_object()) {
+    return InvalidArgument(fmt::format("schema at {} must be an object or a boolean, not {}",
+                                       Where(path), s.type_name()));
+  }
+  KV_RETURN_IF_ERROR(CheckKeywords(s, path));
+  if (s.contains("allOf") || (s.contains("$ref") && HasConstraints(s, {"$ref"}))) {
+    KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root_, s, path, 0));
+    return CompileFlat(flat, path);
+  }
+  if (s.contains("$ref")) return CompileRef(s["$ref"], path);
+  return CompileFlat(s, path);
+}
+
+// One rule per referenced pointer, created before its body so that recursive schemas refer to
+// it. Meeting a pointer again before any object or array was entered would loop without
+// consuming a byte: refused.
+Result<int> Compiler::CompileRef(const json& ref, const std::string& path) {
+  KV_ASSIGN_OR_RETURN(const json* target, ResolveRef(root_, ref, path));
+  const std::string key = ref.get<std::string>();
+  if (auto it = refs_.find(key); it != refs_.end()) {
+    if (it->second.in_progress && it->second.depth == depth_) {
+      return InvalidArgument(fmt::format(
+          "circular $ref '{}' at {}: it refers to itself without an object or array between",
+          key, Where(path)));
+    }
+    return it->second.rule;
+  }
+  const int rule = b_->AddRule("ref " + key);
+  refs_[key] = RefState{rule, true, depth_};
+  KV_ASSIGN_OR_RETURN(const int body, Compile(*target, key.substr(1)));
+  b_->AddAlternative(rule, {Sym::Ref(body)});
+  refs_[key].in_progress = false;
+  return rule;
+}
+
+Result<int> Compiler::CompileFlat(const json& s, const std::string& path) {
+  if (s.contains("anyOf") || s.contains("oneOf")) return CompileAlternatives(s, path);
+  if (s.contains("enum") || s.contains("const")) return CompileEnum(s, path);
+  KV_ASSIGN_OR_RETURN(const unsigned mask, Types(s, path));
+  std::vector<Sequence> alts;
+  for (unsigned bit : {kNull, kBool, kInt, kStr, kArr, kObj}) {
+    if (!(mask & bit)) continue;
+    KV_ASSIGN_OR_RETURN(const int rule, CompileType(bit, mask, s, path));
+    alts.push_back({Sym::Ref(rule)});
+  }
+  if (alts.size() == 1) return alts[0][0].index;
+  return b_->Alternatives("types", std::move(alts));
+}
+
+// anyOf / oneOf (both as a union: a grammar cannot count matches). Constraints beside them
+// apply to every branch: s AND (b1 OR b2) is compiled as (s AND b1) OR (s AND b2).
+Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path) {
+  if (s.contains("anyOf") && s.contains("oneOf")) {
+    return InvalidArgument(fmt::format("'anyOf' with 'oneOf' at {} is not supported", Where(path)));
+  }
+  const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
+  const json& branches = s[key];
+  if (!branches.is_array() || branches.empty()) {
+    return InvalidArgument(fmt::format("'{}' at {} must be a non-empty array", key, Where(path)));
+  }
+  const bool distribute = HasConstraints(s, {"anyOf", "oneOf"});
+  json base = s;
+  base.erase(key);
+  std::vector<Sequence> alts;
+  for (size_t i = 0; i < branches.size(); ++i) {
+    const std::string branch_path = Child(Child(path, key), std::to_string(i));
+    int rule = -1;
+    if (distribute) {
+      KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root_, branches[i], branch_path, 0));
+      KV_ASSIGN_OR_RETURN(json merged, MergeSchemas(root_, base, flat, branch_path));
+      if (++compiled_ > kMaxCompiledSchemas) return InvalidArgument("schema too large");
+      KV_ASSIGN_OR_RETURN(rule, CompileFlat(merged, branch_path));
+    } else {
+      KV_ASSIGN_OR_RETURN(rule, Compile(branches[i], branch_path));
+    }
+    alts.push_back({Sym::Ref(rule)});
+  }
+  return b_->Alternatives(key, std::move(alts));
+}
+
+// enum / const: each value's compact serialisation, kept where it has an allowed type and
+// meets the length and numeric bounds beside it.
+Result<int> Compiler::CompileEnum(const json& s, const std::string& path) {
+  for (const auto& [k, v] : s.items()) {
+    static const std::set<std::string> kBeside = {
+        "enum",      "const",   "type",    "nullable",         "minLength",       "maxLength",
+        "minimum",   "maximum", "$defs",   "exclusiveMinimum", "exclusiveMaximum", "definitions"};
+    if (!IsAnnotation(k) && kBeside.count(k) == 0) {
+      return InvalidArgument(fmt::format("'{}' with '{}' at {} is not supported",
+                                         s.contains("enum") ? "enum" : "const", k, Where(path)));
+    }
+  }
+  json values = json::array();
+  if (s.contains("enum")) {
+    if (!s["enum"].is_array()) {
+      return InvalidArgument(fmt::format("'enum' at {} must be an array", Where(path)));
+    }
+    for (const json& v : s["enum"]) {
+      if (!s.contains("const") || v == s["const"]) values.push_back(v);
+    }
+  } else {
+    values.push_back(s["const"]);
+  }
+  KV_ASSIGN_OR_RETURN(const unsigned declared, Types(s, path));
+  const unsigned mask = s.contains("type") ? declared : static_cast<unsigned>(kAllTypes);
+  std::vector<Sequence> alts;
+  std::set<std::string> seen;
+  for (const json& v : values) {
+    if (!HasType(v, mask) || !ScalarFits(v, s)) continue;
+    std::string text;
+    try {
+      text = v.dump();
+    } catch (const json::exception& e) {
+      return InvalidArgument(fmt::format("'enum' at {}: {}", Where(path), e.what()));
+    }
+    if (seen.insert(text).second) alts.push_back(b_->Literal(text));
+  }
+  if (alts.empty()) {
+    return InvalidArgument(fmt::format("'{}' at {}: no value satisfies the schema",
+                                       s.contains("enum") ? "enum" : "const", Where(path)));
+  }
+  return b_->Alternatives("enum", std::move(alts));
+}
+
+// The declared types ("nullable": true adds null), or where there is no "type" the types the
+// keywords constrain (a subset of what the schema allows), or every type.
+Result<unsigned> Compiler::Types(const json& s, const std::string& path) const {
+  if (s.contains("type")) {
+    KV_ASSIGN_OR_RETURN(unsigned mask, TypeMask(s["type"], path));
+    if (s.value("nullable", false) == true) mask |= kNull;
+    return mask;
+  }
+  unsigned mask = 0;
+  for (const auto& [k, v] : s.items()) {
+    if (k == "properties" || k == "required" || k == "additionalProperties") mask |= kObj;
+    if (k == "items" || k == "prefixItems" || k == "minItems" || k == "maxItems") mask |= kArr;
+    if (k == "minLength" || k == "maxLength" || k == "pattern" || k == "format") mask |= kStr;
+    if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") {
+      mask |= kInt | kNum;
+    }
+  }
+  return mask == 0 ? static_cast<unsigned>(kAllTypes) : mask;
+}
+
+Result<int> Compiler::CompileType(unsigned bit, unsigned mask, const json& s,
+                                  const std::string& path) {
+  switch (bit) {
+    case kNull: return b_->Alternatives("null", {b_->Literal("null")});
+    case kBool: return b_->Alternatives("boolean", {b_->Literal("true"), b_->Literal("false")});
+    case kInt: {
+      json numeric = s;
+      if (auto f = s.find("format"); f != s.end() && !(mask & kStr)) {
+        // OpenAPI number formats; int32 bounds the range, the others fit the digit caps.
+        if (*f == "int32") {
+          // Inclusive bounds, tightened (exclusive ones beside them still apply).
+          auto tighten = [&](const char* k, double v, bool lower) {
+            auto it = numeric.find(k);
+            if (it == numeric.end() ||
+                (it->is_number() && (lower ? it->get<double>() < v : it->get<double>() > v))) {
+              numeric[k] = v;
+            }
+          };
+          tighten("minimum", -2147483648.0, true);
+          tighten("maximum", 2147483647.0, false);
+        } else if (*f != "int64" && *f != "float" && *f != "double") {
+          return InvalidArgument(fmt::format("unsupported format {} at {} for a number",
+                                             f->dump(), Where(path)));
+        }
+      }
+      return NumberRule(numeric, !(mask & kNum), Where(path), b_);
+    }
+    case kStr:
+      if (char_ < 0) char_ = JsonCharRule(b_);
+      return StringRule(s, char_, Where(path), b_);
+    case kArr: return ArrayRule(s, path);
+    default: return ObjectRule(s, path);
+  }
+}
+
+}  // namespace
+
+
+namespace {
+
+// The listed properties in key order (then required names not listed, valued by
+// additionalProperties), without those whose schema is false.
+Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
+                                                                const json& additional,
+                                                                const std::string& path) {
+  std::vector<std::string> required;
+  if (s.contains("required")) {
+    if (!s["required"].is_array()) {
+      return InvalidArgument(fmt::format("'required' at {} must be an array", Where(path)));
+    }
+    for (const json& r : s["required"]) {
+      if (!r.is_string()) {
+        return InvalidArgument(fmt::format("'required' at {} must list strings", Where(path)));
+      }
+      required.push_back(r.get<std::string>());
+    }
+  }
+  auto is_required = [&](const std::string& name) {
+    return std::find(required.begin(), required.end(), name) != required.end();
+  };
+  std::vector<Prop> props;
+  const json none = json::object();
+  const json& listed = s.contains("properties") ? s["properties"] : none;
+  if (!listed.is_object()) {
+    return InvalidArgument(fmt::format("'properties' at {} must be an object", Where(path)));
+  }
+  for (const auto& [name, schema] : listed.items()) {
+    if (schema == false) {
+      if (is_required(name)) {
+        return InvalidArgument(fmt::format(
+            "'required' at {}: property '{}' is required but its schema is false", Where(path),
+            name));
+      }
+      continue;
+    }
+    props.push_back(Prop{name, schema, is_required(name)});
+  }
+  for (const std::string& name : required) {
+    if (listed.contains(name)) continue;
+    if (additional == false) {
+      return InvalidArgument(fmt::format(
+          "'required' at {}: property '{}' is not in 'properties' and additionalProperties is "
+          "false",
+          Where(path), name));
+    }
+    props.push_back(Prop{name, additional, true});
+  }
+  return props;
+}
+
+// A key for an extra property: a string of characters that need no escaping and that differs
+// from every listed name (a trie over the names: at each node, end where the prefix is not a
+// name, follow a child, or leave the trie with any other character and then up to
+// kMaxExtraKeyTail more).
+int Compiler::ExtraKeyRule(const std::vector<Prop>& props) {
+  struct Node {
+    std::map<uint32_t, int> next;
+    bool terminal = false;
+  };
+  std::vector<Node> trie(1);
+  for (const Prop& p : props) {
+    int at = 0;
+    for (uint32_t cp : Codepoints(p.name)) {
+      auto it = trie[static_cast<size_t>(at)].next.find(cp);
+      if (it == trie[static_cast<size_t>(at)].next.end()) {
+        trie.emplace_back();
+        const int id = static_cast<int>(trie.size()) - 1;
+        trie[static_cast<size_t>(at)].next[cp] = id;
+        at = id;
+      } else {
+        at = it->second;
+      }
+    }
+    trie[static_cast<size_t>(at)].terminal = true;
+  }
+  const std::vector<CodepointRange> forbidden = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+  const int plain = b_->CodepointClass(forbidden, true);
+  const int tail_chars = b_->Repeat("key-tail", {Sym::Ref(plain)}, 0, kMaxExtraKeyTail);
+  const int tail = b_->Alternatives("key-tail-end", {{Sym::Ref(tail_chars), Byte('"')}});
+  std::vector<int> rules;
+  for (size_t i = 0; i < trie.size(); ++i) rules.push_back(b_->AddRule("extra-key"));
+  for (size_t i = 0; i < trie.size(); ++i) {
+    const Node& n = trie[i];
+    if (!n.terminal) b_->AddAlternative(rules[i], {Byte('"')});
+    std::vector<CodepointRange> other = forbidden;
+    for (const auto& [cp, child] : n.next) {
+      other.push_back({cp, cp});
+      if (NeedsEscape(cp)) continue;  // such a name never collides with an unescaped key
+      std::string utf8;
+      AppendUtf8(cp, &utf8);
+      Sequence s = b_->Literal(utf8);
+      s.push_back(Sym::Ref(rules[static_cast<size_t>(child)]));
+      b_->AddAlternative(rules[i], std::move(s));
+    }
+    b_->AddAlternative(rules[i], {Sym::Ref(b_->CodepointClass(other, true)), Sym::Ref(tail)});
+  }
+  return b_->Alternatives("extra-key", {{Byte('"'), Sym::Ref(rules[0])}});
+}
+
+// The members of an object as a chain: first[i] = properties i.. with none written yet,
+// after[i] = properties i.. after at least one (each then starts with a comma). A required
+// property has no skipping alternative. extra_pair (-1: none) may follow the listed ones.
+int Compiler::ObjectChain(const std::vector<Prop>& props, const std::vector<int>& values,
+                          int extra_pair) {
+  const size_t n = props.size();
+  Sequence comma = {Byte(',')};
+  Ws(&comma);
+  std::vector<int> first(n + 1), after(n + 1);
+  if (extra_pair >= 0) {
+    Sequence more = comma;
+    more.push_back(Sym::Ref(extra_pair));
+    const int extras = b_->Star("extra-members", std::move(more));
+    Sequence after_extra = comma;
+    after_extra.insert(after_extra.end(), {Sym::Ref(extra_pair), Sym::Ref(extras)});
+    first[n] = b_->Alternatives("members-end", {{}, {Sym::Ref(extra_pair), Sym::Ref(extras)}});
+    after[n] = b_->Alternatives("members-end", {{}, std::move(after_extra)});
+  } else {
+    first[n] = after[n] = b_->Alternatives("members-end", {{}});
+  }
+  for (size_t i = n; i-- > 0;) {
+    Sequence pair = b_->Literal(json(props[i].name).dump());
+    Ws(&pair);
+    pair.push_back(Byte(':'));
+    Ws(&pair);
+    pair.push_back(Sym::Ref(values[i]));
+    Ws(&pair);
+    pair.push_back(Sym::Ref(after[i + 1]));
+    Sequence with_comma = comma;
+    with_comma.insert(with_comma.end(), pair.begin(), pair.end());
+    std::vector<Sequence> first_alts = {std::move(pair)}, after_alts = {std::move(with_comma)};
+    if (!props[i].required) {
+      first_alts.push_back({Sym::Ref(first[i + 1])});
+      after_alts.push_back({Sym::Ref(after[i + 1])});
+    }
+    first[i] = b_->Alternatives("members " + props[i].name, std::move(first_alts));
+    after[i] = b_->Alternatives("members ," + props[i].name, std::move(after_alts));
+  }
+  return first[0];
+}
+
+Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
+  json additional = s.contains("additionalProperties") ? s["additionalProperties"]
+                                                       : json(!options_.strict);
+  if (!additional.is_boolean() && !additional.is_object()) {
+    return InvalidArgument(fmt::format("'additionalProperties' at {} must be a boolean or a schema",
+                                       Where(path)));
+  }
+  KV_ASSIGN_OR_RETURN(std::vector<Prop> props, CollectProperties(s, additional, path));
+  if (props.empty() && additional == true) return AnyObject();
+  std::vector<int> values;
+  for (const Prop& p : props) {
+    const bool listed = s.contains("properties") && s["properties"].contains(p.name);
+    const std::string where =
+        listed ? Child(Child(path, "properties"), p.name) : Child(path, "additionalProperties");
+    KV_ASSIGN_OR_RETURN(const int v, Nested(p.schema, where));
+    values.push_back(v);
+  }
+  int extra_pair = -1;
+  if (additional != false) {
+    KV_ASSIGN_OR_RETURN(const int v, Nested(additional, Child(path, "additionalProperties")));
+    Sequence pair = {Sym::Ref(props.empty() ? GenericString() : ExtraKeyRule(props))};
+    Ws(&pair);
+    pair.push_back(Byte(':'));
+    Ws(&pair);
+    pair.push_back(Sym::Ref(v));
+    Ws(&pair);
+    extra_pair = b_->Alternatives("extra-member", {std::move(pair)});
+  }
+  const int members = ObjectChain(props, values, extra_pair);
+  Sequence obj = {Byte('{')};
+  Ws(&obj);
+  obj.insert(obj.end(), {Sym::Ref(members), Byte('}')});
+  return b_->Alternatives("object", {std::move(obj)});
+}
+
+// "[" ws elements "]": the prefixItems in order (any prefix of them), then items, within
+// minItems..maxItems. Each element is followed by ws; elements after the first by "," ws.
+Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
+  KV_ASSIGN_OR_RETURN(const int64_t min_items, Count(s, "minItems", path));
+  KV_ASSIGN_OR_RETURN(int64_t max_items, Count(s, "maxItems", path));
+  const json items = s.contains("items") ? s["items"] : json(true);
+  if (items.is_array()) {
+    return InvalidArgument(fmt::format(
+        "'items' at {} is an array (the draft-7 tuple form): use 'prefixItems'", Where(path)));
+  }
+  const json prefix = s.contains("prefixItems") ? s["prefixItems"] : json::array();
+  if (!prefix.is_array()) {
+    return InvalidArgument(fmt::format("'prefixItems' at {} must be an array", Where(path)));
+  }
+  const auto k = static_cast<int64_t>(prefix.size());
+  if (items == false) max_items = max_items < 0 ? k : std::min(max_items, k);
+  const int64_t lo = std::max<int64_t>(min_items, 0);
+  if (max_items >= 0 && lo > max_items) {
+    return InvalidArgument(fmt::format(
+        "'minItems' at {} exceeds 'maxItems' (or the prefixItems with items false)", Where(path)));
+  }
+  std::vector<int> elems;
+  for (int64_t j = 0; j < k && (max_items < 0 || j < max_items); ++j) {
+    KV_ASSIGN_OR_RETURN(const int e, Nested(prefix[static_cast<size_t>(j)],
+                                            Child(Child(path, "prefixItems"), std::to_string(j))));
+    elems.push_back(e);
+  }
+  Sequence comma = {Byte(',')};
+  Ws(&comma);
+  // After the prefix: the remaining count of items, each "," ws item ws (the first without a
+  // comma when there is no prefix).
+  int tail = b_->Alternatives("items-end", {{}});
+  const int64_t rest_lo = std::max<int64_t>(lo - k, 0);
+  const int64_t rest_hi = max_items < 0 ? -1 : max_items - k;
+  if (items != false && rest_hi != 0 && (max_items < 0 || max_items > k)) {
+    KV_ASSIGN_OR_RETURN(const int item, Nested(items, Child(path, "items")));
+    Sequence next = comma;
+    next.push_back(Sym::Ref(item));
+    Ws(&next);
+    if (k == 0) {
+      Sequence first = {Sym::Ref(item)};
+      Ws(&first);
+      first.push_back(Sym::Ref(b_->Repeat("items", next, std::max<int64_t>(rest_lo - 1, 0),
+                                          rest_hi < 0 ? -1 : rest_hi - 1)));
+      std::vector<Sequence> alts = {std::move(first)};
+      if (rest_lo == 0) alts.push_back({});
+      tail = b_->Alternatives("items", std::move(alts));
+    } else {
+      tail = b_->Repeat("items", next, rest_lo, rest_hi);
+    }
+  }
+  // The prefix chain, from the end: state j = j elements written.
+  int state = tail;
+  for (size_t j = elems.size(); j-- > 0;) {
+    Sequence take = j == 0 ? Sequence{} : comma;
+    take.push_back(Sym::Ref(elems[j]));
+    Ws(&take);
+    take.push_back(Sym::Ref(state));
+    std::vector<Sequence> alts = {std::move(take)};
+    if (static_cast<int64_t>(j) >= lo) alts.push_back({});
+    state = b_->Alternatives("prefix-items", std::move(alts));
+  }
+  Sequence arr = {Byte('[')};
+  Ws(&arr);
+  arr.insert(arr.end(), {Sym::Ref(state), Byte(']')});
+  return b_->Alternatives("array", {std::move(arr)});
+}
+
+}  // namespace
+
+Result<int> CompileJsonSchema(const nlohmann::json& schema, const JsonSchemaOptions& options,
+                              GrammarBuilder* builder) {
+  Compiler c(schema, options, builder);
+  return c.Compile(schema, "");
+}
+
+int AddJsonObjectRule(const JsonSchemaOptions& options, GrammarBuilder* builder) {
+  const json empty = json::object();
+  Compiler c(empty, options, builder);
+  return c.AnyObject();
+}
+
+}  // namespace kvserve::structured

@@ -1,0 +1,323 @@
+// Scalars for the JSON Schema compiler (json_schema.cc): integers and numbers with bounds, JSON
+// string characters, and the check of enum values against their sibling keywords. The declarations are repeated at the top of
+// json_schema.cc (namespace json_schema_internal); keep the two in step.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kvserve/status.h"
+#include "structured/grammar.h"
+
+namespace kvserve::structured::json_schema_internal {
+
+using nlohmann::json;
+
+// Digit caps (documented in json_schema.h): they keep every generated number finite for a
+// random walk and exactly representable where bounds are compared.
+inline constexpr int kMaxIntegerDigits = 15;
+inline constexpr int64_t kMaxInteger = 999'999'999'999'999;   // 15 digits
+inline constexpr int64_t kMaxFractionalInteger = 999'999'999;  // integer part beside a fraction
+inline constexpr int kMaxFractionDigits = 6;
+inline constexpr int kMaxExponentDigits = 2;
+
+namespace {
+
+using Sym = GrammarBuilder;  // for Sym::Ref
+
+// One digit position of a range: the digits [lo, hi].
+using DigitRanges = std::vector<std::pair<char, char>>;
+
+// Appends to *out digit strings covering exactly [x, y] (x <= y, equal lengths).
+void SameLengthRange(std::string_view x, std::string_view y, const DigitRanges& prefix,
+                     std::vector<DigitRanges>* out) {
+  if (x.empty()) {
+    out->push_back(prefix);
+    return;
+  }
+  DigitRanges p = prefix;
+  if (x[0] == y[0]) {
+    p.emplace_back(x[0], x[0]);
+    SameLengthRange(x.substr(1), y.substr(1), p, out);
+    return;
+  }
+  const size_t rest = x.size() - 1;
+  const std::string zeros(rest, '0'), nines(rest, '9');
+  const bool x_whole = x.substr(1) == zeros;  // x0 000.. starts a whole block
+  const bool y_whole = y.substr(1) == nines;  // y0 999.. ends a whole block
+  char mid_lo = static_cast<char>(x[0] + 1), mid_hi = static_cast<char>(y[0] - 1);
+  if (x_whole) {
+    mid_lo = x[0];
+  } else {
+    p.emplace_back(x[0], x[0]);
+    SameLengthRange(x.substr(1), nines, p, out);
+    p.pop_back();
+  }
+  if (y_whole) mid_hi = y[0];
+  if (mid_lo <= mid_hi) {
+    DigitRanges m = prefix;
+    m.emplace_back(mid_lo, mid_hi);
+    for (size_t i = 0; i < rest; ++i) m.emplace_back('0', '9');
+    out->push_back(std::move(m));
+  }
+  if (!y_whole) {
+    p.emplace_back(y[0], y[0]);
+    SameLengthRange(zeros, y.substr(1), p, out);
+  }
+}
+
+int64_t Pow10(int d) {
+  int64_t p = 1;
+  for (int i = 0; i < d; ++i) p *= 10;
+  return p;
+}
+
+int NumDigits(int64_t v) { return static_cast<int>(std::to_string(v).size()); }
+
+// Canonical decimal strings (no leading zeros) of [a, b], 0 <= a <= b.
+std::vector<DigitRanges> NonNegativeRange(int64_t a, int64_t b) {
+  std::vector<DigitRanges> out;
+  for (int d = NumDigits(a); d <= NumDigits(b); ++d) {
+    const int64_t lo = std::max(a, d == 1 ? int64_t{0} : Pow10(d - 1));
+    const int64_t hi = std::min(b, Pow10(d) - 1);
+    if (lo <= hi) SameLengthRange(std::to_string(lo), std::to_string(hi), {}, &out);
+  }
+  return out;
+}
+
+Sequence DigitsToSequence(const DigitRanges& r, GrammarBuilder* b) {
+  Sequence s;
+  for (auto [lo, hi] : r) {
+    s.push_back(b->Bytes(ByteSet::Of(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi))));
+  }
+  return s;
+}
+
+Symbol DigitSym(GrammarBuilder* b) { return b->Bytes(ByteSet::Of('0', '9')); }
+
+// "." [0-9]{1,kMaxFractionDigits}
+int FractionRule(GrammarBuilder* b) {
+  const int digits = b->Repeat("frac-digits", {DigitSym(b)}, 1, kMaxFractionDigits);
+  Sequence s = b->Literal(".");
+  s.push_back(Sym::Ref(digits));
+  return b->Alternatives("fraction", {std::move(s)});
+}
+
+// The tighter of a schema's inclusive and exclusive bound on one side.
+struct Bound {
+  bool present = false;
+  double value = 0;
+  bool exclusive = false;
+};
+
+Result<Bound> ReadBound(const json& schema, const char* inclusive_key, const char* exclusive_key,
+                        bool lower, const std::string& path) {
+  Bound out;
+  for (const char* key : {inclusive_key, exclusive_key}) {
+    auto it = schema.find(key);
+    if (it == schema.end()) continue;
+    if (!it->is_number()) {
+      return InvalidArgument(fmt::format("'{}' at {} must be a number{}", key, path,
+                                         it->is_boolean() ? " (the draft-4 boolean form is not "
+                                                            "supported)"
+                                                          : ""));
+    }
+    const double v = it->get<double>();
+    const bool excl = key == exclusive_key;
+    const bool tighter = !out.present || (lower ? v > out.value : v < out.value) ||
+                         (v == out.value && excl);
+    if (tighter) out = Bound{true, v, excl};
+  }
+  return out;
+}
+
+// The smallest / largest integer a bound admits, clamped to the 15-digit cap (as doubles: the
+// cap is far inside the exactly representable integers).
+double LowestInteger(const Bound& b) {
+  if (!b.present) return static_cast<double>(-kMaxInteger);
+  const double v = b.exclusive ? std::floor(b.value) + 1 : std::ceil(b.value);
+  return std::max(v, static_cast<double>(-kMaxInteger));
+}
+
+double HighestInteger(const Bound& b) {
+  if (!b.present) return static_cast<double>(kMaxInteger);
+  const double v = b.exclusive ? std::ceil(b.value) - 1 : std::floor(b.value);
+  return std::min(v, static_cast<double>(kMaxInteger));
+}
+
+// Appends alternatives for the canonical decimals of [lo, hi] (any signs), each after `prefix`
+// and followed by `suffix` (-1: none).
+void AppendIntegerRange(int64_t lo, int64_t hi, int suffix, GrammarBuilder* b,
+                        std::vector<Sequence>* alts) {
+  if (lo > hi) return;
+  auto add = [&](const DigitRanges& r, bool negative) {
+    Sequence s = negative ? b->Literal("-") : Sequence{};
+    const Sequence digits = DigitsToSequence(r, b);
+    s.insert(s.end(), digits.begin(), digits.end());
+    if (suffix >= 0) s.push_back(Sym::Ref(suffix));
+    alts->push_back(std::move(s));
+  };
+  if (hi >= 0) {
+    for (const DigitRanges& r : NonNegativeRange(std::max<int64_t>(lo, 0), hi)) add(r, false);
+  }
+  if (lo < 0) {
+    for (const DigitRanges& r : NonNegativeRange(std::max<int64_t>(1, -hi), -lo)) add(r, true);
+  }
+}
+
+bool HasAnyBound(const json& schema) {
+  for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+    if (schema.contains(k)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b) {
+  std::vector<Sequence> alts;
+  AppendIntegerRange(lo, hi, -1, b, &alts);
+  return b->Alternatives(fmt::format("int[{},{}]", lo, hi), std::move(alts));
+}
+
+// Numbers without bounds: -?(0|[1-9][0-9]{0,14}) for integers, plus an optional fraction and
+// exponent for numbers.
+int PlainNumberRule(bool integer, GrammarBuilder* b) {
+  const int tail = b->Repeat("int-tail", {DigitSym(b)}, 0, kMaxIntegerDigits - 1);
+  const int magnitude =
+      b->Alternatives("int-magnitude", {b->Literal("0"), {b->Bytes(ByteSet::Of('1', '9')),
+                                                          Sym::Ref(tail)}});
+  const int sign = b->Optional("sign", b->Literal("-"));
+  Sequence s = {Sym::Ref(sign), Sym::Ref(magnitude)};
+  if (!integer) {
+    s.push_back(Sym::Ref(b->Optional("fraction?", {Sym::Ref(FractionRule(b))})));
+    const int exp_digits = b->Repeat("exp-digits", {DigitSym(b)}, 1, kMaxExponentDigits);
+    ByteSet e = ByteSet::Single('e');
+    e.Add('E', 'E');
+    ByteSet pm = ByteSet::Single('+');
+    pm.Add('-', '-');
+    const int exp_sign = b->Optional("exp-sign", {b->Bytes(pm)});
+    const int exponent = b->Optional("exponent?", {b->Bytes(e), Sym::Ref(exp_sign),
+                                                   Sym::Ref(exp_digits)});
+    s.push_back(Sym::Ref(exponent));
+  }
+  return b->Alternatives(integer ? "integer" : "number", {std::move(s)});
+}
+
+// Integers or numbers under minimum / maximum / exclusiveMinimum / exclusiveMaximum. Integers
+// are exact digit ranges. A number is either an integer of the range, or I.F where the whole
+// interval [I, I+1) lies inside the bounds (for -M.F: (-(M+1), -M]), with |I| < 10^9 so that
+// I + 0.999999 still rounds below I + 1 as a double: every generated value is in range, some
+// in-range values (those near a non-integer bound) are never generated. No exponent.
+Result<int> NumberRule(const json& schema, bool integer, const std::string& path,
+                       GrammarBuilder* b) {
+  if (!HasAnyBound(schema)) return PlainNumberRule(integer, b);
+  KV_ASSIGN_OR_RETURN(Bound lower, ReadBound(schema, "minimum", "exclusiveMinimum", true, path));
+  KV_ASSIGN_OR_RETURN(Bound upper, ReadBound(schema, "maximum", "exclusiveMaximum", false, path));
+  const double lo_d = LowestInteger(lower), hi_d = HighestInteger(upper);
+  std::vector<Sequence> alts;
+  if (lo_d <= hi_d) {
+    AppendIntegerRange(static_cast<int64_t>(lo_d), static_cast<int64_t>(hi_d), -1, b, &alts);
+  }
+  if (!integer) {
+    const int fraction = FractionRule(b);
+    const auto cap = static_cast<double>(kMaxFractionalInteger);
+    // I.F, I >= 0: I >= lo (so I.F satisfies the lower bound) and I + 1 <= upper.
+    const double pos_lo = std::max(lo_d, 0.0);
+    const double pos_hi = std::min(upper.present ? std::floor(upper.value) - 1 : cap, cap);
+    if (pos_lo <= pos_hi) {
+      AppendIntegerRange(static_cast<int64_t>(pos_lo), static_cast<int64_t>(pos_hi), fraction, b,
+                         &alts);
+    }
+    // -M.F, M >= 0: -M <= hi (upper bound) and -(M+1) >= lower, i.e. M <= -ceil(lower) - 1.
+    const double neg_lo = std::max(-hi_d, 0.0);
+    const double neg_hi = std::min(lower.present ? -std::ceil(lower.value) - 1 : cap, cap);
+    if (neg_lo <= neg_hi) {
+      std::vector<Sequence> neg;
+      AppendIntegerRange(static_cast<int64_t>(neg_lo), static_cast<int64_t>(neg_hi), fraction, b,
+                         &neg);
+      for (Sequence& s : neg) {
+        s.insert(s.begin(), b->Literal("-")[0]);
+        alts.push_back(std::move(s));
+      }
+    }
+  }
+  if (alts.empty()) {
+    return InvalidArgument(fmt::format(
+        "'minimum'/'maximum' at {}: no {} within the bounds can be generated (integer parts are "
+        "capped at {} digits; a fraction needs a whole unit interval inside the bounds)",
+        path, integer ? "integer" : "number", kMaxIntegerDigits));
+  }
+  return b->Alternatives(integer ? "integer-range" : "number-range", std::move(alts));
+}
+
+// One character of a JSON string: any code point but '"', '\\' and U+0000-U+001F, or an escape.
+// \u escapes exclude surrogates, so every escape is exactly one code point (as Python counts).
+int JsonCharRule(GrammarBuilder* b) {
+  const int plain = b->CodepointClass({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
+  ByteSet simple;
+  for (char c : std::string_view("\"\\/bfnrt")) simple.Add(static_cast<uint8_t>(c), static_cast<uint8_t>(c));
+  ByteSet hex = ByteSet::Of('0', '9');
+  hex.Add('a', 'f');
+  hex.Add('A', 'F');
+  ByteSet hex_not_d = ByteSet::Of('0', '9');
+  hex_not_d.Add('a', 'c');
+  hex_not_d.Add('e', 'f');
+  hex_not_d.Add('A', 'C');
+  hex_not_d.Add('E', 'F');
+  ByteSet d = ByteSet::Single('d');
+  d.Add('D', 'D');
+  const Symbol h = b->Bytes(hex);
+  const int unit = b->Alternatives(
+      "u-escape", {{b->Bytes(hex_not_d), h, h, h}, {b->Bytes(d), b->Bytes(ByteSet::Of('0', '7')), h, h}});
+  Sequence esc_simple = b->Literal("\\");
+  esc_simple.push_back(b->Bytes(simple));
+  Sequence esc_u = b->Literal("\\u");
+  esc_u.push_back(Sym::Ref(unit));
+  return b->Alternatives("json-char", {{Sym::Ref(plain)}, esc_simple, esc_u});
+}
+
+// Code points of a UTF-8 string.
+int64_t CodepointCount(std::string_view s) {
+  int64_t n = 0;
+  for (char c : s) n += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// Whether a scalar enum/const value satisfies the length and numeric bounds beside it.
+bool ScalarFits(const json& v, const json& schema) {
+  if (v.is_string()) {
+    const int64_t n = CodepointCount(v.get_ref<const std::string&>());
+    if (auto it = schema.find("minLength"); it != schema.end() && it->is_number() &&
+                                            n < it->get<double>()) {
+      return false;
+    }
+    if (auto it = schema.find("maxLength"); it != schema.end() && it->is_number() &&
+                                            n > it->get<double>()) {
+      return false;
+    }
+  }
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    auto num = [&](const char* k, double* out) {
+      auto it = schema.find(k);
+      if (it == schema.end() || !it->is_number()) return false;
+      *out = it->get<double>();
+      return true;
+    };
+    double bound = 0;
+    if (num("minimum", &bound) && x < bound) return false;
+    if (num("exclusiveMinimum", &bound) && x <= bound) return false;
+    if (num("maximum", &bound) && x > bound) return false;
+    if (num("exclusiveMaximum", &bound) && x >= bound) return false;
+  }
+  return true;
+}
+
+}  // namespace kvserve::structured::json_schema_internal

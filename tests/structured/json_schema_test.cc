@@ -1,0 +1,436 @@
+#include "structured/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "structured/grammar.h"
+#include "structured/matcher.h"
+
+namespace kvserve::structured {
+namespace {
+
+using nlohmann::json;
+
+// Whether the grammar matches `text` exactly.
+bool Matches(const Grammar& g, std::string_view text) {
+  StackArena arena(&g);
+  State s = arena.Initial();
+  return arena.AdvanceBytes(&s, text) && StackArena::CanEnd(s);
+}
+
+// Whether `text` is a prefix of something the grammar matches.
+bool Viable(const Grammar& g, std::string_view text) {
+  StackArena arena(&g);
+  State s = arena.Initial();
+  return arena.AdvanceBytes(&s, text);
+}
+
+Result<Grammar> CompileText(std::string_view schema, const JsonSchemaOptions& options = {}) {
+  GrammarBuilder b;
+  KV_ASSIGN_OR_RETURN(const int root, CompileJsonSchema(json::parse(schema), options, &b));
+  return b.Build(root);
+}
+
+// Compiles `schema` and checks every text of `ok` matches and none of `bad` does.
+void ExpectLanguage(std::string_view schema, const std::vector<std::string>& ok,
+                    const std::vector<std::string>& bad, const JsonSchemaOptions& options = {}) {
+  SCOPED_TRACE(std::string(schema));
+  Result<Grammar> g = CompileText(schema, options);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const std::string& t : ok) EXPECT_TRUE(Matches(*g, t)) << "should accept: " << t;
+  for (const std::string& t : bad) EXPECT_FALSE(Matches(*g, t)) << "should refuse: " << t;
+}
+
+// The error message of compiling `schema` (empty if it compiled and built).
+std::string ErrorOf(std::string_view schema, const JsonSchemaOptions& options = {}) {
+  Result<Grammar> g = CompileText(schema, options);
+  return g.ok() ? std::string() : g.status().message();
+}
+
+TEST(JsonSchemaTest, ScalarsAndTypeLists) {
+  ExpectLanguage(R"({"type":"boolean"})", {"true", "false"}, {"True", "1", "\"true\""});
+  ExpectLanguage(R"({"type":"null"})", {"null"}, {"nul", "0"});
+  ExpectLanguage(R"({"type":["string","null"]})", {"null", "\"x\""}, {"1", "true"});
+  ExpectLanguage(R"({"type":"integer","nullable":true})", {"null", "-7"}, {"\"x\"", "1.5"});
+  ExpectLanguage(R"({"type":"integer"})", {"0", "-12", "123456789012345"},
+                 {"01", "1.0", "+1", "1234567890123456", "-", ""});
+  ExpectLanguage(R"({"type":"number"})", {"0", "-0.5", "3.25", "1e10", "2.5E-3", "7e+99"},
+                 {".5", "1.", "01.5", "1e", "1e100", "1.1234567"});
+}
+
+TEST(JsonSchemaTest, IntegerRangesAreExact) {
+  const char* schema = R"({"type":"integer","minimum":-15,"maximum":237})";
+  Result<Grammar> g = CompileText(schema);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (int v = -400; v <= 400; ++v) {
+    EXPECT_EQ(Matches(*g, std::to_string(v)), v >= -15 && v <= 237) << v;
+  }
+  EXPECT_FALSE(Matches(*g, "-0"));
+  EXPECT_FALSE(Matches(*g, "007"));
+  // Exclusive and one-sided bounds, fractional bounds rounded inwards.
+  ExpectLanguage(R"({"type":"integer","exclusiveMinimum":0})", {"1", "99", "100000"},
+                 {"0", "-1"});
+  ExpectLanguage(R"({"type":"integer","minimum":0})", {"0", "5", "999999999999999"},
+                 {"-1", "-0", "1000000000000000"});
+  ExpectLanguage(R"({"type":"integer","maximum":-3})", {"-3", "-40", "-999999"},
+                 {"-2", "0", "3"});
+  ExpectLanguage(R"({"type":"integer","exclusiveMinimum":-1.5,"exclusiveMaximum":2.5})",
+                 {"-1", "0", "1", "2"}, {"-2", "3"});
+  ExpectLanguage(R"({"type":"integer","minimum":1000,"maximum":1000})", {"1000"},
+                 {"999", "1001", "100"});
+  EXPECT_NE(ErrorOf(R"({"type":"integer","minimum":5,"maximum":4})").find("minimum"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"integer","exclusiveMinimum":true})").find("exclusiveMinimum"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, IntegerRangesMatchABruteForceCheck) {
+  const std::vector<std::pair<int, int>> ranges = {{0, 9},    {1, 10},  {7, 7},     {-9, -1},
+                                                   {-10, 10}, {19, 91}, {99, 1001}, {-123, -45},
+                                                   {-1, 0},   {10, 99}, {250, 255}, {-1000, 999}};
+  for (auto [lo, hi] : ranges) {
+    const std::string schema =
+        json{{"type", "integer"}, {"minimum", lo}, {"maximum", hi}}.dump();
+    Result<Grammar> g = CompileText(schema);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    for (int v = -1200; v <= 1200; ++v) {
+      ASSERT_EQ(Matches(*g, std::to_string(v)), v >= lo && v <= hi) << schema << " " << v;
+    }
+  }
+}
+
+TEST(JsonSchemaTest, NumberBoundsNeverAdmitOutOfRangeValues) {
+  // [0.5, 10]: integers 1..10, fractions on 1..9 (and never 10.x).
+  ExpectLanguage(R"({"type":"number","minimum":0.5,"maximum":10})",
+                 {"1", "10", "1.5", "9.999999", "5.0"},
+                 {"0", "0.7", "10.5", "10.0", "11", "1e1", "-1"});
+  // (-2, 2): -1.x down to -1.999999 stays above -2; 1.999999 below 2.
+  ExpectLanguage(R"({"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":2})",
+                 {"-1.999999", "-1", "0", "0.25", "-0.5", "1.999999", "1"},
+                 {"-2", "2", "2.0", "-2.5", "2.000001"});
+  ExpectLanguage(R"({"type":"number","minimum":0})", {"0", "0.5", "123.25", "7"},
+                 {"-0.5", "-1"});
+  EXPECT_NE(ErrorOf(R"({"type":"number","minimum":0.25,"maximum":0.75})").find("minimum"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, StringsEscapesAndLengths) {
+  ExpectLanguage(R"({"type":"string"})",
+                 {R"("")", R"("abc")", R"("a\"b")", R"("\\\/\b\f\n\r\t")", R"("\u00e9\u4E2D")",
+                  "\"\xC3\xA9\xE4\xB8\xAD\""},
+                 {R"("a)", R"("\x")", R"("\u12")", R"("\ud83d")", "\"a\nb\"", "\"\x01\"",
+                  R"(abc)"});
+  // Lengths count characters; an escape is one.
+  ExpectLanguage(R"({"type":"string","minLength":2,"maxLength":3})",
+                 {R"("ab")", R"("abc")", R"("\n\t")", "\"\xC3\xA9\xC3\xA9\xC3\xA9\""},
+                 {R"("a")", R"("abcd")", R"("\n")", "\"\xC3\xA9\""});
+  EXPECT_NE(ErrorOf(R"({"type":"string","minLength":3,"maxLength":2})").find("minLength"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, Formats) {
+  ExpectLanguage(R"({"type":"string","format":"date"})",
+                 {R"("2024-02-29")", R"("2023-12-31")", R"("2000-02-29")", R"("0001-01-01")"},
+                 {R"("2023-02-29")", R"("1900-02-29")", R"("2023-04-31")", R"("2023-13-01")",
+                  R"("0000-01-01")", R"("2023-1-01")"});
+  ExpectLanguage(R"({"type":"string","format":"time"})",
+                 {R"("23:59:59Z")", R"("08:30:00.123+05:30")", R"("00:00:00-00:00")"},
+                 {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:00:00")"});
+  ExpectLanguage(R"({"type":"string","format":"date-time"})", {R"("2024-01-15T10:20:30Z")"},
+                 {R"("2024-01-15 10:20:30Z")"});
+  ExpectLanguage(R"({"type":"string","format":"uuid"})",
+                 {R"("123e4567-e89b-12d3-a456-426614174000")"},
+                 {R"("123e4567e89b12d3a456426614174000")", R"("123e4567-e89b-12d3-a456-42661417400")"});
+  ExpectLanguage(R"({"type":"string","format":"email"})",
+                 {R"("john.doe@example.com")", R"("a+b@mail.co.uk")"},
+                 {R"("john@")", R"("@example.com")", R"("a@b")", R"("a b@example.com")"});
+  ExpectLanguage(R"({"type":"string","format":"ipv4"})", {R"("192.168.0.1")", R"("0.0.0.0")"},
+                 {R"("256.1.1.1")", R"("01.2.3.4")", R"("1.2.3")"});
+  // A format's own lengths must fit the length bounds beside it.
+  ExpectLanguage(R"({"type":"string","format":"date","minLength":10,"maxLength":10})",
+                 {R"("2020-05-05")"}, {});
+  EXPECT_NE(ErrorOf(R"({"type":"string","format":"email","maxLength":20})").find("maxLength"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"string","format":"uri"})").find("uri"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, Patterns) {
+  ExpectLanguage(R"({"type":"string","pattern":"^[A-Z]{2}-[0-9]{3}$"})", {R"("AB-123")"},
+                 {R"("ab-123")", R"("AB-1234")", R"("AB123")"});
+  // Characters that would need escaping are left out of pattern strings.
+  ExpectLanguage(R"({"type":"string","pattern":"^a.c$"})", {R"("abc")", R"("a-c")"},
+                 {R"("a\"c")", R"("a\\c")", R"("a\nc")"});
+  ExpectLanguage(R"({"type":"string","pattern":"^[a-z]{1,5}$","maxLength":5})", {R"("abc")"},
+                 {R"("abcdef")"});
+  EXPECT_NE(ErrorOf(R"({"type":"string","pattern":"^[a-z]+$","maxLength":8})").find("maxLength"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"string","pattern":"^\"$"})").find("escaping"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"string","pattern":"(a"})").find("pattern"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, ObjectsWithOptionalAndRequiredProperties) {
+  // nlohmann::json keeps keys sorted: a, b, c.
+  const char* schema = R"({"type":"object","properties":{"a":{"type":"integer"},
+      "b":{"type":"string","maxLength":3},"c":{"type":"boolean"}},"required":["b"],
+      "additionalProperties":false})";
+  ExpectLanguage(schema,
+                 {R"({"b":""})", R"({"a":1,"b":"x"})", R"({"b":"x","c":true})",
+                  R"({"a":1,"b":"x","c":false})"},
+                 {R"({})", R"({"a":1})", R"({"b":"x",})", R"({,"b":"x"})",
+                  R"({"b":"x","a":1})", R"({"a":1,"b":"x","d":1})", R"({"a":1"b":"x"})"});
+  ExpectLanguage(R"({"type":"object","properties":{"a":{"type":"integer"}},
+      "additionalProperties":false})",
+                 {R"({})", R"({"a":5})"}, {R"({"a":5,"a":6})", R"({"b":1})"});
+}
+
+TEST(JsonSchemaTest, AdditionalProperties) {
+  // Extra keys differ from every listed name.
+  ExpectLanguage(R"({"type":"object","properties":{"id":{"type":"integer"}}})",
+                 {R"({"id":1,"name":"x"})", R"({"i":[1,{"k":null}]})", R"({"idx":2})",
+                  R"({"name":1,"other":2})", R"({})"},
+                 {R"({"id":1,"id":2})", R"({"id":"x"})", R"({"i\u0064":1})"});
+  ExpectLanguage(R"({"type":"object","additionalProperties":{"type":"integer"}})",
+                 {R"({})", R"({"a":1,"b\n":2})"}, {R"({"a":"x"})"});
+  ExpectLanguage(R"({"type":"object"})", {R"({})", R"({"a":{"b":[true,null,1.5,"s"]}})"},
+                 {R"({"a"})", R"([])"});
+  // strict: no extra properties unless asked for.
+  JsonSchemaOptions strict;
+  strict.strict = true;
+  ExpectLanguage(R"({"type":"object","properties":{"id":{"type":"integer"}}})",
+                 {R"({"id":1})", R"({})"}, {R"({"id":1,"x":2})"}, strict);
+  EXPECT_NE(ErrorOf(R"({"type":"object","properties":{},"required":["x"],
+      "additionalProperties":false})").find("required"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, Arrays) {
+  ExpectLanguage(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
+                 {"[1]", "[1,2,3]"}, {"[]", "[1,2,3,4]", "[1,]", "[,1]", "[\"a\"]"});
+  ExpectLanguage(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],
+      "items":false})",
+                 {"[]", R"(["a"])", R"(["a",1])"}, {R"(["a",1,2])", R"([1])"});
+  ExpectLanguage(R"({"type":"array","prefixItems":[{"type":"string"}],
+      "items":{"type":"boolean"},"minItems":2})",
+                 {R"(["a",true])", R"(["a",true,false])"}, {R"(["a"])", R"(["a",1])"});
+  ExpectLanguage(R"({"type":"array"})", {"[]", R"([1,"a",[null],{}])"}, {"[", "[1 2]"});
+}
+
+TEST(JsonSchemaTest, EnumsAndConsts) {
+  ExpectLanguage(R"({"enum":["red","green",3,null,{"a":[1,2]},true]})",
+                 {R"("red")", R"("green")", "3", "null", R"({"a":[1,2]})", "true"},
+                 {R"("blue")", "4", "false", R"({"a":[1, 2]})"});
+  ExpectLanguage(R"({"type":"string","enum":["a","bb",1]})", {R"("a")", R"("bb")"}, {"1"});
+  ExpectLanguage(R"({"const":"fixed"})", {R"("fixed")"}, {R"("other")"});
+  ExpectLanguage(R"({"type":"string","enum":["a","bbbb"],"maxLength":2})", {R"("a")"},
+                 {R"("bbbb")"});
+  EXPECT_NE(ErrorOf(R"({"type":"integer","enum":["a"]})").find("enum"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, AnyOfOneOfAllOf) {
+  ExpectLanguage(R"({"anyOf":[{"type":"integer"},{"type":"string","maxLength":2}]})",
+                 {"1", R"("ab")"}, {R"("abc")", "true"});
+  ExpectLanguage(R"({"oneOf":[{"const":1},{"const":"one"}]})", {"1", R"("one")"}, {"2"});
+  // allOf of objects merges properties and required.
+  ExpectLanguage(R"({"allOf":[
+      {"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
+      {"properties":{"b":{"type":"string","maxLength":2}},"required":["b"]}]})",
+                 {R"({"a":1,"b":"x"})"}, {R"({"a":1})", R"({"b":"x"})", R"({"a":1,"b":"xyz"})"});
+  // A property that one side forbids (additionalProperties false) is left out.
+  ExpectLanguage(R"({"allOf":[
+      {"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false},
+      {"type":"object","properties":{"b":{"type":"integer"}}}]})",
+                 {R"({"a":1})", R"({})"}, {R"({"b":1})", R"({"a":1,"b":2})"});
+  // Constraints beside anyOf apply to every branch.
+  ExpectLanguage(R"({"type":"object","properties":{"kind":{"type":"string","maxLength":5},
+      "n":{"type":"integer"}},"additionalProperties":false,
+      "anyOf":[{"required":["kind"]},{"required":["n"]}]})",
+                 {R"({"kind":"a"})", R"({"n":1})", R"({"kind":"a","n":1})"}, {R"({})"});
+  EXPECT_NE(ErrorOf(R"({"allOf":[{"type":"string"},{"type":"integer"}]})").find("allOf"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})").find("pattern"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, RefsAndRecursion) {
+  const char* tree = R"({"$ref":"#/$defs/node","$defs":{"node":{"type":"object",
+      "properties":{"value":{"type":"integer"},"children":{"type":"array",
+      "items":{"$ref":"#/$defs/node"},"maxItems":3}},"required":["value"],
+      "additionalProperties":false}}})";
+  ExpectLanguage(tree,
+                 {R"({"value":1})", R"({"children":[],"value":1})",
+                  R"({"children":[{"value":2},{"children":[{"value":4}],"value":3}],"value":1})"},
+                 {R"({"children":[{}],"value":1})", R"({"children":[1],"value":1})"});
+  const char* list = R"({"type":"object","properties":{"head":{"type":"integer"},
+      "tail":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["head","tail"],
+      "additionalProperties":false})";
+  ExpectLanguage(list, {R"({"head":1,"tail":null})", R"({"head":1,"tail":{"head":2,"tail":null}})"},
+                 {R"({"head":1})"});
+  ExpectLanguage(R"({"definitions":{"a~b":{"type":"integer"},"c/d":{"type":"boolean"}},
+      "type":"array","prefixItems":[{"$ref":"#/definitions/a~0b"},{"$ref":"#/definitions/c~1d"}],
+      "items":false,"minItems":2})",
+                 {"[1,true]"}, {"[true,1]"});
+  // $ref beside other keywords is merged with them.
+  ExpectLanguage(R"({"$defs":{"base":{"type":"object","properties":{"a":{"type":"integer"}},
+      "additionalProperties":false}},"$ref":"#/$defs/base","required":["a"]})",
+                 {R"({"a":1})"}, {R"({})", R"({"a":1,"b":2})"});
+  // Siblings' additionalProperties false forbids what only the target lists: nothing is left.
+  EXPECT_NE(ErrorOf(R"({"$defs":{"base":{"type":"object","properties":{"a":{"type":"integer"}}}},
+      "$ref":"#/$defs/base","required":["a"],"additionalProperties":false})").find("required"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"$ref":"#"})").find("$ref"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"$ref":"https://example.com/s.json"})").find("$ref"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"$ref":"#/$defs/missing"})").find("missing"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"$defs":{"a":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a",
+      "type":"object"})").find("$ref"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, FlexibleWhitespace) {
+  JsonSchemaOptions flex;
+  flex.flexible_whitespace = true;
+  const char* schema = R"({"type":"object","properties":{"a":{"type":"array",
+      "items":{"type":"integer"}},"b":{"type":"boolean"}},"additionalProperties":false})";
+  ExpectLanguage(schema,
+                 {R"({"a":[1,2],"b":true})", "{ \"a\" : [ 1 ,\n\t2 ] , \"b\":true }", "{ }",
+                  "{\"b\":\n       true}"},
+                 {" {}", "{}\n", "{\"b\":         true}", "{\"a\":[1 2]}"}, flex);
+  ExpectLanguage(schema, {R"({"a":[],"b":false})"}, {R"({"a": []})"});  // compact by default
+}
+
+TEST(JsonSchemaTest, AnnotationsAreIgnoredAndUnknownKeywordsRefused) {
+  ExpectLanguage(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","$id":"x",
+      "title":"T","description":"d","examples":[1],"default":2,"$comment":"c",
+      "deprecated":false,"readOnly":true,"writeOnly":false,"x-kubernetes-int-or-string":true,
+      "type":"integer","maximum":3,"minimum":1})",
+                 {"1", "3"}, {"4"});
+  const std::string e = ErrorOf(R"({"properties":{"a":{"patternProperties":{}}}})");
+  EXPECT_NE(e.find("'patternProperties'"), std::string::npos) << e;
+  EXPECT_NE(e.find("/properties/a"), std::string::npos) << e;
+  EXPECT_NE(ErrorOf("[1]").find("object or a boolean"), std::string::npos);
+  EXPECT_NE(ErrorOf("false").find("false"), std::string::npos);
+  EXPECT_EQ(ErrorOf("true"), "");
+}
+
+TEST(JsonSchemaTest, JsonObjectRule) {
+  GrammarBuilder b;
+  const int root = AddJsonObjectRule({}, &b);
+  Result<Grammar> g = b.Build(root);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const char* ok : {"{}", R"({"a":1})", R"({"a":{"b":[1,2,{"c":null}]},"d":"e\"f"})"}) {
+    EXPECT_TRUE(Matches(*g, ok)) << ok;
+  }
+  for (const char* bad : {"[]", "1", R"({"a":})", R"({"a":1,})", "{"}) {
+    EXPECT_FALSE(Matches(*g, bad)) << bad;
+  }
+  EXPECT_TRUE(Viable(*g, R"({"a":[)"));
+}
+
+json LoadSuite(const char* path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path << " (tests run from the repository root)";
+  if (!in.good()) return json::array();
+  return json::parse(in);
+}
+
+TEST(JsonSchemaSuiteTest, EverySchemaCompilesAndBuilds) {
+  const json suite = LoadSuite("tests/data/structured/schemas.json");
+  ASSERT_GE(suite.size(), 110u);
+  for (const json& entry : suite) {
+    const std::string name = entry.at("name").get<std::string>();
+    for (bool flexible : {false, true}) {
+      JsonSchemaOptions options;
+      options.flexible_whitespace = flexible;
+      GrammarBuilder b;
+      Result<int> root = CompileJsonSchema(entry.at("schema"), options, &b);
+      ASSERT_TRUE(root.ok()) << name << ": " << root.status().ToString();
+      Result<Grammar> g = b.Build(*root);
+      ASSERT_TRUE(g.ok()) << name << ": " << g.status().ToString();
+      if (entry.contains("valid")) {
+        for (const json& v : entry["valid"]) EXPECT_TRUE(Matches(*g, v.dump())) << name << v;
+      }
+    }
+  }
+}
+
+// A random walk through the grammar: uniform over the allowed bytes, except that a closing byte
+// ('"', ']', '}') is preferred a third of the time, ending as soon as the grammar may end.
+// Empty if it ran past max_bytes.
+std::string RandomWalk(const Grammar& g, std::mt19937* rng, size_t max_bytes = 20000) {
+  StackArena arena(&g);
+  State s = arena.Initial();
+  std::string out;
+  while (!StackArena::CanEnd(s)) {
+    if (out.size() >= max_bytes) return "";
+    const ByteSet next = arena.NextBytes(s);
+    std::vector<uint8_t> all, closing;
+    for (int c = 0; c < 256; ++c) {
+      if (!next.Has(static_cast<uint8_t>(c))) continue;
+      all.push_back(static_cast<uint8_t>(c));
+      if (c == '"' || c == ']' || c == '}') closing.push_back(static_cast<uint8_t>(c));
+    }
+    if (all.empty()) return "";
+    const std::vector<uint8_t>& pick = !closing.empty() && (*rng)() % 3 == 0 ? closing : all;
+    const uint8_t c = pick[(*rng)() % pick.size()];
+    out.push_back(static_cast<char>(c));
+    State t;
+    arena.Advance(s, c, &t);
+    s = std::move(t);
+  }
+  return out;
+}
+
+// Every random walk of every suite schema is well-formed JSON. With KVSERVE_SCHEMA_SAMPLES set,
+// the samples are also written there (one {"name", "schema", "flexible", "text"} per line) for
+// validation by an independent JSON Schema validator.
+TEST(JsonSchemaSuiteTest, RandomWalksAreJson) {
+  const json suite = LoadSuite("tests/data/structured/schemas.json");
+  const char* dump_path = std::getenv("KVSERVE_SCHEMA_SAMPLES");
+  std::ofstream dump;
+  if (dump_path != nullptr) dump.open(dump_path);
+  const int walks = dump_path != nullptr ? 40 : 3;
+  std::mt19937 rng(1234);
+  for (const json& entry : suite) {
+    const std::string name = entry.at("name").get<std::string>();
+    for (bool flexible : {false, true}) {
+      JsonSchemaOptions options;
+      options.flexible_whitespace = flexible;
+      GrammarBuilder b;
+      Result<int> root = CompileJsonSchema(entry.at("schema"), options, &b);
+      ASSERT_TRUE(root.ok()) << name;
+      Result<Grammar> g = b.Build(*root);
+      ASSERT_TRUE(g.ok()) << name;
+      for (int w = 0; w < walks; ++w) {
+        const std::string text = RandomWalk(*g, &rng);
+        if (text.empty()) continue;
+        EXPECT_TRUE(json::accept(text)) << name << ": " << text;
+        if (dump.is_open()) {
+          dump << json{{"name", name}, {"schema", entry["schema"]}, {"flexible", flexible},
+                       {"text", text}}.dump(-1, ' ', false, json::error_handler_t::replace)
+               << "\n";
+        }
+      }
+    }
+  }
+}
+
+TEST(JsonSchemaSuiteTest, EveryBadSchemaNamesItsKeyword) {
+  const json suite = LoadSuite("tests/data/structured/bad_schemas.json");
+  ASSERT_GE(suite.size(), 20u);
+  for (const json& entry : suite) {
+    const std::string name = entry.at("name").get<std::string>();
+    const std::string keyword = entry.at("keyword").get<std::string>();
+    GrammarBuilder b;
+    Result<int> root = CompileJsonSchema(entry.at("schema"), {}, &b);
+    ASSERT_FALSE(root.ok()) << name << " compiled";
+    EXPECT_NE(root.status().message().find(keyword), std::string::npos)
+        << name << ": " << root.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace kvserve::structured
