@@ -1,9 +1,12 @@
+// JSON Schema → grammar: the dispatch over keywords, $ref rules, anyOf/oneOf, enum/const,
+// objects and arrays. Scalars live in json_schema_values.cc, strings in json_schema_strings.cc,
+// keyword checks, $ref resolution and allOf merging in json_schema_merge.cc; their functions are
+// declared below (namespace json_schema_internal) rather than in a header of their own.
 #include "structured/json_schema.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -16,13 +19,14 @@ namespace kvserve::structured {
 
 namespace json_schema_internal {
 // json_schema_values.cc
-int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b);
 int PlainNumberRule(bool integer, GrammarBuilder* b);
 Result<int> NumberRule(const nlohmann::json& schema, bool integer, const std::string& path,
                        GrammarBuilder* b);
 int JsonCharRule(GrammarBuilder* b);
 bool ScalarFits(const nlohmann::json& v, const nlohmann::json& schema);
+int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* b);
 // json_schema_strings.cc
+int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b);
 Result<int> StringRule(const nlohmann::json& schema, int json_char, const std::string& path,
                        GrammarBuilder* b);
 // json_schema_merge.cc
@@ -41,24 +45,25 @@ Result<nlohmann::json> MergeSchemas(const nlohmann::json& root, const nlohmann::
 
 namespace {
 
+using json_schema_internal::AnyJsonValueRule;
 using json_schema_internal::CheckKeywords;
 using json_schema_internal::Child;
+using json_schema_internal::ExtraKeyRule;
 using json_schema_internal::FlattenSchema;
 using json_schema_internal::IsAnnotation;
 using json_schema_internal::JsonCharRule;
 using json_schema_internal::MergeSchemas;
-using json_schema_internal::ResolveRef;
-using json_schema_internal::TypeMask;
-using json_schema_internal::Where;
 using json_schema_internal::NumberRule;
 using json_schema_internal::PlainNumberRule;
+using json_schema_internal::ResolveRef;
 using json_schema_internal::ScalarFits;
 using json_schema_internal::StringRule;
+using json_schema_internal::TypeMask;
+using json_schema_internal::Where;
 using nlohmann::json;
 using Sym = GrammarBuilder;  // for Sym::Ref
 
 constexpr int kMaxCompiledSchemas = 20000;  // schema nodes compiled, refs and merges included
-constexpr int kMaxExtraKeyTail = 32;        // characters of an extra key past its listed prefix
 enum TypeBits : unsigned {
   kNull = 1,
   kBool = 2,
@@ -109,24 +114,6 @@ Result<int64_t> Count(const json& s, const char* key, const std::string& path) {
   return static_cast<int64_t>(it->get<double>());
 }
 
-// The code points of a UTF-8 string (input from the JSON parser, so well formed).
-std::vector<uint32_t> Codepoints(std::string_view s) {
-  std::vector<uint32_t> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    uint32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
-    for (int k = 1; k < n && i + static_cast<size_t>(k) < s.size(); ++k) {
-      cp = (cp << 6) | (static_cast<uint8_t>(s[i + static_cast<size_t>(k)]) & 0x3F);
-    }
-    out.push_back(cp);
-    i += static_cast<size_t>(n);
-  }
-  return out;
-}
-
-bool NeedsEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
-
 class Compiler {
  public:
   Compiler(const json& root, const JsonSchemaOptions& options, GrammarBuilder* b)
@@ -162,9 +149,9 @@ class Compiler {
   Result<std::vector<Prop>> CollectProperties(const json& s, const json& additional,
                                               const std::string& path);
   int ObjectChain(const std::vector<Prop>& props, const std::vector<int>& values, int extra_pair);
-  int ExtraKeyRule(const std::vector<Prop>& props);
   Result<int> ArrayRule(const json& s, const std::string& path);
   int GenericString();
+  int WsRule();  // -1: compact JSON
   void Ws(Sequence* s);
   Symbol Byte(char c) { return b_->Bytes(ByteSet::Single(static_cast<uint8_t>(c))); }
   Result<int> Nested(const json& s, const std::string& path) {
@@ -183,14 +170,18 @@ class Compiler {
   int ws_ = -1, char_ = -1, string_ = -1, any_value_ = -1, any_object_ = -1;
 };
 
-void Compiler::Ws(Sequence* s) {
-  if (!options_.flexible_whitespace) return;
+int Compiler::WsRule() {
+  if (!options_.flexible_whitespace) return -1;
   if (ws_ < 0) {
     ByteSet w = ByteSet::Single(' ');
     w.Add('\t', '\n');
     ws_ = b_->Repeat("ws", {b_->Bytes(w)}, 0, JsonSchemaOptions::kMaxWhitespace);
   }
-  s->push_back(Sym::Ref(ws_));
+  return ws_;
+}
+
+void Compiler::Ws(Sequence* s) {
+  if (WsRule() >= 0) s->push_back(Sym::Ref(ws_));
 }
 
 int Compiler::GenericString() {
@@ -202,47 +193,7 @@ int Compiler::GenericString() {
 }
 
 int Compiler::AnyValue() {
-  if (any_value_ >= 0) return any_value_;
-  any_value_ = b_->AddRule("value");
-  const int str = GenericString();
-  // member ::= string ws ":" ws value ws; object ::= "{" ws "}" | "{" ws member ("," ws member)* "}"
-  Sequence member = {Sym::Ref(str)};
-  Ws(&member);
-  member.push_back(Byte(':'));
-  Ws(&member);
-  member.push_back(Sym::Ref(any_value_));
-  Ws(&member);
-  const int member_rule = b_->Alternatives("member", {std::move(member)});
-  Sequence next_member = {Byte(',')};
-  Ws(&next_member);
-  next_member.push_back(Sym::Ref(member_rule));
-  const int members = b_->Star("members", std::move(next_member));
-  Sequence empty_obj = {Byte('{')}, obj = {Byte('{')};
-  Ws(&empty_obj);
-  Ws(&obj);
-  empty_obj.push_back(Byte('}'));
-  obj.insert(obj.end(), {Sym::Ref(member_rule), Sym::Ref(members), Byte('}')});
-  any_object_ = b_->Alternatives("object", {std::move(empty_obj), std::move(obj)});
-  // array ::= "[" ws "]" | "[" ws value ws ("," ws value ws)* "]"
-  Sequence elem = {Sym::Ref(any_value_)};
-  Ws(&elem);
-  const int elem_rule = b_->Alternatives("element", {std::move(elem)});
-  Sequence next_elem = {Byte(',')};
-  Ws(&next_elem);
-  next_elem.push_back(Sym::Ref(elem_rule));
-  const int elems = b_->Star("elements", std::move(next_elem));
-  Sequence empty_arr = {Byte('[')}, arr = {Byte('[')};
-  Ws(&empty_arr);
-  Ws(&arr);
-  empty_arr.push_back(Byte(']'));
-  arr.insert(arr.end(), {Sym::Ref(elem_rule), Sym::Ref(elems), Byte(']')});
-  const int array = b_->Alternatives("array", {std::move(empty_arr), std::move(arr)});
-  const int number = PlainNumberRule(false, b_);
-  for (const Sequence& s : {Sequence{Sym::Ref(any_object_)}, Sequence{Sym::Ref(array)},
-                            Sequence{Sym::Ref(str)}, Sequence{Sym::Ref(number)},
-                            b_->Literal("true"), b_->Literal("false"), b_->Literal("null")}) {
-    b_->AddAlternative(any_value_, s);
-  }
+  if (any_value_ < 0) any_value_ = AnyJsonValueRule(WsRule(), GenericString(), &any_object_, b_);
   return any_value_;
 }
 
@@ -435,10 +386,6 @@ Result<int> Compiler::CompileType(unsigned bit, unsigned mask, const json& s,
   }
 }
 
-}  // namespace
-
-
-namespace {
 
 // The listed properties in key order (then required names not listed, valued by
 // additionalProperties), without those whose schema is false.
@@ -488,55 +435,6 @@ Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
     props.push_back(Prop{name, additional, true});
   }
   return props;
-}
-
-// A key for an extra property: a string of characters that need no escaping and that differs
-// from every listed name (a trie over the names: at each node, end where the prefix is not a
-// name, follow a child, or leave the trie with any other character and then up to
-// kMaxExtraKeyTail more).
-int Compiler::ExtraKeyRule(const std::vector<Prop>& props) {
-  struct Node {
-    std::map<uint32_t, int> next;
-    bool terminal = false;
-  };
-  std::vector<Node> trie(1);
-  for (const Prop& p : props) {
-    int at = 0;
-    for (uint32_t cp : Codepoints(p.name)) {
-      auto it = trie[static_cast<size_t>(at)].next.find(cp);
-      if (it == trie[static_cast<size_t>(at)].next.end()) {
-        trie.emplace_back();
-        const int id = static_cast<int>(trie.size()) - 1;
-        trie[static_cast<size_t>(at)].next[cp] = id;
-        at = id;
-      } else {
-        at = it->second;
-      }
-    }
-    trie[static_cast<size_t>(at)].terminal = true;
-  }
-  const std::vector<CodepointRange> forbidden = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
-  const int plain = b_->CodepointClass(forbidden, true);
-  const int tail_chars = b_->Repeat("key-tail", {Sym::Ref(plain)}, 0, kMaxExtraKeyTail);
-  const int tail = b_->Alternatives("key-tail-end", {{Sym::Ref(tail_chars), Byte('"')}});
-  std::vector<int> rules;
-  for (size_t i = 0; i < trie.size(); ++i) rules.push_back(b_->AddRule("extra-key"));
-  for (size_t i = 0; i < trie.size(); ++i) {
-    const Node& n = trie[i];
-    if (!n.terminal) b_->AddAlternative(rules[i], {Byte('"')});
-    std::vector<CodepointRange> other = forbidden;
-    for (const auto& [cp, child] : n.next) {
-      other.push_back({cp, cp});
-      if (NeedsEscape(cp)) continue;  // such a name never collides with an unescaped key
-      std::string utf8;
-      AppendUtf8(cp, &utf8);
-      Sequence s = b_->Literal(utf8);
-      s.push_back(Sym::Ref(rules[static_cast<size_t>(child)]));
-      b_->AddAlternative(rules[i], std::move(s));
-    }
-    b_->AddAlternative(rules[i], {Sym::Ref(b_->CodepointClass(other, true)), Sym::Ref(tail)});
-  }
-  return b_->Alternatives("extra-key", {{Byte('"'), Sym::Ref(rules[0])}});
 }
 
 // The members of an object as a chain: first[i] = properties i.. with none written yet,
@@ -600,7 +498,9 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
   int extra_pair = -1;
   if (additional != false) {
     KV_ASSIGN_OR_RETURN(const int v, Nested(additional, Child(path, "additionalProperties")));
-    Sequence pair = {Sym::Ref(props.empty() ? GenericString() : ExtraKeyRule(props))};
+    std::vector<std::string> names;
+    for (const Prop& p : props) names.push_back(p.name);
+    Sequence pair = {Sym::Ref(props.empty() ? GenericString() : ExtraKeyRule(names, b_))};
     Ws(&pair);
     pair.push_back(Byte(':'));
     Ws(&pair);

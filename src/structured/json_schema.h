@@ -5,13 +5,47 @@
 // items, prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (compiled as anyOf: a
 // grammar cannot count matches), allOf (of object schemas, merged), $ref to "#", "#/$defs/..."
 // and "#/definitions/..." (recursion included), minLength, maxLength, pattern, format (date,
-// time, date-time, uuid, email, and the ones below that are annotations), minimum, maximum,
-// exclusiveMinimum, exclusiveMaximum on integers (as digit ranges), and nullable (OpenAPI 3.0).
-// Annotations are ignored: title, description, examples, default, $comment, $schema, $id,
-// deprecated, readOnly, writeOnly, and any key starting with "x-".
+// time, date-time, uuid, email, ipv4 on strings; int32, int64, float, double on numbers),
+// minimum, maximum, exclusiveMinimum, exclusiveMaximum (as digit ranges), and nullable
+// (OpenAPI 3.0). "uniqueItems": false is accepted (it constrains nothing).
+// Annotations are ignored: title, description, examples, example, default, $comment, $schema,
+// $id, deprecated, readOnly, writeOnly, and any key starting with "x-".
 // Anything else is InvalidArgument naming the keyword and its JSON pointer: never silently
-// dropped. Properties are emitted in the schema's order; required ones always, optional ones
-// may be skipped.
+// dropped. Properties are emitted in the order of the json object's keys (nlohmann::json keeps
+// them sorted, so alphabetical); required ones always, optional ones may be skipped.
+//
+// Every text the grammar matches is valid against the schema; some valid texts are never
+// generated. The details:
+// - JSON is compact unless flexible_whitespace; never whitespace before or after the top value.
+// - Strings: any code point but '"', '\\' and U+0000-U+001F, or an escape (\uXXXX never a
+//   surrogate, so every escape is one code point); minLength/maxLength count code points.
+// - Numbers: at most 15 integer digits, 6 fraction digits and a 2-digit exponent; no "-0"
+//   within bounds. Integer bounds are exact digit ranges. A bounded number is an in-range
+//   integer, or I.F where all of [I, I+1) is in range and |I| < 10^9 (no exponent): values
+//   near a non-integer bound are never generated; bounds leaving nothing are InvalidArgument.
+// - format: dates from 0001-01-01 with real month lengths and leap years; time is RFC 3339
+//   full-time (Z or ±HH:MM offset, up to 6 fraction digits); uuid is lowercase; email is a
+//   conservative dot-atom@domain (6-110 characters). int32 bounds the range.
+// - pattern: strings fully matching the regex (regex.h), a subset of JSON Schema's search
+//   semantics, made of characters that need no JSON escaping (no '"', '\\' or controls; ASCII
+//   only when \D \W \S, or \d \w \s with a negated class, appear, since their ASCII
+//   meanings admit more than Python's). Beside minLength/maxLength (or a format beside them)
+//   only when the pattern's own lengths already fit; pattern with format is refused.
+// - additionalProperties true or a schema: extra members follow the listed ones, with keys of
+//   unescaped characters that differ from every listed name (at most 32 characters after the
+//   first one that leaves every name's prefix). An object with no properties and additionalProperties true is any
+//   JSON object.
+// - Without "type", the types the keywords constrain (properties → object, minLength →
+//   string, ...), or any value when none does.
+// - enum/const: each value's compact dump(), kept where it has an allowed type and meets
+//   minLength/maxLength/minimum/maximum beside it; other keywords beside enum are refused.
+// - anyOf/oneOf beside other constraints: each branch is merged with them (allOf rules).
+//   $ref beside constraints is merged with its target. allOf merges types (intersected),
+//   properties (a property one side does not list must pass that side's
+//   additionalProperties), required (union), additionalProperties, items and bounds (the
+//   tighter); any other keyword must be equal on both sides.
+// - A $ref that reaches itself without an object or array between is refused (it would loop).
+//   At most 20000 subschemas are compiled and 32 levels of $ref/allOf inlined.
 #pragma once
 
 #include <nlohmann/json.hpp>

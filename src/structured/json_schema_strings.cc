@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,7 @@ namespace {
 
 using Sym = GrammarBuilder;  // for Sym::Ref
 inline constexpr int kMaxTimeFractionDigits = 6;
+inline constexpr int kMaxExtraKeyTail = 32;  // characters of an extra key past its listed prefix
 
 // A string body (the bytes between the quotes) and its length range in code points (max -1:
 // unbounded).
@@ -325,6 +327,24 @@ Result<Body> PatternBody(const std::string& pattern, const std::string& path, Gr
   return body;
 }
 
+// The code points of a UTF-8 string (input from the JSON parser, so well formed).
+std::vector<uint32_t> Codepoints(std::string_view s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<uint8_t>(s[i]);
+    const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    uint32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
+    for (int k = 1; k < n && i + static_cast<size_t>(k) < s.size(); ++k) {
+      cp = (cp << 6) | (static_cast<uint8_t>(s[i + static_cast<size_t>(k)]) & 0x3F);
+    }
+    out.push_back(cp);
+    i += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+bool NeedsEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
+
 Result<int64_t> LengthKeyword(const json& schema, const char* key, const std::string& path) {
   auto it = schema.find(key);
   if (it == schema.end()) return int64_t{-1};
@@ -382,4 +402,54 @@ Result<int> StringRule(const json& schema, int json_char, const std::string& pat
   s.push_back(Lit('"', b));
   return b->Alternatives("string", {std::move(s)});
 }
+
+// A key for an extra property: a string of characters that need no escaping and that differs
+// from every listed name (a trie over the names: at each node, end where the prefix is not a
+// name, follow a child, or leave the trie with any other character and then up to
+// kMaxExtraKeyTail more).
+int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b) {
+  struct Node {
+    std::map<uint32_t, int> next;
+    bool terminal = false;
+  };
+  std::vector<Node> trie(1);
+  for (const std::string& name : names) {
+    int at = 0;
+    for (uint32_t cp : Codepoints(name)) {
+      auto it = trie[static_cast<size_t>(at)].next.find(cp);
+      if (it == trie[static_cast<size_t>(at)].next.end()) {
+        trie.emplace_back();
+        const int id = static_cast<int>(trie.size()) - 1;
+        trie[static_cast<size_t>(at)].next[cp] = id;
+        at = id;
+      } else {
+        at = it->second;
+      }
+    }
+    trie[static_cast<size_t>(at)].terminal = true;
+  }
+  const std::vector<CodepointRange> forbidden = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+  const int plain = b->CodepointClass(forbidden, true);
+  const int tail_chars = b->Repeat("key-tail", {Sym::Ref(plain)}, 0, kMaxExtraKeyTail);
+  const int tail = b->Alternatives("key-tail-end", {{Sym::Ref(tail_chars), Lit('"', b)}});
+  std::vector<int> rules;
+  for (size_t i = 0; i < trie.size(); ++i) rules.push_back(b->AddRule("extra-key"));
+  for (size_t i = 0; i < trie.size(); ++i) {
+    const Node& n = trie[i];
+    if (!n.terminal) b->AddAlternative(rules[i], {Lit('"', b)});
+    std::vector<CodepointRange> other = forbidden;
+    for (const auto& [cp, child] : n.next) {
+      other.push_back({cp, cp});
+      if (NeedsEscape(cp)) continue;  // such a name never collides with an unescaped key
+      std::string utf8;
+      AppendUtf8(cp, &utf8);
+      Sequence s = b->Literal(utf8);
+      s.push_back(Sym::Ref(rules[static_cast<size_t>(child)]));
+      b->AddAlternative(rules[i], std::move(s));
+    }
+    b->AddAlternative(rules[i], {Sym::Ref(b->CodepointClass(other, true)), Sym::Ref(tail)});
+  }
+  return b->Alternatives("extra-key", {{Lit('"', b), Sym::Ref(rules[0])}});
+}
+
 }  // namespace kvserve::structured::json_schema_internal
