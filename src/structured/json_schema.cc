@@ -4,6 +4,8 @@
 // declared below (namespace json_schema_internal) rather than in a header of their own.
 #include "structured/json_schema.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,8 +14,6 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace kvserve::structured {
 
@@ -88,18 +88,25 @@ bool HasConstraints(const json& s, std::initializer_list<std::string_view> ignor
 // Whether an enum value has one of the types in `mask` (integral floats count as integers).
 bool HasType(const json& v, unsigned mask) {
   switch (v.type()) {
-    case json::value_t::null: return mask & kNull;
-    case json::value_t::boolean: return mask & kBool;
+    case json::value_t::null:
+      return mask & kNull;
+    case json::value_t::boolean:
+      return mask & kBool;
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return mask & kInt;
+    case json::value_t::number_unsigned:
+      return mask & kInt;
     case json::value_t::number_float: {
       const double d = v.get<double>();
       return (mask & kNum) || ((mask & kInt) && std::floor(d) == d);
     }
-    case json::value_t::string: return mask & kStr;
-    case json::value_t::array: return mask & kArr;
-    case json::value_t::object: return mask & kObj;
-    default: return false;
+    case json::value_t::string:
+      return mask & kStr;
+    case json::value_t::array:
+      return mask & kArr;
+    case json::value_t::object:
+      return mask & kObj;
+    default:
+      return false;
   }
 }
 
@@ -108,8 +115,8 @@ Result<int64_t> Count(const json& s, const char* key, const std::string& path) {
   if (it == s.end()) return int64_t{-1};
   if (!it->is_number() || it->get<double>() < 0 || it->get<double>() > 1e9 ||
       std::floor(it->get<double>()) != it->get<double>()) {
-    return InvalidArgument(fmt::format("'{}' at {} must be a non-negative integer", key,
-                                       Where(path)));
+    return InvalidArgument(
+        fmt::format("'{}' at {} must be a non-negative integer", key, Where(path)));
   }
   return static_cast<int64_t>(it->get<double>());
 }
@@ -201,7 +208,8 @@ Result<int> Compiler::Compile(const json& s, const std::string& path) {
   if (++compiled_ > kMaxCompiledSchemas) {
     return InvalidArgument(fmt::format(
         "schema too large: over {} subschemas compiled ($ref, allOf and anyOf expansions "
-        "included)", kMaxCompiledSchemas));
+        "included)",
+        kMaxCompiledSchemas));
   }
   if (s.is_boolean()) {
     if (s.get<bool>()) return AnyValue();
@@ -229,8 +237,8 @@ Result<int> Compiler::CompileRef(const json& ref, const std::string& path) {
   if (auto it = refs_.find(key); it != refs_.end()) {
     if (it->second.in_progress && it->second.depth == depth_) {
       return InvalidArgument(fmt::format(
-          "circular $ref '{}' at {}: it refers to itself without an object or array between",
-          key, Where(path)));
+          "circular $ref '{}' at {}: it refers to itself without an object or array between", key,
+          Where(path)));
     }
     return it->second.rule;
   }
@@ -292,8 +300,8 @@ Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path
 Result<int> Compiler::CompileEnum(const json& s, const std::string& path) {
   for (const auto& [k, v] : s.items()) {
     static const std::set<std::string> kBeside = {
-        "enum",      "const",   "type",    "nullable",         "minLength",       "maxLength",
-        "minimum",   "maximum", "$defs",   "exclusiveMinimum", "exclusiveMaximum", "definitions"};
+        "enum",    "const",   "type",  "nullable",         "minLength",        "maxLength",
+        "minimum", "maximum", "$defs", "exclusiveMinimum", "exclusiveMaximum", "definitions"};
     if (!IsAnnotation(k) && kBeside.count(k) == 0) {
       return InvalidArgument(fmt::format("'{}' with '{}' at {} is not supported",
                                          s.contains("enum") ? "enum" : "const", k, Where(path)));
@@ -354,8 +362,10 @@ Result<unsigned> Compiler::Types(const json& s, const std::string& path) const {
 Result<int> Compiler::CompileType(unsigned bit, unsigned mask, const json& s,
                                   const std::string& path) {
   switch (bit) {
-    case kNull: return b_->Alternatives("null", {b_->Literal("null")});
-    case kBool: return b_->Alternatives("boolean", {b_->Literal("true"), b_->Literal("false")});
+    case kNull:
+      return b_->Alternatives("null", {b_->Literal("null")});
+    case kBool:
+      return b_->Alternatives("boolean", {b_->Literal("true"), b_->Literal("false")});
     case kInt: {
       json numeric = s;
       if (auto f = s.find("format"); f != s.end() && !(mask & kStr)) {
@@ -372,8 +382,8 @@ Result<int> Compiler::CompileType(unsigned bit, unsigned mask, const json& s,
           tighten("minimum", -2147483648.0, true);
           tighten("maximum", 2147483647.0, false);
         } else if (*f != "int64" && *f != "float" && *f != "double") {
-          return InvalidArgument(fmt::format("unsupported format {} at {} for a number",
-                                             f->dump(), Where(path)));
+          return InvalidArgument(
+              fmt::format("unsupported format {} at {} for a number", f->dump(), Where(path)));
         }
       }
       return NumberRule(numeric, !(mask & kNum), Where(path), b_);
@@ -381,11 +391,12 @@ Result<int> Compiler::CompileType(unsigned bit, unsigned mask, const json& s,
     case kStr:
       if (char_ < 0) char_ = JsonCharRule(b_);
       return StringRule(s, char_, Where(path), b_);
-    case kArr: return ArrayRule(s, path);
-    default: return ObjectRule(s, path);
+    case kArr:
+      return ArrayRule(s, path);
+    default:
+      return ObjectRule(s, path);
   }
 }
-
 
 // The listed properties in key order (then required names not listed, valued by
 // additionalProperties), without those whose schema is false.
@@ -416,16 +427,18 @@ Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
   for (const auto& [name, schema] : listed.items()) {
     if (schema == false) {
       if (is_required(name)) {
-        return InvalidArgument(fmt::format(
-            "'required' at {}: property '{}' is required but its schema is false", Where(path),
-            name));
+        return InvalidArgument(
+            fmt::format("'required' at {}: property '{}' is required but its schema is false",
+                        Where(path), name));
       }
       continue;
     }
     props.push_back(Prop{name, schema, is_required(name)});
   }
   for (const std::string& name : required) {
-    if (listed.contains(name)) continue;
+    const bool added =
+        std::any_of(props.begin(), props.end(), [&](const Prop& p) { return p.name == name; });
+    if (listed.contains(name) || added) continue;
     if (additional == false) {
       return InvalidArgument(fmt::format(
           "'required' at {}: property '{}' is not in 'properties' and additionalProperties is "
@@ -479,11 +492,11 @@ int Compiler::ObjectChain(const std::vector<Prop>& props, const std::vector<int>
 }
 
 Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
-  json additional = s.contains("additionalProperties") ? s["additionalProperties"]
-                                                       : json(!options_.strict);
+  json additional =
+      s.contains("additionalProperties") ? s["additionalProperties"] : json(!options_.strict);
   if (!additional.is_boolean() && !additional.is_object()) {
-    return InvalidArgument(fmt::format("'additionalProperties' at {} must be a boolean or a schema",
-                                       Where(path)));
+    return InvalidArgument(
+        fmt::format("'additionalProperties' at {} must be a boolean or a schema", Where(path)));
   }
   KV_ASSIGN_OR_RETURN(std::vector<Prop> props, CollectProperties(s, additional, path));
   if (props.empty() && additional == true) return AnyObject();

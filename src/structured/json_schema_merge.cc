@@ -1,14 +1,14 @@
 // Schema-level helpers of the JSON Schema compiler (json_schema.cc): keyword checks, local $ref
 // resolution, and inlining of $ref and allOf into one merged schema. The declarations are
 // repeated at the top of json_schema.cc (namespace json_schema_internal); keep them in step.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "kvserve/status.h"
 
@@ -53,14 +53,31 @@ std::string Child(const std::string& path, std::string_view key) {
 }
 
 Status CheckKeywords(const json& s, const std::string& path) {
-  static const std::set<std::string> kSupported = {
-      "type",     "properties",       "required",         "additionalProperties",
-      "items",    "prefixItems",      "minItems",         "maxItems",
-      "enum",     "const",            "anyOf",            "oneOf",
-      "allOf",    "$ref",             "minLength",        "maxLength",
-      "pattern",  "format",           "minimum",          "maximum",
-      "nullable", "exclusiveMinimum", "exclusiveMaximum", "$defs",
-      "definitions"};
+  static const std::set<std::string> kSupported = {"type",
+                                                   "properties",
+                                                   "required",
+                                                   "additionalProperties",
+                                                   "items",
+                                                   "prefixItems",
+                                                   "minItems",
+                                                   "maxItems",
+                                                   "enum",
+                                                   "const",
+                                                   "anyOf",
+                                                   "oneOf",
+                                                   "allOf",
+                                                   "$ref",
+                                                   "minLength",
+                                                   "maxLength",
+                                                   "pattern",
+                                                   "format",
+                                                   "minimum",
+                                                   "maximum",
+                                                   "nullable",
+                                                   "exclusiveMinimum",
+                                                   "exclusiveMaximum",
+                                                   "$defs",
+                                                   "definitions"};
   for (const auto& [k, v] : s.items()) {
     if (IsAnnotation(k) || kSupported.count(k) > 0) continue;
     if (k == "uniqueItems" && v == false) continue;  // the default: no constraint
@@ -77,8 +94,8 @@ Status CheckKeywords(const json& s, const std::string& path) {
 
 Result<unsigned> TypeMask(const json& t, const std::string& path) {
   static const std::map<std::string, unsigned> kTypes = {
-      {"null", kNull},   {"boolean", kBool}, {"integer", kInt}, {"number", kInt | kNum},
-      {"string", kStr},  {"array", kArr},    {"object", kObj}};
+      {"null", kNull},  {"boolean", kBool}, {"integer", kInt}, {"number", kInt | kNum},
+      {"string", kStr}, {"array", kArr},    {"object", kObj}};
   unsigned mask = 0;
   const json list = t.is_array() ? t : json::array({t});
   for (const json& name : list) {
@@ -95,8 +112,11 @@ Result<unsigned> TypeMask(const json& t, const std::string& path) {
 
 json TypeNames(unsigned mask) {
   json out = json::array();
-  for (auto [bit, name] : {std::pair{kNull, "null"}, {kBool, "boolean"}, {kStr, "string"},
-                           {kArr, "array"}, {kObj, "object"}}) {
+  for (auto [bit, name] : {std::pair{kNull, "null"},
+                           {kBool, "boolean"},
+                           {kStr, "string"},
+                           {kArr, "array"},
+                           {kObj, "object"}}) {
     if (mask & bit) out.push_back(name);
   }
   if (mask & kNum) {
@@ -111,10 +131,10 @@ json TypeNames(unsigned mask) {
 Result<const json*> ResolveRef(const json& root, const json& ref, const std::string& path) {
   const std::string r = ref.is_string() ? ref.get<std::string>() : ref.dump();
   if (!ref.is_string() || r.empty() || r[0] != '#' || (r.size() > 1 && r[1] != '/')) {
-    return InvalidArgument(fmt::format(
-        "unsupported $ref '{}' at {}: only local JSON pointers ('#', '#/$defs/name', "
-        "'#/definitions/name') are supported",
-        r, Where(path)));
+    return InvalidArgument(
+        fmt::format("unsupported $ref '{}' at {}: only local JSON pointers ('#', '#/$defs/name', "
+                    "'#/definitions/name') are supported",
+                    r, Where(path)));
   }
   const json* node = &root;
   for (size_t pos = 1; pos < r.size();) {
@@ -166,8 +186,8 @@ Result<json> MergeSub(const json& root, const json& a, const json& b, const std:
 // properties, additionalProperties and required of a AND b. A property listed on one side
 // only must also pass the other side's additionalProperties (absent: true, as a validator
 // reads it), so `false` there makes it a forbidden (false) property.
-Status MergeObjectKeywords(const json& root, const json& a, const json& b,
-                           const std::string& path, int depth, json* out) {
+Status MergeObjectKeywords(const json& root, const json& a, const json& b, const std::string& path,
+                           int depth, json* out) {
   const json none = json::object();
   const json& pa = a.contains("properties") ? a["properties"] : none;
   const json& pb = b.contains("properties") ? b["properties"] : none;
@@ -183,8 +203,8 @@ Status MergeObjectKeywords(const json& root, const json& a, const json& b,
   }
   for (const auto& [k, v] : pb.items()) {
     if (pa.contains(k)) continue;
-    KV_ASSIGN_OR_RETURN(props[k], MergeSub(root, add_a, v, Child(Child(path, "properties"), k),
-                                           depth));
+    KV_ASSIGN_OR_RETURN(props[k],
+                        MergeSub(root, add_a, v, Child(Child(path, "properties"), k), depth));
   }
   out->erase("properties");
   if (!props.empty()) (*out)["properties"] = std::move(props);
@@ -246,9 +266,8 @@ Result<json> Merge(const json& root, const json& a, const json& b, const std::st
     }
   }
   const bool objects = a.contains("properties") || b.contains("properties") ||
-                       a.contains("additionalProperties") ||
-                       b.contains("additionalProperties") || a.contains("required") ||
-                       b.contains("required");
+                       a.contains("additionalProperties") || b.contains("additionalProperties") ||
+                       a.contains("required") || b.contains("required");
   if (objects) KV_RETURN_IF_ERROR(MergeObjectKeywords(root, a, b, path, depth, &out));
   return out;
 }
@@ -259,9 +278,9 @@ Result<json> Merge(const json& root, const json& a, const json& b, const std::st
 // and "nullable": true folded into "type".
 Result<json> FlattenSchema(const json& root, const json& s, const std::string& path, int depth) {
   if (depth > kMaxInlineDepth) {
-    return InvalidArgument(fmt::format(
-        "'$ref'/'allOf' at {} nest more than {} deep (a circular reference?)", Where(path),
-        kMaxInlineDepth));
+    return InvalidArgument(
+        fmt::format("'$ref'/'allOf' at {} nest more than {} deep (a circular reference?)",
+                    Where(path), kMaxInlineDepth));
   }
   if (s.is_boolean()) {
     if (s.get<bool>()) return json::object();
@@ -304,8 +323,7 @@ Result<json> FlattenSchema(const json& root, const json& s, const std::string& p
   return out;
 }
 
-Result<json> MergeSchemas(const json& root, const json& a, const json& b,
-                          const std::string& path) {
+Result<json> MergeSchemas(const json& root, const json& a, const json& b, const std::string& path) {
   return Merge(root, a, b, path, 0);
 }
 

@@ -1,17 +1,17 @@
 // Strings for the JSON Schema compiler (json_schema.cc): length bounds, formats and patterns.
 // The declarations are repeated at the top of json_schema.cc (namespace json_schema_internal);
 // keep the two in step.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "kvserve/status.h"
 #include "structured/grammar.h"
@@ -47,14 +47,12 @@ Symbol Range(char lo, char hi, GrammarBuilder* b) {
 int DateRule(GrammarBuilder* b) {
   const Symbol d = Range('0', '9', b), nz = Range('1', '9', b);
   const Symbol zero = Lit('0', b);
-  const int year = b->Alternatives("year", {{zero, zero, zero, nz},
-                                            {zero, zero, nz, d},
-                                            {zero, nz, d, d},
-                                            {nz, d, d, d}});
-  const int day28 = b->Alternatives("day01-28", {{zero, nz}, {Lit('1', b), d},
-                                                 {Lit('2', b), Range('0', '8', b)}});
-  const int day30 = b->Alternatives("day01-30", {{Sym::Ref(day28)}, b->Literal("29"),
-                                                 b->Literal("30")});
+  const int year = b->Alternatives(
+      "year", {{zero, zero, zero, nz}, {zero, zero, nz, d}, {zero, nz, d, d}, {nz, d, d, d}});
+  const int day28 = b->Alternatives(
+      "day01-28", {{zero, nz}, {Lit('1', b), d}, {Lit('2', b), Range('0', '8', b)}});
+  const int day30 =
+      b->Alternatives("day01-30", {{Sym::Ref(day28)}, b->Literal("29"), b->Literal("30")});
   const int day31 = b->Alternatives("day01-31", {{Sym::Ref(day30)}, b->Literal("31")});
   std::vector<Sequence> month_days;
   for (const char* m : {"01", "03", "05", "07", "08", "10", "12"}) {
@@ -77,8 +75,7 @@ int DateRule(GrammarBuilder* b) {
   std::vector<Sequence> mult4;
   for (int m = 4; m < 100; m += 4) mult4.push_back(b->Literal(fmt::format("{:02d}", m)));
   const int m4 = b->Alternatives("multiple-of-4", std::move(mult4));
-  const int leap = b->Alternatives("leap-year", {{d, d, Sym::Ref(m4)},
-                                                 {Sym::Ref(m4), zero, zero}});
+  const int leap = b->Alternatives("leap-year", {{d, d, Sym::Ref(m4)}, {Sym::Ref(m4), zero, zero}});
   Sequence common = {Sym::Ref(year), Lit('-', b), Sym::Ref(md)};
   Sequence leap_day = {Sym::Ref(leap)};
   b->AppendLiteral("-02-29", &leap_day);
@@ -88,8 +85,8 @@ int DateRule(GrammarBuilder* b) {
 // RFC 3339 full-time: HH:MM:SS, up to 6 fraction digits, then Z or +HH:MM / -HH:MM.
 int TimeRule(GrammarBuilder* b) {
   const Symbol d = Range('0', '9', b), six = Range('0', '5', b);
-  const int hour = b->Alternatives("hour", {{Range('0', '1', b), d},
-                                            {Lit('2', b), Range('0', '3', b)}});
+  const int hour =
+      b->Alternatives("hour", {{Range('0', '1', b), d}, {Lit('2', b), Range('0', '3', b)}});
   const int frac = b->Repeat("time-frac", {d}, 1, kMaxTimeFractionDigits);
   Sequence dot_frac = {Lit('.', b), Sym::Ref(frac)};
   const int opt_frac = b->Optional("time-frac?", std::move(dot_frac));
@@ -122,7 +119,8 @@ int EmailRule(GrammarBuilder* b) {
   alnum.Add('A', 'Z');
   alnum.Add('0', '9');
   ByteSet atext = alnum;
-  for (char c : std::string_view("!#$%&'*+/=?^_`{|}~-")) atext.Add(static_cast<uint8_t>(c), static_cast<uint8_t>(c));
+  for (char c : std::string_view("!#$%&'*+/=?^_`{|}~-"))
+    atext.Add(static_cast<uint8_t>(c), static_cast<uint8_t>(c));
   const int word = b->Repeat("email-word", {b->Bytes(atext)}, 1, 16);
   const int more_words = b->Repeat("email-words", {Lit('.', b), Sym::Ref(word)}, 0, 2);
   ByteSet inner = alnum;
@@ -153,16 +151,16 @@ Result<Body> FormatBody(const std::string& format, const std::string& path, Gram
   if (format == "date") return Body{DateRule(b), 10, 10};
   if (format == "time") return Body{TimeRule(b), 9, 21};
   if (format == "date-time") {
-    const int rule = b->Alternatives("date-time", {{Sym::Ref(DateRule(b)), Lit('T', b),
-                                                    Sym::Ref(TimeRule(b))}});
+    const int rule =
+        b->Alternatives("date-time", {{Sym::Ref(DateRule(b)), Lit('T', b), Sym::Ref(TimeRule(b))}});
     return Body{rule, 20, 32};
   }
   if (format == "uuid") return Body{UuidRule(b), 36, 36};
   if (format == "email") return Body{EmailRule(b), 6, 110};
   if (format == "ipv4") return Body{Ipv4Rule(b), 7, 15};
   return InvalidArgument(fmt::format(
-      "unsupported format '{}' at {} (supported: date, time, date-time, uuid, email, ipv4)",
-      format, path));
+      "unsupported format '{}' at {} (supported: date, time, date-time, uuid, email, ipv4)", format,
+      path));
 }
 
 // Whether the pattern uses a class escape whose ASCII meaning (regex.h) admits more than
@@ -267,7 +265,8 @@ void CopyRestricted(const Grammar& g, const ByteSet& allowed, GrammarBuilder* b,
       for (const CopiedAlt& a : alts[r]) {
         bool all = true;
         for (const Symbol& sym : a.seq) {
-          all = all && (sym.kind != Symbol::Kind::kRule || productive[static_cast<size_t>(sym.index)]);
+          all = all &&
+                (sym.kind != Symbol::Kind::kRule || productive[static_cast<size_t>(sym.index)]);
         }
         if (all && !productive[r]) productive[r] = 1, changed = true;
       }
@@ -348,10 +347,9 @@ bool NeedsEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
 Result<int64_t> LengthKeyword(const json& schema, const char* key, const std::string& path) {
   auto it = schema.find(key);
   if (it == schema.end()) return int64_t{-1};
-  if (!it->is_number() || it->get<double>() < 0 || std::floor(it->get<double>()) != it->get<double>() ||
-      it->get<double>() > 1e9) {
-    return InvalidArgument(
-        fmt::format("'{}' at {} must be a non-negative integer", key, path));
+  if (!it->is_number() || it->get<double>() < 0 ||
+      std::floor(it->get<double>()) != it->get<double>() || it->get<double>() > 1e9) {
+    return InvalidArgument(fmt::format("'{}' at {} must be a non-negative integer", key, path));
   }
   return static_cast<int64_t>(it->get<double>());
 }
@@ -374,10 +372,12 @@ Result<int> StringRule(const json& schema, int json_char, const std::string& pat
   }
   Body body;
   if (format != schema.end()) {
-    if (!format->is_string()) return InvalidArgument(fmt::format("'format' at {} must be a string", path));
+    if (!format->is_string())
+      return InvalidArgument(fmt::format("'format' at {} must be a string", path));
     KV_ASSIGN_OR_RETURN(body, FormatBody(format->get<std::string>(), path, b));
   } else if (pattern != schema.end()) {
-    if (!pattern->is_string()) return InvalidArgument(fmt::format("'pattern' at {} must be a string", path));
+    if (!pattern->is_string())
+      return InvalidArgument(fmt::format("'pattern' at {} must be a string", path));
     KV_ASSIGN_OR_RETURN(body, PatternBody(pattern->get<std::string>(), path, b));
   } else {
     body.rule = b->Repeat(fmt::format("chars{{{},{}}}", std::max<int64_t>(min_len, 0), max_len),

@@ -1,16 +1,16 @@
 // Scalars for the JSON Schema compiler (json_schema.cc): integers and numbers with bounds, JSON
-// string characters, and the check of enum values against their sibling keywords. The declarations are repeated at the top of
-// json_schema.cc (namespace json_schema_internal); keep the two in step.
+// string characters, and the check of enum values against their sibling keywords. The declarations
+// are repeated at the top of json_schema.cc (namespace json_schema_internal); keep the two in step.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "kvserve/status.h"
 #include "structured/grammar.h"
@@ -22,7 +22,7 @@ using nlohmann::json;
 // Digit caps (documented in json_schema.h): they keep every generated number finite for a
 // random walk and exactly representable where bounds are compared.
 inline constexpr int kMaxIntegerDigits = 15;
-inline constexpr int64_t kMaxInteger = 999'999'999'999'999;   // 15 digits
+inline constexpr int64_t kMaxInteger = 999'999'999'999'999;    // 15 digits
 inline constexpr int64_t kMaxFractionalInteger = 999'999'999;  // integer part beside a fraction
 inline constexpr int kMaxFractionDigits = 6;
 inline constexpr int kMaxExponentDigits = 2;
@@ -130,8 +130,8 @@ Result<Bound> ReadBound(const json& schema, const char* inclusive_key, const cha
     }
     const double v = it->get<double>();
     const bool excl = key == exclusive_key;
-    const bool tighter = !out.present || (lower ? v > out.value : v < out.value) ||
-                         (v == out.value && excl);
+    const bool tighter =
+        !out.present || (lower ? v > out.value : v < out.value) || (v == out.value && excl);
     if (tighter) out = Bound{true, v, excl};
   }
   return out;
@@ -190,9 +190,8 @@ int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b) {
 // exponent for numbers.
 int PlainNumberRule(bool integer, GrammarBuilder* b) {
   const int tail = b->Repeat("int-tail", {DigitSym(b)}, 0, kMaxIntegerDigits - 1);
-  const int magnitude =
-      b->Alternatives("int-magnitude", {b->Literal("0"), {b->Bytes(ByteSet::Of('1', '9')),
-                                                          Sym::Ref(tail)}});
+  const int magnitude = b->Alternatives(
+      "int-magnitude", {b->Literal("0"), {b->Bytes(ByteSet::Of('1', '9')), Sym::Ref(tail)}});
   const int sign = b->Optional("sign", b->Literal("-"));
   Sequence s = {Sym::Ref(sign), Sym::Ref(magnitude)};
   if (!integer) {
@@ -203,8 +202,8 @@ int PlainNumberRule(bool integer, GrammarBuilder* b) {
     ByteSet pm = ByteSet::Single('+');
     pm.Add('-', '-');
     const int exp_sign = b->Optional("exp-sign", {b->Bytes(pm)});
-    const int exponent = b->Optional("exponent?", {b->Bytes(e), Sym::Ref(exp_sign),
-                                                   Sym::Ref(exp_digits)});
+    const int exponent =
+        b->Optional("exponent?", {b->Bytes(e), Sym::Ref(exp_sign), Sym::Ref(exp_digits)});
     s.push_back(Sym::Ref(exponent));
   }
   return b->Alternatives(integer ? "integer" : "number", {std::move(s)});
@@ -262,7 +261,8 @@ Result<int> NumberRule(const json& schema, bool integer, const std::string& path
 int JsonCharRule(GrammarBuilder* b) {
   const int plain = b->CodepointClass({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
   ByteSet simple;
-  for (char c : std::string_view("\"\\/bfnrt")) simple.Add(static_cast<uint8_t>(c), static_cast<uint8_t>(c));
+  for (char c : std::string_view("\"\\/bfnrt"))
+    simple.Add(static_cast<uint8_t>(c), static_cast<uint8_t>(c));
   ByteSet hex = ByteSet::Of('0', '9');
   hex.Add('a', 'f');
   hex.Add('A', 'F');
@@ -275,7 +275,8 @@ int JsonCharRule(GrammarBuilder* b) {
   d.Add('D', 'D');
   const Symbol h = b->Bytes(hex);
   const int unit = b->Alternatives(
-      "u-escape", {{b->Bytes(hex_not_d), h, h, h}, {b->Bytes(d), b->Bytes(ByteSet::Of('0', '7')), h, h}});
+      "u-escape",
+      {{b->Bytes(hex_not_d), h, h, h}, {b->Bytes(d), b->Bytes(ByteSet::Of('0', '7')), h, h}});
   Sequence esc_simple = b->Literal("\\");
   esc_simple.push_back(b->Bytes(simple));
   Sequence esc_u = b->Literal("\\u");
@@ -294,12 +295,12 @@ int64_t CodepointCount(std::string_view s) {
 bool ScalarFits(const json& v, const json& schema) {
   if (v.is_string()) {
     const int64_t n = CodepointCount(v.get_ref<const std::string&>());
-    if (auto it = schema.find("minLength"); it != schema.end() && it->is_number() &&
-                                            n < it->get<double>()) {
+    if (auto it = schema.find("minLength");
+        it != schema.end() && it->is_number() && n < it->get<double>()) {
       return false;
     }
-    if (auto it = schema.find("maxLength"); it != schema.end() && it->is_number() &&
-                                            n > it->get<double>()) {
+    if (auto it = schema.find("maxLength");
+        it != schema.end() && it->is_number() && n > it->get<double>()) {
       return false;
     }
   }
@@ -329,7 +330,8 @@ int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* 
     if (ws >= 0) s->push_back(Sym::Ref(ws));
   };
   auto Byte = [&](char c) { return b->Bytes(ByteSet::Single(static_cast<uint8_t>(c))); };
-  // member ::= string ws ":" ws value ws; object ::= "{" ws "}" | "{" ws member ("," ws member)* "}"
+  // member ::= string ws ":" ws value ws; object ::= "{" ws "}" | "{" ws member ("," ws member)*
+  // "}"
   Sequence member = {Sym::Ref(str)};
   Ws(&member);
   member.push_back(Byte(':'));
@@ -362,9 +364,9 @@ int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* 
   arr.insert(arr.end(), {Sym::Ref(elem_rule), Sym::Ref(elems), Byte(']')});
   const int array = b->Alternatives("array", {std::move(empty_arr), std::move(arr)});
   const int number = PlainNumberRule(false, b);
-  for (const Sequence& s : {Sequence{Sym::Ref(*object_rule)}, Sequence{Sym::Ref(array)},
-                            Sequence{Sym::Ref(str)}, Sequence{Sym::Ref(number)},
-                            b->Literal("true"), b->Literal("false"), b->Literal("null")}) {
+  for (const Sequence& s :
+       {Sequence{Sym::Ref(*object_rule)}, Sequence{Sym::Ref(array)}, Sequence{Sym::Ref(str)},
+        Sequence{Sym::Ref(number)}, b->Literal("true"), b->Literal("false"), b->Literal("null")}) {
     b->AddAlternative(value, s);
   }
   return value;

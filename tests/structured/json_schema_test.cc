@@ -4,11 +4,10 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "structured/grammar.h"
 #include "structured/matcher.h"
@@ -75,12 +74,10 @@ TEST(JsonSchemaTest, IntegerRangesAreExact) {
   EXPECT_FALSE(Matches(*g, "-0"));
   EXPECT_FALSE(Matches(*g, "007"));
   // Exclusive and one-sided bounds, fractional bounds rounded inwards.
-  ExpectLanguage(R"({"type":"integer","exclusiveMinimum":0})", {"1", "99", "100000"},
-                 {"0", "-1"});
+  ExpectLanguage(R"({"type":"integer","exclusiveMinimum":0})", {"1", "99", "100000"}, {"0", "-1"});
   ExpectLanguage(R"({"type":"integer","minimum":0})", {"0", "5", "999999999999999"},
                  {"-1", "-0", "1000000000000000"});
-  ExpectLanguage(R"({"type":"integer","maximum":-3})", {"-3", "-40", "-999999"},
-                 {"-2", "0", "3"});
+  ExpectLanguage(R"({"type":"integer","maximum":-3})", {"-3", "-40", "-999999"}, {"-2", "0", "3"});
   ExpectLanguage(R"({"type":"integer","exclusiveMinimum":-1.5,"exclusiveMaximum":2.5})",
                  {"-1", "0", "1", "2"}, {"-2", "3"});
   ExpectLanguage(R"({"type":"integer","minimum":1000,"maximum":1000})", {"1000"},
@@ -96,8 +93,7 @@ TEST(JsonSchemaTest, IntegerRangesMatchABruteForceCheck) {
                                                    {-10, 10}, {19, 91}, {99, 1001}, {-123, -45},
                                                    {-1, 0},   {10, 99}, {250, 255}, {-1000, 999}};
   for (auto [lo, hi] : ranges) {
-    const std::string schema =
-        json{{"type", "integer"}, {"minimum", lo}, {"maximum", hi}}.dump();
+    const std::string schema = json{{"type", "integer"}, {"minimum", lo}, {"maximum", hi}}.dump();
     Result<Grammar> g = CompileText(schema);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     for (int v = -1200; v <= 1200; ++v) {
@@ -115,18 +111,17 @@ TEST(JsonSchemaTest, NumberBoundsNeverAdmitOutOfRangeValues) {
   ExpectLanguage(R"({"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":2})",
                  {"-1.999999", "-1", "0", "0.25", "-0.5", "1.999999", "1"},
                  {"-2", "2", "2.0", "-2.5", "2.000001"});
-  ExpectLanguage(R"({"type":"number","minimum":0})", {"0", "0.5", "123.25", "7"},
-                 {"-0.5", "-1"});
+  ExpectLanguage(R"({"type":"number","minimum":0})", {"0", "0.5", "123.25", "7"}, {"-0.5", "-1"});
   EXPECT_NE(ErrorOf(R"({"type":"number","minimum":0.25,"maximum":0.75})").find("minimum"),
             std::string::npos);
 }
 
 TEST(JsonSchemaTest, StringsEscapesAndLengths) {
-  ExpectLanguage(R"({"type":"string"})",
-                 {R"("")", R"("abc")", R"("a\"b")", R"("\\\/\b\f\n\r\t")", R"("\u00e9\u4E2D")",
-                  "\"\xC3\xA9\xE4\xB8\xAD\""},
-                 {R"("a)", R"("\x")", R"("\u12")", R"("\ud83d")", "\"a\nb\"", "\"\x01\"",
-                  R"(abc)"});
+  ExpectLanguage(
+      R"({"type":"string"})",
+      {R"("")", R"("abc")", R"("a\"b")", R"("\\\/\b\f\n\r\t")", R"("\u00e9\u4E2D")",
+       "\"\xC3\xA9\xE4\xB8\xAD\""},
+      {R"("a)", R"("\x")", R"("\u12")", R"("\ud83d")", "\"a\nb\"", "\"\x01\"", R"(abc)"});
   // Lengths count characters; an escape is one.
   ExpectLanguage(R"({"type":"string","minLength":2,"maxLength":3})",
                  {R"("ab")", R"("abc")", R"("\n\t")", "\"\xC3\xA9\xC3\xA9\xC3\xA9\""},
@@ -145,9 +140,9 @@ TEST(JsonSchemaTest, Formats) {
                  {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:00:00")"});
   ExpectLanguage(R"({"type":"string","format":"date-time"})", {R"("2024-01-15T10:20:30Z")"},
                  {R"("2024-01-15 10:20:30Z")"});
-  ExpectLanguage(R"({"type":"string","format":"uuid"})",
-                 {R"("123e4567-e89b-12d3-a456-426614174000")"},
-                 {R"("123e4567e89b12d3a456426614174000")", R"("123e4567-e89b-12d3-a456-42661417400")"});
+  ExpectLanguage(
+      R"({"type":"string","format":"uuid"})", {R"("123e4567-e89b-12d3-a456-426614174000")"},
+      {R"("123e4567e89b12d3a456426614174000")", R"("123e4567-e89b-12d3-a456-42661417400")"});
   ExpectLanguage(R"({"type":"string","format":"email"})",
                  {R"("john.doe@example.com")", R"("a+b@mail.co.uk")"},
                  {R"("john@")", R"("@example.com")", R"("a@b")", R"("a b@example.com")"});
@@ -183,8 +178,8 @@ TEST(JsonSchemaTest, ObjectsWithOptionalAndRequiredProperties) {
   ExpectLanguage(schema,
                  {R"({"b":""})", R"({"a":1,"b":"x"})", R"({"b":"x","c":true})",
                   R"({"a":1,"b":"x","c":false})"},
-                 {R"({})", R"({"a":1})", R"({"b":"x",})", R"({,"b":"x"})",
-                  R"({"b":"x","a":1})", R"({"a":1,"b":"x","d":1})", R"({"a":1"b":"x"})"});
+                 {R"({})", R"({"a":1})", R"({"b":"x",})", R"({,"b":"x"})", R"({"b":"x","a":1})",
+                  R"({"a":1,"b":"x","d":1})", R"({"a":1"b":"x"})"});
   ExpectLanguage(R"({"type":"object","properties":{"a":{"type":"integer"}},
       "additionalProperties":false})",
                  {R"({})", R"({"a":5})"}, {R"({"a":5,"a":6})", R"({"b":1})"});
@@ -200,13 +195,19 @@ TEST(JsonSchemaTest, AdditionalProperties) {
                  {R"({})", R"({"a":1,"b\n":2})"}, {R"({"a":"x"})"});
   ExpectLanguage(R"({"type":"object"})", {R"({})", R"({"a":{"b":[true,null,1.5,"s"]}})"},
                  {R"({"a"})", R"([])"});
+  // A required name without a listed schema takes additionalProperties' (once).
+  ExpectLanguage(
+      R"({"type":"object","required":["x","x"],"additionalProperties":{"type":"integer"}})",
+      {R"({"x":1})", R"({"x":1,"y":2})"}, {R"({})", R"({"x":1,"x":1})", R"({"x":true})"});
   // strict: no extra properties unless asked for.
   JsonSchemaOptions strict;
   strict.strict = true;
   ExpectLanguage(R"({"type":"object","properties":{"id":{"type":"integer"}}})",
                  {R"({"id":1})", R"({})"}, {R"({"id":1,"x":2})"}, strict);
   EXPECT_NE(ErrorOf(R"({"type":"object","properties":{},"required":["x"],
-      "additionalProperties":false})").find("required"), std::string::npos);
+      "additionalProperties":false})")
+                .find("required"),
+            std::string::npos);
 }
 
 TEST(JsonSchemaTest, Arrays) {
@@ -281,13 +282,16 @@ TEST(JsonSchemaTest, RefsAndRecursion) {
                  {R"({"a":1})"}, {R"({})", R"({"a":1,"b":2})"});
   // Siblings' additionalProperties false forbids what only the target lists: nothing is left.
   EXPECT_NE(ErrorOf(R"({"$defs":{"base":{"type":"object","properties":{"a":{"type":"integer"}}}},
-      "$ref":"#/$defs/base","required":["a"],"additionalProperties":false})").find("required"),
+      "$ref":"#/$defs/base","required":["a"],"additionalProperties":false})")
+                .find("required"),
             std::string::npos);
   EXPECT_NE(ErrorOf(R"({"$ref":"#"})").find("$ref"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"$ref":"https://example.com/s.json"})").find("$ref"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"$ref":"#/$defs/missing"})").find("missing"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"$defs":{"a":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a",
-      "type":"object"})").find("$ref"), std::string::npos);
+      "type":"object"})")
+                .find("$ref"),
+            std::string::npos);
 }
 
 TEST(JsonSchemaTest, FlexibleWhitespace) {
@@ -409,8 +413,11 @@ TEST(JsonSchemaSuiteTest, RandomWalksAreJson) {
         if (text.empty()) continue;
         EXPECT_TRUE(json::accept(text)) << name << ": " << text;
         if (dump.is_open()) {
-          dump << json{{"name", name}, {"schema", entry["schema"]}, {"flexible", flexible},
-                       {"text", text}}.dump(-1, ' ', false, json::error_handler_t::replace)
+          dump << json{{"name", name},
+                       {"schema", entry["schema"]},
+                       {"flexible", flexible},
+                       {"text", text}}
+                      .dump(-1, ' ', false, json::error_handler_t::replace)
                << "\n";
         }
       }
