@@ -4,8 +4,6 @@
 // declared below (namespace json_schema_internal) rather than in a header of their own.
 #include "structured/json_schema.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +12,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace kvserve::structured {
 

@@ -1,14 +1,14 @@
 // Schema-level helpers of the JSON Schema compiler (json_schema.cc): keyword checks, local $ref
 // resolution, and inlining of $ref and allOf into one merged schema. The declarations are
 // repeated at the top of json_schema.cc (namespace json_schema_internal); keep them in step.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "kvserve/status.h"
 

@@ -1,17 +1,17 @@
 // Strings for the JSON Schema compiler (json_schema.cc): length bounds, formats and patterns.
 // The declarations are repeated at the top of json_schema.cc (namespace json_schema_internal);
 // keep the two in step.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "kvserve/status.h"
 #include "structured/grammar.h"
