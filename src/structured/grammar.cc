@@ -168,8 +168,8 @@ int GrammarBuilder::Repeat(std::string name, const Sequence& seq, int64_t min, i
   Sequence body;
   const int64_t copies = max < 0 ? min : max;
   // Refuse early what Build() would refuse anyway, before building millions of symbols.
-  if (copies * static_cast<int64_t>(seq.size() + 2) + num_symbols_ > kDefaultMaxSymbols) {
-    num_symbols_ = kDefaultMaxSymbols + 1;
+  if (copies * static_cast<int64_t>(seq.size() + 2) + num_symbols_ > kMaxSymbols) {
+    too_large_ = true;
     return Alternatives(std::move(name), {{}});
   }
   for (int64_t i = 0; i < min; ++i) body.insert(body.end(), seq.begin(), seq.end());
@@ -223,7 +223,7 @@ int GrammarBuilder::CodepointClass(std::vector<CodepointRange> ranges, bool nega
   return r;
 }
 
-Result<Grammar> GrammarBuilder::Build(int start_rule, int64_t max_symbols) const {
+Result<Grammar> GrammarBuilder::Build(int start_rule) const {
   const size_t n = rules_.size();
   if (expired_ || std::chrono::steady_clock::now() > deadline_) {
     return InvalidArgument("the constraint took longer to compile than the time limit allows "
@@ -232,9 +232,9 @@ Result<Grammar> GrammarBuilder::Build(int start_rule, int64_t max_symbols) const
   if (start_rule < 0 || static_cast<size_t>(start_rule) >= n) {
     return InvalidArgument("grammar has no start rule");
   }
-  if (num_symbols_ > max_symbols) {
+  if (too_large_ || num_symbols_ > kMaxSymbols) {
     return InvalidArgument(fmt::format(
-        "grammar too large: over {} symbols (lower the repetition counts or lengths)", max_symbols));
+        "grammar too large: over {} symbols (lower the repetition counts or lengths)", kMaxSymbols));
   }
   for (size_t r = 0; r < n; ++r) {
     if (rules_[r].alts.empty()) {

@@ -9,7 +9,7 @@
 // Contract: GrammarBuilder collects rules and Build() validates them into an immutable Grammar
 // (thread-safe to read). Build() refuses a grammar the matcher could not walk: an empty rule, a
 // rule that derives itself without consuming a byte first (left recursion, which would expand
-// forever), a rule that can never finish, and a grammar over `max_symbols` symbols.
+// forever), a rule that can never finish, and a grammar over kMaxSymbols symbols.
 //
 // Layout: the alternatives are flattened into one symbol array, each alternative a run of
 // symbols closed by an kEnd symbol, so a parse position is one index (see matcher.h).
@@ -89,7 +89,7 @@ class Grammar {
 
 class GrammarBuilder {
  public:
-  static constexpr int64_t kDefaultMaxSymbols = 2'000'000;
+  static constexpr int64_t kMaxSymbols = 2'000'000;
 
   // A new empty rule (alternatives are added later, so rules may refer to each other before
   // they are defined). Names need not be unique; they label errors and dumps.
@@ -116,14 +116,14 @@ class GrammarBuilder {
   // surrogates when negated), as UTF-8. Cached by content.
   int CodepointClass(std::vector<CodepointRange> ranges, bool negated);
 
-  // Validates and flattens. An InvalidArgument status naming the offending rule.
-  Result<Grammar> Build(int start_rule, int64_t max_symbols = kDefaultMaxSymbols) const;
+  // Validates and flattens. An InvalidArgument status naming the offending rule, or saying the
+  // grammar is over kMaxSymbols symbols.
+  Result<Grammar> Build(int start_rule) const;
 
   // A compile deadline: once past it, the builder stops growing (every later rule is empty) and
   // Build() refuses with DeadlineExceeded-style InvalidArgument, so a pathological constraint
   // costs at most the time limit.
   void SetDeadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
-  bool expired() const { return expired_; }
 
  private:
   struct RuleDef {
@@ -134,6 +134,7 @@ class GrammarBuilder {
   std::vector<ByteSet> byte_sets_;
   std::unordered_map<std::string, int> class_cache_;
   int64_t num_symbols_ = 0;
+  bool too_large_ = false;  // a Repeat was refused before it built over kMaxSymbols
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   bool expired_ = false;
   int64_t calls_ = 0;

@@ -18,24 +18,14 @@ namespace {
 
 using nlohmann::json;
 
-// Whether the grammar matches `text` exactly.
-bool Matches(const Grammar& g, std::string_view text) {
-  StackArena arena(&g);
-  State s = arena.Initial();
-  return arena.AdvanceBytes(&s, text) && StackArena::CanEnd(s);
-}
-
-// Whether `text` is a prefix of something the grammar matches.
-bool Viable(const Grammar& g, std::string_view text) {
-  StackArena arena(&g);
-  State s = arena.Initial();
-  return arena.AdvanceBytes(&s, text);
+Result<Grammar> CompileSchema(const json& schema, const JsonSchemaOptions& options = {}) {
+  GrammarBuilder b;
+  KV_ASSIGN_OR_RETURN(const int root, CompileJsonSchema(schema, options, &b));
+  return b.Build(root);
 }
 
 Result<Grammar> CompileText(std::string_view schema, const JsonSchemaOptions& options = {}) {
-  GrammarBuilder b;
-  KV_ASSIGN_OR_RETURN(const int root, CompileJsonSchema(json::parse(schema), options, &b));
-  return b.Build(root);
+  return CompileSchema(json::parse(schema), options);
 }
 
 // Compiles `schema` and checks every text of `ok` matches and none of `bad` does.
@@ -44,8 +34,8 @@ void ExpectLanguage(std::string_view schema, const std::vector<std::string>& ok,
   SCOPED_TRACE(std::string(schema));
   Result<Grammar> g = CompileText(schema, options);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  for (const std::string& t : ok) EXPECT_TRUE(Matches(*g, t)) << "should accept: " << t;
-  for (const std::string& t : bad) EXPECT_FALSE(Matches(*g, t)) << "should refuse: " << t;
+  for (const std::string& t : ok) EXPECT_TRUE(FullMatch(*g, t)) << "should accept: " << t;
+  for (const std::string& t : bad) EXPECT_FALSE(FullMatch(*g, t)) << "should refuse: " << t;
 }
 
 // The error message of compiling `schema` (empty if it compiled and built).
@@ -70,10 +60,10 @@ TEST(JsonSchemaTest, IntegerRangesAreExact) {
   Result<Grammar> g = CompileText(schema);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   for (int v = -400; v <= 400; ++v) {
-    EXPECT_EQ(Matches(*g, std::to_string(v)), v >= -15 && v <= 237) << v;
+    EXPECT_EQ(FullMatch(*g, std::to_string(v)), v >= -15 && v <= 237) << v;
   }
-  EXPECT_FALSE(Matches(*g, "-0"));
-  EXPECT_FALSE(Matches(*g, "007"));
+  EXPECT_FALSE(FullMatch(*g, "-0"));
+  EXPECT_FALSE(FullMatch(*g, "007"));
   // Exclusive and one-sided bounds, fractional bounds rounded inwards.
   ExpectLanguage(R"({"type":"integer","exclusiveMinimum":0})", {"1", "99", "100000"}, {"0", "-1"});
   ExpectLanguage(R"({"type":"integer","minimum":0})", {"0", "5", "999999999999999"},
@@ -98,7 +88,7 @@ TEST(JsonSchemaTest, IntegerRangesMatchABruteForceCheck) {
     Result<Grammar> g = CompileText(schema);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     for (int v = -1200; v <= 1200; ++v) {
-      ASSERT_EQ(Matches(*g, std::to_string(v)), v >= lo && v <= hi) << schema << " " << v;
+      ASSERT_EQ(FullMatch(*g, std::to_string(v)), v >= lo && v <= hi) << schema << " " << v;
     }
   }
 }
@@ -327,12 +317,12 @@ TEST(JsonSchemaTest, JsonObjectRule) {
   Result<Grammar> g = b.Build(root);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   for (const char* ok : {"{}", R"({"a":1})", R"({"a":{"b":[1,2,{"c":null}]},"d":"e\"f"})"}) {
-    EXPECT_TRUE(Matches(*g, ok)) << ok;
+    EXPECT_TRUE(FullMatch(*g, ok)) << ok;
   }
   for (const char* bad : {"[]", "1", R"({"a":})", R"({"a":1,})", "{"}) {
-    EXPECT_FALSE(Matches(*g, bad)) << bad;
+    EXPECT_FALSE(FullMatch(*g, bad)) << bad;
   }
-  EXPECT_TRUE(Viable(*g, R"({"a":[)"));
+  EXPECT_TRUE(PrefixMatch(*g, R"({"a":[)"));
 }
 
 json LoadSuite(const char* path) {
@@ -350,13 +340,10 @@ TEST(JsonSchemaSuiteTest, EverySchemaCompilesAndBuilds) {
     for (bool flexible : {false, true}) {
       JsonSchemaOptions options;
       options.flexible_whitespace = flexible;
-      GrammarBuilder b;
-      Result<int> root = CompileJsonSchema(entry.at("schema"), options, &b);
-      ASSERT_TRUE(root.ok()) << name << ": " << root.status().ToString();
-      Result<Grammar> g = b.Build(*root);
+      Result<Grammar> g = CompileSchema(entry.at("schema"), options);
       ASSERT_TRUE(g.ok()) << name << ": " << g.status().ToString();
       if (entry.contains("valid")) {
-        for (const json& v : entry["valid"]) EXPECT_TRUE(Matches(*g, v.dump())) << name << v;
+        for (const json& v : entry["valid"]) EXPECT_TRUE(FullMatch(*g, v.dump())) << name << v;
       }
     }
   }
@@ -404,11 +391,8 @@ TEST(JsonSchemaSuiteTest, RandomWalksAreJson) {
     for (bool flexible : {false, true}) {
       JsonSchemaOptions options;
       options.flexible_whitespace = flexible;
-      GrammarBuilder b;
-      Result<int> root = CompileJsonSchema(entry.at("schema"), options, &b);
-      ASSERT_TRUE(root.ok()) << name;
-      Result<Grammar> g = b.Build(*root);
-      ASSERT_TRUE(g.ok()) << name;
+      Result<Grammar> g = CompileSchema(entry.at("schema"), options);
+      ASSERT_TRUE(g.ok()) << name << ": " << g.status().ToString();
       for (int w = 0; w < walks; ++w) {
         const std::string text = RandomWalk(*g, &rng);
         if (text.empty()) continue;
