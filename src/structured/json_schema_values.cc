@@ -330,39 +330,30 @@ int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* 
     if (ws >= 0) s->push_back(Sym::Ref(ws));
   };
   auto Byte = [&](char c) { return b->Bytes(ByteSet::Single(static_cast<uint8_t>(c))); };
-  // member ::= string ws ":" ws value ws; object ::= "{" ws "}" | "{" ws member ("," ws member)*
-  // "}"
+  // open ws close | open ws item ("," ws item)* close, where item ends with its own ws.
+  auto Bracketed = [&](const char* name, char open, Sequence item, char close) {
+    Ws(&item);
+    const int item_rule = b->Alternatives(std::string(name) + "-item", {std::move(item)});
+    Sequence next = {Byte(',')};
+    Ws(&next);
+    next.push_back(Sym::Ref(item_rule));
+    const int rest = b->Star(std::string(name) + "-rest", std::move(next));
+    Sequence empty = {Byte(open)}, full = {Byte(open)};
+    Ws(&empty);
+    Ws(&full);
+    empty.push_back(Byte(close));
+    full.insert(full.end(), {Sym::Ref(item_rule), Sym::Ref(rest), Byte(close)});
+    return b->Alternatives(name, {std::move(empty), std::move(full)});
+  };
+  // object ::= "{" ws "}" | "{" ws member ("," ws member)* "}", member ::= string ws ":" ws value ws
   Sequence member = {Sym::Ref(str)};
   Ws(&member);
   member.push_back(Byte(':'));
   Ws(&member);
   member.push_back(Sym::Ref(value));
-  Ws(&member);
-  const int member_rule = b->Alternatives("member", {std::move(member)});
-  Sequence next_member = {Byte(',')};
-  Ws(&next_member);
-  next_member.push_back(Sym::Ref(member_rule));
-  const int members = b->Star("members", std::move(next_member));
-  Sequence empty_obj = {Byte('{')}, obj = {Byte('{')};
-  Ws(&empty_obj);
-  Ws(&obj);
-  empty_obj.push_back(Byte('}'));
-  obj.insert(obj.end(), {Sym::Ref(member_rule), Sym::Ref(members), Byte('}')});
-  *object_rule = b->Alternatives("object", {std::move(empty_obj), std::move(obj)});
+  *object_rule = Bracketed("object", '{', std::move(member), '}');
   // array ::= "[" ws "]" | "[" ws value ws ("," ws value ws)* "]"
-  Sequence elem = {Sym::Ref(value)};
-  Ws(&elem);
-  const int elem_rule = b->Alternatives("element", {std::move(elem)});
-  Sequence next_elem = {Byte(',')};
-  Ws(&next_elem);
-  next_elem.push_back(Sym::Ref(elem_rule));
-  const int elems = b->Star("elements", std::move(next_elem));
-  Sequence empty_arr = {Byte('[')}, arr = {Byte('[')};
-  Ws(&empty_arr);
-  Ws(&arr);
-  empty_arr.push_back(Byte(']'));
-  arr.insert(arr.end(), {Sym::Ref(elem_rule), Sym::Ref(elems), Byte(']')});
-  const int array = b->Alternatives("array", {std::move(empty_arr), std::move(arr)});
+  const int array = Bracketed("array", '[', {Sym::Ref(value)}, ']');
   const int number = PlainNumberRule(false, b);
   for (const Sequence& s :
        {Sequence{Sym::Ref(*object_rule)}, Sequence{Sym::Ref(array)}, Sequence{Sym::Ref(str)},
