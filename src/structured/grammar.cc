@@ -1,10 +1,10 @@
 #include "structured/grammar.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <functional>
-
-#include <fmt/format.h>
 
 namespace kvserve::structured {
 
@@ -81,7 +81,8 @@ int Utf8Length(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x100
 
 // Splits [lo, hi] (one UTF-8 length) until every byte position is an independent range, and
 // emits each piece as a sequence of byte ranges.
-void SplitUtf8(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<uint8_t, uint8_t>>>* out) {
+void SplitUtf8(uint32_t lo, uint32_t hi,
+               std::vector<std::vector<std::pair<uint8_t, uint8_t>>>* out) {
   const int n = Utf8Length(lo);
   for (int i = 1; i < n; ++i) {
     const uint32_t m = (uint32_t{1} << (6 * i)) - 1;
@@ -226,15 +227,17 @@ int GrammarBuilder::CodepointClass(std::vector<CodepointRange> ranges, bool nega
 Result<Grammar> GrammarBuilder::Build(int start_rule) const {
   const size_t n = rules_.size();
   if (expired_ || std::chrono::steady_clock::now() > deadline_) {
-    return InvalidArgument("the constraint took longer to compile than the time limit allows "
-                           "(--structured-compile-timeout-ms); simplify it");
+    return InvalidArgument(
+        "the constraint took longer to compile than the time limit allows "
+        "(--structured-compile-timeout-ms); simplify it");
   }
   if (start_rule < 0 || static_cast<size_t>(start_rule) >= n) {
     return InvalidArgument("grammar has no start rule");
   }
   if (too_large_ || num_symbols_ > kMaxSymbols) {
-    return InvalidArgument(fmt::format(
-        "grammar too large: over {} symbols (lower the repetition counts or lengths)", kMaxSymbols));
+    return InvalidArgument(
+        fmt::format("grammar too large: over {} symbols (lower the repetition counts or lengths)",
+                    kMaxSymbols));
   }
   for (size_t r = 0; r < n; ++r) {
     if (rules_[r].alts.empty()) {
@@ -245,7 +248,8 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
       for (const Symbol& sym : s) {
         if (sym.kind == Symbol::Kind::kRule &&
             (sym.index < 0 || static_cast<size_t>(sym.index) >= n)) {
-          return InvalidArgument(fmt::format("rule '{}' refers to an unknown rule", rules_[r].name));
+          return InvalidArgument(
+              fmt::format("rule '{}' refers to an unknown rule", rules_[r].name));
         }
       }
     }
@@ -272,8 +276,8 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
   }
   for (size_t r = 0; r < n; ++r) {
     if (!productive[r]) {
-      return InvalidArgument(
-          fmt::format("rule '{}' can never finish (every alternative recurses forever)", rules_[r].name));
+      return InvalidArgument(fmt::format(
+          "rule '{}' can never finish (every alternative recurses forever)", rules_[r].name));
     }
   }
   // Left recursion: a cycle in "r can start with s".

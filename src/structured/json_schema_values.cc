@@ -1,16 +1,16 @@
 // Scalars for the JSON Schema compiler (json_schema.cc): integers and numbers with bounds, JSON
 // string characters, and the check of enum values against their sibling keywords. The declarations
 // are repeated at the top of json_schema.cc (namespace json_schema_internal); keep the two in step.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "kvserve/status.h"
 #include "structured/grammar.h"
@@ -345,7 +345,8 @@ int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* 
     full.insert(full.end(), {Sym::Ref(item_rule), Sym::Ref(rest), Byte(close)});
     return b->Alternatives(name, {std::move(empty), std::move(full)});
   };
-  // object ::= "{" ws "}" | "{" ws member ("," ws member)* "}", member ::= string ws ":" ws value ws
+  // object ::= "{" ws "}" | "{" ws member ("," ws member)* "}", member ::= string ws ":" ws value
+  // ws
   Sequence member = {Sym::Ref(str)};
   Ws(&member);
   member.push_back(Byte(':'));

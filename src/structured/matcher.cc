@@ -16,8 +16,8 @@ void SortUnique(State* s) {
 StackArena::StackArena(const Grammar* grammar) : grammar_(grammar) {}
 
 int32_t StackArena::NodeFor(int32_t pos, int32_t parent) {
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) |
-                       static_cast<uint32_t>(parent);
+  const uint64_t key =
+      (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
   auto [it, inserted] = index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
   if (inserted) {
     nodes_.push_back(Node{pos, parent});

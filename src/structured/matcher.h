@@ -39,9 +39,7 @@ class StackArena {
   void Advance(const State& state, uint8_t byte, State* out);
   // Advance over every byte; false (and *state empty) as soon as a byte is refused.
   bool AdvanceBytes(State* state, std::string_view bytes);
-  static bool CanEnd(const State& state) {
-    return !state.empty() && state.front() == kAcceptStack;
-  }
+  static bool CanEnd(const State& state) { return !state.empty() && state.front() == kAcceptStack; }
   // The bytes allowed next (union over the stacks' top symbols).
   ByteSet NextBytes(const State& state) const;
   int64_t num_nodes() const { return static_cast<int64_t>(nodes_.size()); }

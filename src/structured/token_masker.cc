@@ -49,7 +49,8 @@ std::shared_ptr<const TokenVocab> TokenVocab::FromPieces(std::vector<std::string
     excluded[static_cast<size_t>(id)] = 1;
   }
   for (TokenId id : special) {
-    if (id >= 0 && static_cast<size_t>(id) < v->pieces_.size()) excluded[static_cast<size_t>(id)] = 1;
+    if (id >= 0 && static_cast<size_t>(id) < v->pieces_.size())
+      excluded[static_cast<size_t>(id)] = 1;
   }
   v->BuildTrie(excluded);
   return v;
@@ -123,7 +124,11 @@ bool TokenMasker::Accept(State* state, TokenId token) {
     state->clear();
     return false;
   }
-  if (vocab_->is_eog(token)) return StackArena::CanEnd(*state);
+  if (vocab_->is_eog(token)) {
+    if (StackArena::CanEnd(*state)) return true;
+    state->clear();
+    return false;
+  }
   const std::string& piece = vocab_->piece(token);
   if (piece.empty()) {  // special: never part of a structure
     state->clear();

@@ -51,15 +51,16 @@ class TokenVocab {
 
   struct Node {
     uint8_t byte = 0;
-    uint16_t depth = 0;       // root: 0
-    int32_t end = 0;          // index after the last node of the subtree
-    int32_t tokens_begin = 0; // tokens ending here: token_ids_[tokens_begin, tokens_end)
+    uint16_t depth = 0;        // root: 0
+    int32_t end = 0;           // index after the last node of the subtree
+    int32_t tokens_begin = 0;  // tokens ending here: token_ids_[tokens_begin, tokens_end)
     int32_t tokens_end = 0;
   };
   std::span<const Node> nodes() const { return nodes_; }
   std::span<const TokenId> node_tokens(const Node& n) const {
-    return std::span<const TokenId>(token_ids_).subspan(static_cast<size_t>(n.tokens_begin),
-                                                        static_cast<size_t>(n.tokens_end - n.tokens_begin));
+    return std::span<const TokenId>(token_ids_)
+        .subspan(static_cast<size_t>(n.tokens_begin),
+                 static_cast<size_t>(n.tokens_end - n.tokens_begin));
   }
   int max_depth() const { return max_depth_; }
 
@@ -118,10 +119,10 @@ class TokenMasker {
   Grammar grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
   mutable std::mutex mu_;
-  StackArena arena_;                                     // guarded by mu_
+  StackArena arena_;                                       // guarded by mu_
   std::unordered_map<State, TokenBits, StateHash> cache_;  // guarded by mu_
-  std::vector<State> levels_;                            // guarded by mu_: DFS scratch per depth
-  MaskStats stats_;                                      // guarded by mu_
+  std::vector<State> levels_;                              // guarded by mu_: DFS scratch per depth
+  MaskStats stats_;                                        // guarded by mu_
 };
 
 }  // namespace kvserve::structured

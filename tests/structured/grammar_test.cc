@@ -1,9 +1,10 @@
+#include "structured/grammar.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
-#include "structured/grammar.h"
 #include "structured/matcher.h"
 #include "structured/token_masker.h"
 
@@ -16,8 +17,8 @@ TEST(GrammarTest, LiteralsAlternativesAndRepetition) {
   const int bc = b.Alternatives("bc", {b.Literal("b"), b.Literal("cd")});
   const int star = b.Star("bc*", {GrammarBuilder::Ref(bc)});
   const int opt_e = b.Optional("e?", b.Literal("e"));
-  const int root = b.Alternatives("root", {{b.Literal("a")[0], GrammarBuilder::Ref(star),
-                                            GrammarBuilder::Ref(opt_e)}});
+  const int root = b.Alternatives(
+      "root", {{b.Literal("a")[0], GrammarBuilder::Ref(star), GrammarBuilder::Ref(opt_e)}});
   auto g = b.Build(root);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   for (const char* ok : {"a", "ae", "abcdb", "acdbcde"}) EXPECT_TRUE(FullMatch(*g, ok)) << ok;
@@ -62,7 +63,8 @@ TEST(GrammarTest, RefusesLeftRecursionEmptyRulesAndEndlessRules) {
     b.AddAlternative(r, b.Literal("1"));
     auto g = b.Build(r);
     ASSERT_FALSE(g.ok());
-    EXPECT_NE(g.status().ToString().find("left-recursive"), std::string::npos) << g.status().ToString();
+    EXPECT_NE(g.status().ToString().find("left-recursive"), std::string::npos)
+        << g.status().ToString();
   }
   {
     GrammarBuilder b;
@@ -97,8 +99,9 @@ TEST(GrammarTest, CodepointClassesAreUtf8) {
   const int not_quote = b.CodepointClass({{'"', '"'}, {'\\', '\\'}}, true);
   const int latin = b.CodepointClass({{0xE9, 0xFC}}, false);
   const int wide = b.CodepointClass({{0x4E00, 0x9FFF}, {0x1F600, 0x1F64F}}, false);
-  const int root = b.Alternatives("root", {{GrammarBuilder::Ref(not_quote), GrammarBuilder::Ref(latin),
-                                            GrammarBuilder::Ref(wide)}});
+  const int root = b.Alternatives(
+      "root",
+      {{GrammarBuilder::Ref(not_quote), GrammarBuilder::Ref(latin), GrammarBuilder::Ref(wide)}});
   auto g = b.Build(root);
   ASSERT_TRUE(g.ok());
   EXPECT_TRUE(FullMatch(*g, "aé中"));
@@ -106,7 +109,7 @@ TEST(GrammarTest, CodepointClassesAreUtf8) {
   EXPECT_FALSE(FullMatch(*g, "\"é中"));
   EXPECT_FALSE(FullMatch(*g, "aa中"));
   EXPECT_FALSE(FullMatch(*g, "aé\xED\xA0\x80"));  // a surrogate is never a code point
-  EXPECT_FALSE(PrefixMatch(*g, "\xC3\x28"));           // a lead byte must be followed by a continuation
+  EXPECT_FALSE(PrefixMatch(*g, "\xC3\x28"));      // a lead byte must be followed by a continuation
 }
 
 TEST(TokenMaskerTest, MasksFollowTheGrammarAndEogOnlyWhereItMayEnd) {
@@ -119,8 +122,8 @@ TEST(TokenMaskerTest, MasksFollowTheGrammarAndEogOnlyWhereItMayEnd) {
   auto g = b.Build(root);
   ASSERT_TRUE(g.ok());
   // 0 "a", 1 "ab", 2 "b", 3 "c", 4 "cd", 5 "dd", 6 "x", 7 eos, 8 special, 9 <0x61> ("a" bytes)
-  auto vocab = TokenVocab::FromPieces({"a", "ab", "b", "c", "cd", "dd", "x", "", "<|s|>", "a"},
-                                      {7}, {8});
+  auto vocab =
+      TokenVocab::FromPieces({"a", "ab", "b", "c", "cd", "dd", "x", "", "<|s|>", "a"}, {7}, {8});
   TokenMasker m(std::move(*g), vocab);
   auto allowed = [&](const State& s) {
     const TokenBits bits = m.Allowed(s);
@@ -141,11 +144,15 @@ TEST(TokenMaskerTest, MasksFollowTheGrammarAndEogOnlyWhereItMayEnd) {
   EXPECT_FALSE(m.Accept(&s, 6));
   EXPECT_TRUE(s.empty());
   EXPECT_EQ(allowed(s), (std::vector<int>{7}));  // a dead state can only end
+  State early = m.Initial();
+  EXPECT_FALSE(m.Accept(&early, 7));  // ending before the grammar may end is refused
+  EXPECT_TRUE(early.empty());
 
   std::vector<float> logits(10, 1.0f);
   State t = m.Initial();
   m.Apply(t, logits);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(std::isinf(logits[static_cast<size_t>(i)]), !(i == 0 || i == 1 || i == 9)) << i;
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(std::isinf(logits[static_cast<size_t>(i)]), !(i == 0 || i == 1 || i == 9)) << i;
   const MaskStats st = m.stats();
   EXPECT_GT(st.lookups, st.misses);  // the initial state's mask came from the cache
 }
