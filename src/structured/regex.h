@@ -15,7 +15,7 @@
 // look-around, other (?...) flags, word boundaries, \p{...}, unknown letter escapes, anchors
 // elsewhere, unbalanced brackets or parentheses, a quantifier with nothing to repeat or a second
 // quantifier, {n,m} with n > m or over kMaxRepeat, a class that matches nothing, surrogate
-// escapes, invalid UTF-8, and groups nested over 1000 deep.
+// escapes, invalid UTF-8, and groups nested over 256 deep.
 #pragma once
 
 #include <string_view>
