@@ -11,6 +11,7 @@
 #include "prefix/redis_tier.h"
 #include "quant/kv_dtype.h"
 #include "spec/ngram.h"
+#include "structured/constraint.h"
 #include "util/byte_size.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -170,6 +171,9 @@ Result<EngineCore::SeqCtx> EngineCore::MakeSeq(RequestId id, const EngineRequest
   if (params.has_seed) params.seed += static_cast<uint64_t>(index);  // distinct streams
   KV_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(params, model_->config().vocab));
   sampler.SetPrompt(r.prompt);
+  if (r.constraint) {
+    sampler.AddProcessorFirst(std::make_unique<structured::ConstraintProcessor>(r.constraint));
+  }
   SeqCtx s{id, index, std::move(sampler), nullptr, 0};
   if (tokenizer_) s.detok = std::make_unique<StreamingDetokenizer>(*tokenizer_);
   return s;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "structured/constraint.h"
 #include "util/check.h"
 
 namespace kvserve {
@@ -118,6 +119,9 @@ Result<GenerateResult> Generator::Generate(const GenerateRequest& req,
   KV_RETURN_IF_ERROR(CheckPrompt(req.prompt, req.max_tokens));
   KV_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(req.sampling, model_->config().vocab));
   sampler.SetPrompt(req.prompt);
+  if (req.constraint) {
+    sampler.AddProcessorFirst(std::make_unique<structured::ConstraintProcessor>(req.constraint));
+  }
 
   GenerateResult result;
   result.prompt_tokens = static_cast<int>(req.prompt.size());

@@ -19,6 +19,7 @@
 #include "kvserve/status.h"
 #include "model/model.h"
 #include "sample/sampler.h"
+#include "structured/token_masker.h"
 #include "util/thread_pool.h"
 
 namespace kvserve {
@@ -39,6 +40,7 @@ struct GenerateRequest {
   SamplingParams sampling;
   int max_tokens = 128;
   std::vector<TokenId> stop_ids;  // generation ends after emitting one of these (e.g. EOG ids)
+  std::shared_ptr<structured::TokenMasker> constraint;  // structured output; null = none
 };
 
 // FinishReason and FinishReasonName live in engine/request.h (shared with the Engine).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "sample/sampler.h"
 #include "sample/sampling_params.h"
 #include "sched/step_cost_model.h"
+#include "structured/token_masker.h"
 #include "util/strong_id.h"
 
 namespace kvserve {
@@ -39,6 +41,9 @@ struct EngineRequest {
   int32_t priority = 0;           // higher = admitted first, preempted and evicted last
   std::string cache_salt;         // requests share cached KV only with the same salt
   bool speculative = true;        // false: no speculative decoding for this request
+  // Structured output: every sample's tokens stay inside this constraint (compiled by
+  // structured::ConstraintCompiler for the engine's vocabulary); null = unconstrained.
+  std::shared_ptr<structured::TokenMasker> constraint;
 };
 
 // Cached prompt tokens that one cache tier supplied ("ram", "disk", "redis").

@@ -74,6 +74,11 @@ void Sampler::AddProcessor(std::unique_ptr<LogitsProcessor> processor) {
   chain_.push_back(std::move(processor));
 }
 
+void Sampler::AddProcessorFirst(std::unique_ptr<LogitsProcessor> processor) {
+  KV_CHECK(processor != nullptr);
+  chain_.insert(chain_.begin(), std::move(processor));
+}
+
 SampleOutput Sampler::Sample(std::span<float> logits) {
   SampleOutput out;
   Sample(logits, &out);

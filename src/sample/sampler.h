@@ -9,8 +9,9 @@
 //
 // One step, in order:
 //   1. NaN -> -inf, +inf -> largest finite float (so no inf - inf appears later).
-//   2. Chain: repetition penalty, frequency/presence penalty, temperature, then processors
-//      added with AddProcessor (grammar masks), each only when active. Step 1 is repeated after.
+//   2. Chain: processors added with AddProcessorFirst (grammar masks), repetition penalty,
+//      frequency/presence penalty, temperature, then processors added with AddProcessor, each
+//      only when active. Step 1 is repeated after.
 //   3. Greedy (temperature 0): argmax, ties -> lowest id. Otherwise:
 //      candidates = tokens with logit > -inf; top-k (then sorted descending), top-p (sorts
 //      descending first if needed), min-p (order kept); with neither top-k nor top-p the
@@ -69,8 +70,11 @@ class Sampler {
   void Sample(std::span<float> logits, SampleOutput* out);
   // Appends a generated token (the sampled one, or a verified draft token) to the history.
   void Accept(TokenId token);
-  // Appends a processor that runs after the built-in ones (e.g. a grammar mask).
+  // Appends a processor that runs after the built-in ones.
   void AddProcessor(std::unique_ptr<LogitsProcessor> processor);
+  // Puts a processor before every other (a grammar mask: what it removes no penalty or
+  // truncation may bring back, and the rest of the chain sees only allowed tokens).
+  void AddProcessorFirst(std::unique_ptr<LogitsProcessor> processor);
 
   const SamplingParams& params() const { return params_; }
   const TokenHistory& history() const { return history_; }

@@ -1,0 +1,95 @@
+// Constraints as requests name them, compiled into token maskers, cached by content, and
+// applied in the sampler.
+//
+// ConstraintSpec is the plain value a request carries (the server and `run` fill it from
+// response_format, structured_outputs, guided_* or --json-schema / --regex / --grammar-file /
+// --choice). ConstraintCompiler turns it into a TokenMasker for one vocabulary:
+//   - within a time limit (a pathological schema fails with InvalidArgument, it never stalls);
+//   - cached by content (kind, text, options), so repeated schemas compile once and share their
+//     mask cache across requests;
+//   - with the start state's mask computed at compile time, off the engine thread.
+// ConstraintProcessor is the LogitsProcessor a sequence's Sampler runs first: it advances the
+// parse over the tokens the sequence generated since the last step and masks the logits.
+//
+// Thread safety: ConstraintCompiler is thread-safe (server workers compile concurrently);
+// a ConstraintProcessor belongs to one Sampler.
+#pragma once
+
+#include <chrono>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kvserve/status.h"
+#include "sample/logits_processor.h"
+#include "structured/json_schema.h"
+#include "structured/token_masker.h"
+
+namespace kvserve::structured {
+
+enum class ConstraintKind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar };
+const char* ConstraintKindName(ConstraintKind kind);  // "json_schema", "json_object", ...
+
+struct ConstraintSpec {
+  ConstraintKind kind = ConstraintKind::kJsonObject;
+  std::string text;                  // the schema (JSON text), regex or GBNF grammar
+  std::vector<std::string> choices;  // kChoice
+  JsonSchemaOptions json;
+
+  // The cache key: every field that changes the compiled result.
+  std::string Key() const;
+};
+
+struct ConstraintCompilerOptions {
+  std::chrono::milliseconds compile_timeout{10000};
+  size_t max_cached = 256;  // compiled constraints kept (least recently used go first)
+};
+
+struct CompileStats {
+  int64_t compiled = 0;
+  int64_t cache_hits = 0;
+  double last_compile_seconds = 0;
+};
+
+class ConstraintCompiler {
+ public:
+  ConstraintCompiler(std::shared_ptr<const TokenVocab> vocab, ConstraintCompilerOptions options);
+
+  // InvalidArgument with a message for the user (bad schema, regex or grammar; over the limit).
+  Result<std::shared_ptr<TokenMasker>> Compile(const ConstraintSpec& spec);
+  CompileStats stats() const;
+  const TokenVocab& vocab() const { return *vocab_; }
+
+ private:
+  Result<std::shared_ptr<TokenMasker>> CompileUncached(const ConstraintSpec& spec) const;
+
+  std::shared_ptr<const TokenVocab> vocab_;
+  ConstraintCompilerOptions options_;
+  mutable std::mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<TokenMasker>>> lru_;  // guarded by mu_
+  std::unordered_map<std::string, decltype(lru_)::iterator> index_;      // guarded by mu_
+  CompileStats stats_;                                                   // guarded by mu_
+};
+
+// Builds the grammar of a spec (no vocabulary needed): for tests and tools.
+Result<Grammar> BuildGrammar(const ConstraintSpec& spec,
+                             std::chrono::steady_clock::time_point deadline =
+                                 std::chrono::steady_clock::time_point::max());
+
+class ConstraintProcessor final : public LogitsProcessor {
+ public:
+  explicit ConstraintProcessor(std::shared_ptr<TokenMasker> masker);
+  void Process(std::span<float> logits, const TokenHistory& history) override;
+  // The parse state after the tokens seen so far (tests).
+  const State& state() const { return state_; }
+
+ private:
+  std::shared_ptr<TokenMasker> masker_;
+  State state_;
+  size_t consumed_ = 0;  // generated tokens already advanced over
+};
+
+}  // namespace kvserve::structured
