@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libboost1.81-dev
   libssl-dev libxxhash-dev libhiredis-dev redis-server
-  python3 python3-numpy
+  python3 python3-numpy python3-jsonschema
 )
 # Node.js and npm: take Debian's only where the machine has none (a newer one may already be there).
 command -v node >/dev/null 2>&1 || packages+=(nodejs)

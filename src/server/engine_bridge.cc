@@ -69,6 +69,16 @@ EngineBridge::EngineBridge(Engine* engine, const Tokenizer* tokenizer,
       config_(std::move(config)),
       metrics_(metrics) {}
 
+structured::ConstraintCompiler& EngineBridge::constraints() const {
+  std::call_once(constraints_once_, [this] {
+    constraints_ = std::make_unique<structured::ConstraintCompiler>(
+        structured::TokenVocab::FromTokenizer(*tokenizer_),
+        structured::ConstraintCompilerOptions{
+            std::chrono::milliseconds(config_.structured_compile_timeout_ms)});
+  });
+  return *constraints_;
+}
+
 uint64_t MinResponseBytesPerToken(Endpoint endpoint, int top_logprobs) {
   constexpr uint64_t kChunk = 60;  // {"choices":[{"index":0,"text":"…"}]} and the SSE framing
   // Chat: {"token":"…","logprob":-1.2,"bytes":[…]}; completions: "…": -1.2.
@@ -171,6 +181,12 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
                     config_.max_response_bytes >> 20),
         "max_tokens");
   }
+  std::shared_ptr<structured::TokenMasker> constraint;
+  if (p.constraint) {
+    Result<std::shared_ptr<structured::TokenMasker>> c = constraints().Compile(*p.constraint);
+    if (!c.ok()) return BadRequest(c.status().message(), p.constraint_param);
+    constraint = std::move(c).value();
+  }
   int cur = in_flight_.load();
   do {
     if (cur + k > limit || shutting_down()) {
@@ -204,6 +220,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     r.priority = p.priority;
     r.cache_salt = p.cache_salt;
     r.speculative = p.speculative;
+    r.constraint = constraint;
     Result<std::shared_ptr<RequestStream>> stream = engine_->AddRequest(std::move(r));
     if (!stream.ok()) {
       in_flight_.fetch_sub(k - i);  // the started ones are released by ~Generation

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct BridgeConfig {
   std::string model_name;
   int max_queued_requests = 256;  // beyond max_num_seqs running; more get 503
   uint64_t max_response_bytes = uint64_t{64} << 20;  // --max-response-bytes
+  int structured_compile_timeout_ms = 10000;          // --structured-compile-timeout-ms
 };
 
 // A floor on what one generated token adds to a response, streamed or not: the chunk's JSON
@@ -91,6 +93,9 @@ class EngineBridge {
   uint64_t max_response_bytes() const { return config_.max_response_bytes; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   EngineStats stats() const { return engine_->stats(); }
+  // Compiles structured-output constraints for this model's vocabulary (cached by content).
+  // Built on first use: a server that never sees a constraint never builds the vocabulary trie.
+  structured::ConstraintCompiler& constraints() const;
   ServerMetrics& metrics() const { return *metrics_; }
 
   // Renders messages through the chat template and tokenizes them.
@@ -119,6 +124,8 @@ class EngineBridge {
   std::optional<ChatTemplate> template_;
   BridgeConfig config_;
   ServerMetrics* metrics_;
+  mutable std::once_flag constraints_once_;
+  mutable std::unique_ptr<structured::ConstraintCompiler> constraints_;
   std::atomic<int> in_flight_{0};
   std::atomic<bool> shutting_down_{false};
 };

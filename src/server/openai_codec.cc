@@ -209,6 +209,199 @@ std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* o
   return std::nullopt;
 }
 
+namespace {
+
+using structured::ConstraintKind;
+using structured::ConstraintSpec;
+
+// A schema given as an object, or as a JSON string holding one (vLLM accepts both).
+std::optional<ApiError> SchemaText(const json& v, const std::string& param, std::string* out) {
+  if (v.is_object() || v.is_boolean()) {
+    *out = v.dump();
+    return std::nullopt;
+  }
+  if (v.is_string()) {
+    const json parsed = json::parse(v.get<std::string>(), nullptr, false);
+    if (parsed.is_discarded() || !(parsed.is_object() || parsed.is_boolean())) {
+      return BadRequest(fmt::format("'{}' is a string that does not hold a JSON schema object", param),
+                        param);
+    }
+    *out = parsed.dump();
+    return std::nullopt;
+  }
+  return BadRequest(fmt::format("'{}' must be a JSON schema object", param), param);
+}
+
+std::optional<ApiError> ChoiceList(const json& v, const std::string& param,
+                                   std::vector<std::string>* out) {
+  if (!v.is_array() || v.empty()) {
+    return BadRequest(fmt::format("'{}' must be a non-empty array of strings", param), param);
+  }
+  for (const json& c : v) {
+    if (!c.is_string() || c.get<std::string>().empty()) {
+      return BadRequest(fmt::format("'{}' must hold only non-empty strings", param), param);
+    }
+    out->push_back(c.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> StringField(const json& v, const std::string& param, std::string* out) {
+  if (!v.is_string() || v.get<std::string>().empty()) {
+    return BadRequest(fmt::format("'{}' must be a non-empty string", param), param);
+  }
+  *out = v.get<std::string>();
+  return std::nullopt;
+}
+
+// One constraint value under vLLM's names: json (a schema), regex, choice or grammar.
+bool IsConstraintKey(std::string_view key) {
+  return key == "json" || key == "regex" || key == "choice" || key == "grammar";
+}
+
+// REQUIRES: IsConstraintKey(key).
+std::optional<ApiError> ParseConstraintValue(std::string_view key, const json& v,
+                                             const std::string& param, ConstraintSpec* spec) {
+  if (key == "json") {
+    spec->kind = ConstraintKind::kJsonSchema;
+    return SchemaText(v, param, &spec->text);
+  }
+  if (key == "choice") {
+    spec->kind = ConstraintKind::kChoice;
+    return ChoiceList(v, param, &spec->choices);
+  }
+  spec->kind = key == "regex" ? ConstraintKind::kRegex : ConstraintKind::kGrammar;
+  return StringField(v, param, &spec->text);
+}
+
+// OpenAI's response_format: text, json_object, or json_schema {name, description?, schema?,
+// strict?}.
+std::optional<ApiError> ParseResponseFormat(const json& fmt, GenerationParams* p) {
+  const std::string param = "response_format";
+  if (!fmt.is_object()) return BadRequest("'response_format' must be an object", param);
+  auto type = fmt.find("type");
+  if (type == fmt.end() || !type->is_string()) {
+    return BadRequest("'response_format' needs a string 'type': text, json_object or json_schema",
+                      param);
+  }
+  const std::string t = type->get<std::string>();
+  if (t == "text") return std::nullopt;
+  ConstraintSpec spec;
+  if (t == "json_object") {
+    spec.kind = ConstraintKind::kJsonObject;
+  } else if (t == "json_schema") {
+    auto js = fmt.find("json_schema");
+    if (js == fmt.end() || !js->is_object()) {
+      return BadRequest("'response_format.json_schema' must be an object with 'name' and 'schema'",
+                        "response_format.json_schema");
+    }
+    auto name = js->find("name");
+    if (name == js->end() || !name->is_string() || name->get<std::string>().empty() ||
+        name->get<std::string>().size() > 64) {
+      return BadRequest("'response_format.json_schema.name' must be a string of 1 to 64 characters",
+                        "response_format.json_schema.name");
+    }
+    auto strict = js->find("strict");
+    if (strict != js->end() && !strict->is_null()) {
+      if (!strict->is_boolean()) {
+        return BadRequest("'response_format.json_schema.strict' must be a boolean",
+                          "response_format.json_schema.strict");
+      }
+      spec.json.strict = strict->get<bool>();
+    }
+    auto schema = js->find("schema");
+    if (schema == js->end() || schema->is_null()) {
+      spec.kind = ConstraintKind::kJsonObject;  // no schema: any object
+    } else {
+      spec.kind = ConstraintKind::kJsonSchema;
+      if (auto e = SchemaText(*schema, "response_format.json_schema.schema", &spec.text)) return e;
+    }
+  } else {
+    return BadRequest(fmt::format("'response_format.type' is '{}'; it must be text, json_object "
+                                  "or json_schema", t),
+                      "response_format.type");
+  }
+  p->constraint = std::move(spec);
+  p->constraint_param = param;
+  return std::nullopt;
+}
+
+// vLLM's structured_outputs object: exactly one of json, regex, choice, grammar, json_object.
+std::optional<ApiError> ParseStructuredOutputs(const json& so, GenerationParams* p) {
+  const std::string param = "structured_outputs";
+  if (!so.is_object()) return BadRequest("'structured_outputs' must be an object", param);
+  ConstraintSpec spec;
+  int found = 0;
+  for (const auto& [key, v] : so.items()) {
+    if (v.is_null()) continue;
+    const std::string name = param + "." + key;
+    if (IsConstraintKey(key)) {
+      if (auto e = ParseConstraintValue(key, v, name, &spec)) return e;
+    } else if (key == "json_object") {
+      if (!v.is_boolean()) return BadRequest("'structured_outputs.json_object' must be a boolean", name);
+      if (!v.get<bool>()) continue;
+      spec.kind = ConstraintKind::kJsonObject;
+    } else if (key == "disable_any_whitespace" || key == "disable_fallback" ||
+               key == "disable_additional_properties" || key == "whitespace_pattern" ||
+               key == "backend") {
+      if (key == "whitespace_pattern") {
+        return BadRequest("'structured_outputs.whitespace_pattern' is not supported; kvserve "
+                          "writes compact JSON", name);
+      }
+      if (key == "disable_additional_properties" && v.is_boolean()) spec.json.strict = v.get<bool>();
+      continue;
+    } else {
+      return BadRequest(fmt::format("unknown field '{}' in 'structured_outputs'", key), name);
+    }
+    ++found;
+  }
+  if (found != 1) {
+    return BadRequest("'structured_outputs' must set exactly one of json, regex, choice, grammar "
+                      "or json_object", param);
+  }
+  p->constraint = std::move(spec);
+  p->constraint_param = param;
+  return std::nullopt;
+}
+
+// Every way a request can ask for structured output; at most one may be used.
+std::optional<ApiError> ParseConstraint(const Reader& r, GenerationParams* p) {
+  int ways = 0;
+  std::string first;
+  auto count = [&](const char* key) {
+    if (r.Find(key)) {
+      if (ways++ == 0) first = key;
+    }
+  };
+  count("structured_outputs");
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar"}) count(key);
+  if (const json* rf = r.Find("response_format")) {
+    auto t = rf->is_object() ? rf->find("type") : rf->end();
+    if (!rf->is_object() || t == rf->end() || *t != "text") count("response_format");
+  }
+  if (ways > 1) {
+    return BadRequest(fmt::format("'{}' cannot be combined with another structured output field "
+                                  "(response_format, structured_outputs, guided_*)", first), first);
+  }
+  if (const json* rf = r.Find("response_format")) {
+    if (auto e = ParseResponseFormat(*rf, p)) return e;
+  }
+  if (const json* so = r.Find("structured_outputs")) return ParseStructuredOutputs(*so, p);
+  for (const char* key : {"json", "regex", "choice", "grammar"}) {
+    const std::string param = std::string("guided_") + key;
+    const json* v = r.Find(param.c_str());
+    if (v == nullptr) continue;
+    ConstraintSpec spec;
+    if (auto e = ParseConstraintValue(key, *v, param, &spec)) return e;
+    p->constraint = std::move(spec);
+    p->constraint_param = param;
+    break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoint,
                                               GenerationParams* out) {
   if (!body.is_object()) return BadRequest("the request body must be a JSON object");
@@ -318,13 +511,7 @@ std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoin
   if (const json* bias = r.Find("logit_bias"); bias && !(bias->is_object() && bias->empty())) {
     return BadRequest("'logit_bias' is not supported", "logit_bias");
   }
-  if (const json* fmt = r.Find("response_format")) {
-    auto type = fmt->find("type");  // end() for a non-object
-    if (type == fmt->end() || *type != "text") {
-      return BadRequest("'response_format' supports only {\"type\": \"text\"} for now",
-                        "response_format");
-    }
-  }
+  KV_TRY(ParseConstraint(r, &p));
   if (const json* tools = r.Find("tools"); tools && !(tools->is_array() && tools->empty())) {
     return BadRequest("'tools' (function calling) is not supported", "tools");
   }

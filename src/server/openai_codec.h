@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sample/sampling_params.h"
+#include "structured/constraint.h"
 #include "tokenizer/chat_template.h"
 #include "util/strong_id.h"
 
@@ -58,6 +59,10 @@ struct GenerationParams {
   int32_t priority = 0;
   std::string cache_salt;
   bool speculative = true;  // extension: false turns speculative decoding off for the request
+  // Structured output from response_format, structured_outputs or guided_*; `constraint_param`
+  // names the field it came from (for compile errors).
+  std::optional<structured::ConstraintSpec> constraint;
+  std::string constraint_param;
 };
 
 // `body` must be a parsed JSON value; anything but an object is an error.

@@ -62,7 +62,8 @@ Status Serve(const ServeConfig& config) {
 
   ServerMetrics metrics;
   EngineBridge bridge(engine.get(), &tokenizer, std::move(tmpl),
-                      BridgeConfig{name, config.max_queued_requests, config.max_response_bytes},
+                      BridgeConfig{name, config.max_queued_requests, config.max_response_bytes,
+                                   config.structured_compile_timeout_ms},
                       &metrics);
   HttpConfig http = config.http;
   if (http.server.num_workers <= 0) {

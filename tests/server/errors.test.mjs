@@ -72,8 +72,15 @@ describe("400 invalid_request_error", () => {
     [completions, "model", 42], [completions, "user", 5],
     // OpenAI fields kvserve cannot honour are refused rather than ignored.
     [completions, "best_of", 3], [completions, "logit_bias", { "5": 10 }], [completions, "suffix", "end"],
-    [chat, "response_format", { type: "json_object" }], [chat, "logit_bias", { "7": -100 }],
-    [chat, "tools", [{ type: "function", function: { name: "f", parameters: { type: "object" } } }]],
+    [chat, "logit_bias", { "7": -100 }],
+    // Constraints the engine cannot honour exactly: an unsupported keyword, a bad regex or grammar.
+    [chat, "response_format", { type: "json_schema", json_schema: { name: "x",
+      schema: { type: "string", contentEncoding: "base64" } } }],
+    [chat, "response_format", { type: "json_schema", json_schema: { schema: { type: "object" } } }],
+    [chat, "response_format", { type: "json_schema", json_schema: { name: "x", schema: { type: "integer", multipleOf: 3 } } }],
+    [chat, "structured_outputs", { regex: "(a" }], [chat, "structured_outputs", { grammar: "root ::= foo" }],
+    [chat, "structured_outputs", { choice: [] }], [chat, "guided_json", { type: "wat" }],
+    [completions, "structured_outputs", { json: { type: "object", patternProperties: { "a": {} } } }],
     [completions, "top_k", -2], [completions, "top_k", "many"], [completions, "min_p", 1.5],
     [completions, "repetition_penalty", 0], [completions, "repetition_penalty", -1],
     [completions, "priority", "high"], [completions, "priority", 1.5], [completions, "cache_salt", 5],
@@ -104,7 +111,10 @@ describe("400 invalid_request_error", () => {
       assert.ok(err instanceof OpenAI.BadRequestError, `${err.constructor.name}: ${err.message}`);
       assert.equal(err.status, 400);
       assert.equal(err.type, "invalid_request_error");
-      if (field === "messages") assert.match(String(err.param), /^messages/);
+      // Nested fields may name the exact path: messages[2].role, response_format.json_schema.name.
+      if (["messages", "response_format", "structured_outputs"].includes(field)) {
+        assert.ok(String(err.param).startsWith(field), `param ${err.param}`);
+      }
       else assert.equal(err.param, field, err.message);
     });
   }
