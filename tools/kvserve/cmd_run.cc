@@ -12,6 +12,7 @@
 #include "engine/engine_core.h"
 #include "engine/generator.h"
 #include "engine/synthetic_model.h"
+#include "structured/constraint.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -29,6 +30,11 @@ struct RunOptions {
   int64_t seed = -1;
   bool chat = false, json = false, ignore_eos = false;
   std::string speculative_config;
+  // Structured output (at most one).
+  std::string json_schema_file, regex, grammar_file;
+  std::vector<std::string> choices;
+  bool json_object = false;
+  int compile_timeout_ms = 10000;
 };
 
 
@@ -108,6 +114,47 @@ nlohmann::json RunJson(const std::vector<TokenId>& prompt, const std::vector<Tok
   return j;
 }
 
+// The constraint --json-schema / --json-object / --regex / --grammar-file / --choice ask for,
+// compiled for this tokenizer; null without one.
+std::shared_ptr<structured::TokenMasker> RunConstraint(const RunOptions& o, const Tokenizer& tok) {
+  using structured::ConstraintKind;
+  structured::ConstraintSpec spec;
+  int ways = 0;
+  if (!o.json_schema_file.empty()) {
+    ++ways;
+    spec.kind = ConstraintKind::kJsonSchema;
+    spec.text = ReadFile(o.json_schema_file);
+  }
+  if (o.json_object) {
+    ++ways;
+    spec.kind = ConstraintKind::kJsonObject;
+  }
+  if (!o.regex.empty()) {
+    ++ways;
+    spec.kind = ConstraintKind::kRegex;
+    spec.text = o.regex;
+  }
+  if (!o.grammar_file.empty()) {
+    ++ways;
+    spec.kind = ConstraintKind::kGrammar;
+    spec.text = ReadFile(o.grammar_file);
+  }
+  if (!o.choices.empty()) {
+    ++ways;
+    spec.kind = ConstraintKind::kChoice;
+    spec.choices = o.choices;
+  }
+  if (ways == 0) return nullptr;
+  if (ways > 1) Fail("use at most one of --json-schema, --json-object, --regex, --grammar-file, --choice");
+  structured::ConstraintCompiler compiler(
+      structured::TokenVocab::FromTokenizer(tok),
+      structured::ConstraintCompilerOptions{std::chrono::milliseconds(o.compile_timeout_ms)});
+  auto masker = compiler.Compile(spec);
+  if (!masker.ok()) Fail(fmt::format("{}: {}", structured::ConstraintKindName(spec.kind),
+                                     masker.status().message()));
+  return *masker;
+}
+
 void PrintJson(const nlohmann::json& j) {
   fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
@@ -138,6 +185,7 @@ void RunSpeculative(const RunOptions& o) {
   req.max_tokens = o.n;
   req.sampling = Sampling(o);
   req.ignore_eos = o.ignore_eos;
+  req.constraint = RunConstraint(o, tok);
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   if (Status st = (*core)->Add(RequestId(0), req, start); !st.ok()) Fail(st.ToString());
@@ -210,6 +258,7 @@ void RunGenerate(const RunOptions& o) {
   req.max_tokens = o.n;
   req.sampling = Sampling(o);
   if (!o.ignore_eos) req.stop_ids = tok.spec().eog_ids;
+  req.constraint = RunConstraint(o, tok);
   StreamingDetokenizer detok(tok);
   std::string text;
   auto on_token = [&](TokenId id, const SampleOutput&) {
@@ -280,6 +329,17 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template, "Chat template name (overrides the model's)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of streaming text");
+  cmd->add_option("--json-schema", o->json_schema_file,
+                  "Constrain the output to JSON valid against the schema in this file");
+  cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");
+  cmd->add_option("--regex", o->regex, "Constrain the output to match this regular expression");
+  cmd->add_option("--grammar-file", o->grammar_file,
+                  "Constrain the output to this GBNF grammar (llama.cpp's syntax, start rule root)");
+  cmd->add_option("--choice", o->choices,
+                  "Constrain the output to one of these strings (repeat the flag)");
+  cmd->add_option("--structured-compile-timeout-ms", o->compile_timeout_ms,
+                  "Time limit for compiling the constraint (default 10000)")
+      ->check(CLI::Range(1, 600000));
   cmd->add_option("--speculative-config", o->speculative_config,
                   "Speculative decoding as JSON (as for serve; docs/speculative.md); --json then "
                   "reports draft_tokens, accepted_tokens and acceptance_rate");

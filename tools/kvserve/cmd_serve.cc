@@ -196,6 +196,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-queued-requests", c.max_queued_requests,
                   "Requests that may wait beyond the running ones; more get 503 (default 256)");
   cmd->add_option("--max-body-bytes", o->max_body, "Largest request body (default 8MiB)");
+  cmd->add_option("--structured-compile-timeout-ms", c.structured_compile_timeout_ms,
+                  "Time limit for compiling one structured-output constraint (JSON schema, "
+                  "regex, grammar); over it the request gets a 400 (default 10000)")
+      ->check(CLI::Range(1, 600000));
   cmd->add_option("--max-response-bytes", o->max_response,
                   "Largest response: requests that would certainly produce more are refused, "
                   "streams are ended when they reach it (default 64MiB)");
