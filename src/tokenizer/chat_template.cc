@@ -44,6 +44,7 @@ struct ChatTemplateFamily {
   bool alternate = false;  // user/assistant must alternate after an optional leading system
   std::string_view generation_prompt;
   std::string_view end_without_generation;
+  ToolFormat tool_format = ToolFormat::kNone;
 };
 
 namespace {
@@ -71,7 +72,8 @@ constexpr ChatTemplateFamily kFamilies[] = {
      .assistant = kChatml,
      .other = kChatml,
      .other_roles = true,
-     .generation_prompt = "<|im_start|>assistant\n"},
+     .generation_prompt = "<|im_start|>assistant\n",
+     .tool_format = ToolFormat::kHermes},
     {// Mistral-Large-Instruct-2411 ("v7").
      .name = "mistral-v7",
      .detect_all = {"[SYSTEM_PROMPT] ", "[INST]"},
@@ -135,7 +137,8 @@ constexpr ChatTemplateFamily kFamilies[] = {
      .assistant = kLlama3,
      .other = kLlama3,
      .other_roles = true,
-     .generation_prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+     .generation_prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n",
+     .tool_format = ToolFormat::kLlama3Json},
     {// Gemma 1/2/3 instruct: assistant is "model", system folded into the first user turn.
      .name = "gemma",
      .detect_all = {"<start_of_turn>"},
@@ -370,12 +373,208 @@ Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
   return out;
 }
 
+const char* ToolFormatName(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::kNone: return "none";
+    case ToolFormat::kHermes: return "hermes";
+    case ToolFormat::kLlama3Json: return "llama3-json";
+  }
+  return "none";
+}
+
+namespace {
+
+void AppendPyJson(const nlohmann::ordered_json& v, int indent, int level, std::string* out) {
+  const auto newline = [&](int l) {
+    out->push_back('\n');
+    out->append(static_cast<size_t>(indent * l), ' ');
+  };
+  if (v.is_object() || v.is_array()) {
+    const bool object = v.is_object();
+    out->push_back(object ? '{' : '[');
+    if (!v.empty()) {
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) out->append(indent > 0 ? "," : ", ");
+        first = false;
+        if (indent > 0) newline(level + 1);
+        if (object) {
+          out->append(nlohmann::ordered_json(it.key()).dump(
+              -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+          out->append(": ");
+        }
+        AppendPyJson(*it, indent, level + 1, out);
+      }
+      if (indent > 0) newline(level);
+    }
+    out->push_back(object ? '}' : ']');
+    return;
+  }
+  out->append(v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+bool UsesTools(std::span<const ChatMessage> messages,
+               std::span<const nlohmann::ordered_json> tools) {
+  if (!tools.empty()) return true;
+  for (const ChatMessage& m : messages) {
+    if (!m.tool_calls.empty() || m.role == "tool") return true;
+  }
+  return false;
+}
+
+// Qwen2.5/Qwen3's template (the Hermes tool format on chatml).
+Result<std::string> RenderHermes(std::span<const ChatMessage> messages,
+                                 std::span<const nlohmann::ordered_json> tools,
+                                 bool add_generation_prompt) {
+  if (messages.empty()) return InvalidArgument("chat has no messages");
+  std::string out;
+  size_t start = 0;
+  if (!tools.empty()) {
+    out += "<|im_start|>system\n";
+    if (messages[0].role == "system") {
+      out += messages[0].content;
+      out += "\n\n";
+      start = 1;
+    }
+    out +=
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+        "provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    for (const nlohmann::ordered_json& tool : tools) {
+      out += '\n';
+      out += PyJsonDumps(tool);
+    }
+    out +=
+        "\n</tools>\n\nFor each function call, return a json object with function name and "
+        "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+        "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+  }
+  for (size_t i = start; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool") {
+      if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+      out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+      if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+      continue;
+    }
+    out += "<|im_start|>" + m.role + "\n" + m.content;
+    for (size_t c = 0; c < m.tool_calls.size(); ++c) {
+      if (c > 0 || !m.content.empty()) out += '\n';
+      const ToolCall& call = m.tool_calls[c];
+      out += "<tool_call>\n{\"name\": \"" + call.name + "\", \"arguments\": " + call.arguments +
+             "}\n</tool_call>";
+    }
+    out += "<|im_end|>\n";
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// Llama 3.1's template with tools_in_user_message (its default) and no builtin tools.
+Result<std::string> RenderLlama3Tools(std::span<const ChatMessage> messages,
+                                      std::span<const nlohmann::ordered_json> tools,
+                                      bool add_generation_prompt, std::string_view bos) {
+  constexpr std::string_view kHeader = "<|start_header_id|>{}<|end_header_id|>\n\n";
+  const auto header = [&](std::string_view role) { return fmt::format(kHeader, role); };
+  std::string out(bos);
+  size_t i = 0;
+  std::string_view system;
+  if (!messages.empty() && messages[0].role == "system") {
+    system = Trim(messages[0].content);
+    i = 1;
+  }
+  out += header("system");
+  if (!tools.empty()) out += "Environment: ipython\n";
+  out += "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  out += system;
+  out += "<|eot_id|>";
+  if (!tools.empty()) {
+    if (i >= messages.size() || messages[i].role != "user") {
+      return InvalidArgument(
+          "chat template 'llama3' puts the tools in the first user message, and there is none "
+          "after the system message");
+    }
+    out += header("user");
+    out +=
+        "Given the following functions, please respond with a JSON for a function call with its "
+        "proper arguments that best answers the given prompt.\n\nRespond in the format "
+        "{\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+        "Do not use variables.\n\n";
+    for (const nlohmann::ordered_json& tool : tools) {
+      out += PyJsonDumps(tool, 4);
+      out += "\n\n";
+    }
+    out += Trim(messages[i].content);
+    out += "<|eot_id|>";
+    ++i;
+  }
+  for (; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "system" && i > 0) {
+      return InvalidArgument(fmt::format(
+          "message {}: chat template 'llama3' with tools allows a system message only first", i));
+    }
+    if (m.role == "tool") {
+      // The template writes `content | tojson` for strings (they are iterable in Jinja).
+      out += header("ipython") + PyJsonDumps(nlohmann::ordered_json(m.content)) + "<|eot_id|>";
+    } else if (!m.tool_calls.empty()) {
+      if (m.tool_calls.size() != 1) {
+        return InvalidArgument(fmt::format(
+            "message {}: chat template 'llama3' supports one tool call per assistant turn, "
+            "got {}",
+            i, m.tool_calls.size()));
+      }
+      const ToolCall& call = m.tool_calls[0];
+      out += header(m.role) + "{\"name\": \"" + call.name + "\", \"parameters\": " +
+             call.arguments + "}<|eot_id|>";
+    } else {
+      out += header(m.role);
+      out += Trim(m.content);
+      out += "<|eot_id|>";
+    }
+  }
+  if (add_generation_prompt) out += header("assistant");
+  return out;
+}
+
+}  // namespace
+
+std::string PyJsonDumps(const nlohmann::ordered_json& value, int indent) {
+  std::string out;
+  AppendPyJson(value, indent, 0, &out);
+  return out;
+}
+
+ToolFormat ChatTemplate::tool_format() const { return family_->tool_format; }
+
+Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                         std::span<const nlohmann::ordered_json> tools,
+                                         bool add_generation_prompt, std::string_view bos_text,
+                                         std::string_view eos_text) const {
+  if (!UsesTools(messages, tools)) {
+    return Render(messages, add_generation_prompt, bos_text, eos_text);
+  }
+  switch (family_->tool_format) {
+    case ToolFormat::kHermes:
+      return RenderHermes(messages, tools, add_generation_prompt);
+    case ToolFormat::kLlama3Json:
+      return RenderLlama3Tools(messages, tools, add_generation_prompt, bos_text);
+    case ToolFormat::kNone:
+      break;
+  }
+  return InvalidArgument(fmt::format(
+      "chat template '{}' defines no tool-call format (tools, tool_calls and role 'tool' work "
+      "with chatml, for Qwen and Hermes models, and llama3)",
+      name_));
+}
+
 Result<std::vector<TokenId>> EncodeChat(const ChatTemplate& tmpl, const Tokenizer& tok,
                                         std::span<const ChatMessage> messages,
-                                        bool add_generation_prompt) {
+                                        bool add_generation_prompt,
+                                        std::span<const nlohmann::ordered_json> tools) {
   const std::string bos = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
   const std::string eos = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
-  KV_ASSIGN_OR_RETURN(std::string text, tmpl.Render(messages, add_generation_prompt, bos, eos));
+  KV_ASSIGN_OR_RETURN(std::string text,
+                      tmpl.Render(messages, tools, add_generation_prompt, bos, eos));
   const bool has_bos = !bos.empty() && text.rfind(bos, 0) == 0;
   return tok.Encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
 }

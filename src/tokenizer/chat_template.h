@@ -19,6 +19,7 @@
 // tokenizer adds BOS itself, so that it is not doubled.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,10 +30,32 @@
 
 namespace kvserve {
 
-struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"; others only where the family allows
-  std::string content;
+// A function call an assistant turn made (OpenAI's message.tool_calls[i]).
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text, as OpenAI carries it
 };
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant", "tool"; others where the family allows
+  std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant turns that called tools
+  std::string tool_call_id;          // role "tool": the call this is the result of
+};
+
+// How a template family writes tool definitions and calls (OpenAI `tools`).
+//   kHermes: Qwen2.5/Qwen3 and Hermes models: tools as JSON lines in <tools></tools> in the
+//     system turn; a call is <tool_call>\n{"name": N, "arguments": A}\n</tool_call>; results go
+//     back as <tool_response> blocks in a user turn.
+//   kLlama3Json: Llama 3.1-3.3: tools in the first user turn (JSON, indent 4); a call is the
+//     whole assistant turn, {"name": N, "parameters": A}; results are "ipython" turns.
+enum class ToolFormat { kNone, kHermes, kLlama3Json };
+const char* ToolFormatName(ToolFormat f);
+
+// Python's json.dumps as chat templates' `tojson` prints it: ", " and ": " separators, or with
+// indent > 0 one member per line; non-ASCII text as is.
+std::string PyJsonDumps(const nlohmann::ordered_json& value, int indent = 0);
 
 struct ChatTemplateFamily;  // one row of the table in chat_template.cc
 
@@ -46,11 +69,20 @@ class ChatTemplate {
   static std::vector<std::string> KnownNames();
 
   const std::string& name() const { return name_; }
+  ToolFormat tool_format() const;
 
   // REQUIRES nothing; errors: no messages, a role the family does not support, a system
   // message that is not first (for families that fold it), broken alternation.
   Result<std::string> Render(std::span<const ChatMessage> messages, bool add_generation_prompt,
                              std::string_view bos_text, std::string_view eos_text) const;
+  // With tool definitions (each {"type": "function", "function": {...}} as the client sent
+  // it), in the family's tool format. Errors: tools given to a family without a tool format;
+  // Llama 3: no first user message, or more than one call in an assistant turn.
+  // Messages with tool_calls or role "tool" render in the tool format even without tools.
+  Result<std::string> Render(std::span<const ChatMessage> messages,
+                             std::span<const nlohmann::ordered_json> tools,
+                             bool add_generation_prompt, std::string_view bos_text,
+                             std::string_view eos_text) const;
 
  private:
   explicit ChatTemplate(const ChatTemplateFamily* family);
@@ -65,6 +97,7 @@ class Tokenizer;
 // text with special tokens parsed; BOS is added only when the template did not write it.
 Result<std::vector<TokenId>> EncodeChat(const ChatTemplate& tmpl, const Tokenizer& tok,
                                         std::span<const ChatMessage> messages,
-                                        bool add_generation_prompt);
+                                        bool add_generation_prompt,
+                                        std::span<const nlohmann::ordered_json> tools = {});
 
 }  // namespace kvserve

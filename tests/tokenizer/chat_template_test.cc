@@ -731,5 +731,110 @@ TEST(ChatTemplate, TrimsOnlyWhereTheTemplateTrims) {
             "<|im_start|>user\n  a  <|im_end|>\n<|im_start|>assistant\n b <|im_end|>\n");
 }
 
+// Tools: the expected texts are what the real templates render (Qwen3's tokenizer_config.json
+// and Llama 3.1 Instruct's, under Hugging Face's Jinja settings) for the same conversation.
+const nlohmann::ordered_json kWeatherTool = nlohmann::ordered_json::parse(R"({"type": "function",
+  "function": {"name": "get_weather", "description": "Get the weather", "parameters": {
+  "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+  "required": ["city"]}}})");
+
+std::vector<ChatMessage> ToolConversation(std::string arguments, std::string result) {
+  std::vector<ChatMessage> m = {{"system", "Be brief."}, {"user", "Weather in Paris?"}};
+  ChatMessage call{.role = "assistant", .content = ""};
+  call.tool_calls.push_back(ToolCall{"c1", "get_weather", std::move(arguments)});
+  m.push_back(call);
+  m.push_back(ChatMessage{.role = "tool", .content = std::move(result), .tool_call_id = "c1"});
+  return m;
+}
+
+TEST(ChatTemplateTools, ChatmlRendersQwen3sHermesFormat) {
+  const ChatTemplate t = *ChatTemplate::FromName("chatml");
+  EXPECT_EQ(t.tool_format(), ToolFormat::kHermes);
+  const std::vector<nlohmann::ordered_json> tools = {kWeatherTool};
+  EXPECT_EQ(
+      *t.Render(ToolConversation(R"({"city":"Paris"})", R"({"temp": 21})"), tools, true, "", ""),
+      "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to assist "
+      "with the user query.\n\nYou are provided with function signatures within <tools></tools> "
+      "XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+      "\"description\": \"Get the weather\", \"parameters\": {\"type\": \"object\", "
+      "\"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": {\"enum\": [\"c\", "
+      "\"f\"]}}, \"required\": [\"city\"]}}}\n</tools>\n\nFor each function call, return a json "
+      "object with function name and arguments within <tool_call></tool_call> XML "
+      "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+      "<args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWeather in "
+      "Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {\"city\":\"Paris\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n"
+      "<tool_response>\n{\"temp\": 21}\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTools, ChatmlGroupsConsecutiveToolResultsAndSeparatesCalls) {
+  std::vector<ChatMessage> m = {{"user", "q"}};
+  ChatMessage calls{.role = "assistant", .content = "Let me check."};
+  calls.tool_calls = {ToolCall{"a", "f", "{}"}, ToolCall{"b", "g", "{\"x\":1}"}};
+  m.push_back(calls);
+  m.push_back(ChatMessage{.role = "tool", .content = "1", .tool_call_id = "a"});
+  m.push_back(ChatMessage{.role = "tool", .content = "2", .tool_call_id = "b"});
+  EXPECT_EQ(*ChatTemplate::FromName("chatml")->Render(m, {}, false, "", ""),
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\nLet me check.\n<tool_call>\n"
+            "{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", "
+            "\"arguments\": {\"x\":1}}\n</tool_call><|im_end|>\n<|im_start|>user\n"
+            "<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response>"
+            "<|im_end|>\n");
+}
+
+TEST(ChatTemplateTools, Llama3RendersLlama31sJsonFormat) {
+  const ChatTemplate t = *ChatTemplate::FromName("llama3");
+  EXPECT_EQ(t.tool_format(), ToolFormat::kLlama3Json);
+  const std::vector<nlohmann::ordered_json> tools = {kWeatherTool};
+  EXPECT_EQ(
+      *t.Render(ToolConversation(R"({"city": "Paris"})", "21 degrees"), tools, true,
+                "<|begin_of_text|>", ""),
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: "
+      "ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe "
+      "brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nGiven the following "
+      "functions, please respond with a JSON for a function call with its proper arguments that "
+      "best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+      "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n{\n    "
+      "\"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\",\n        "
+      "\"description\": \"Get the weather\",\n        \"parameters\": {\n            \"type\": "
+      "\"object\",\n            \"properties\": {\n                \"city\": {\n                  "
+      "  \"type\": \"string\"\n                },\n                \"unit\": {\n                  "
+      "  \"enum\": [\n                        \"c\",\n                        \"f\"\n            "
+      "        ]\n                }\n            },\n            \"required\": [\n               "
+      " \"city\"\n            ]\n        }\n    }\n}\n\nWeather in "
+      "Paris?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": "
+      "\"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|><|start_header_id|>"
+      "ipython<|end_header_id|>\n\n\"21 degrees\"<|eot_id|><|start_header_id|>assistant"
+      "<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplateTools, RefusedWhereTheFamilyHasNoFormatOrTheFormatCannotSayIt) {
+  const std::vector<nlohmann::ordered_json> tools = {kWeatherTool};
+  const std::vector<ChatMessage> m = {{"user", "hi"}};
+  Result<std::string> r = ChatTemplate::FromName("gemma")->Render(m, tools, true, "", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("no tool-call format"));
+  // Llama 3.1 takes one call per assistant turn and needs a first user message for the tools.
+  std::vector<ChatMessage> two = {{"user", "q"}};
+  ChatMessage calls{.role = "assistant", .content = ""};
+  calls.tool_calls = {ToolCall{"a", "f", "{}"}, ToolCall{"b", "g", "{}"}};
+  two.push_back(calls);
+  r = ChatTemplate::FromName("llama3")->Render(two, {}, true, "", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("one tool call"));
+  const std::vector<ChatMessage> only_system = {{"system", "s"}};
+  EXPECT_FALSE(ChatTemplate::FromName("llama3")->Render(only_system, tools, true, "", "").ok());
+  // Without tools or tool turns, the plain rendering.
+  EXPECT_EQ(*ChatTemplate::FromName("chatml")->Render(m, {}, true, "", ""),
+            *ChatTemplate::FromName("chatml")->Render(m, true, "", ""));
+}
+
+TEST(PyJsonDumps, MatchesPythonsSeparatorsAndIndent) {
+  const auto j = nlohmann::ordered_json::parse(R"({"b": [1, 2.5, {}], "a": "é\n", "c": []})");
+  EXPECT_EQ(PyJsonDumps(j), "{\"b\": [1, 2.5, {}], \"a\": \"é\\n\", \"c\": []}");
+  EXPECT_EQ(PyJsonDumps(j, 2), "{\n  \"b\": [\n    1,\n    2.5,\n    {}\n  ],\n  \"a\": "
+                               "\"é\\n\",\n  \"c\": []\n}");
+}
+
 }  // namespace
 }  // namespace kvserve
