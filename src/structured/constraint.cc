@@ -14,6 +14,7 @@ const char* ConstraintKindName(ConstraintKind kind) {
     case ConstraintKind::kRegex: return "regex";
     case ConstraintKind::kChoice: return "choice";
     case ConstraintKind::kGrammar: return "grammar";
+    case ConstraintKind::kToolCalls: return "tool_calls";
   }
   return "?";
 }
@@ -26,8 +27,72 @@ std::string ConstraintSpec::Key() const {
     key += fmt::format("|{}:", c.size());
     key += c;
   }
+  if (kind == ConstraintKind::kToolCalls) {
+    key += fmt::format("|tools={}:{}:{}", ToolFormatName(tool_format), tool_lazy ? 1 : 0,
+                       parallel_tool_calls ? 1 : 0);
+    for (const ToolSpec& t : tools) {
+      key += fmt::format("|{}:{}:{}:", t.name.size(), t.parameters.size(), t.strict ? 1 : 0);
+      key += t.name;
+      key += t.parameters;
+    }
+  }
   return key;
 }
+
+Trigger ToolCallTrigger(ToolFormat format) {
+  switch (format) {
+    case ToolFormat::kHermes: return Trigger{"<tool_call>", false};
+    case ToolFormat::kLlama3Json: return Trigger{"{", true};
+    case ToolFormat::kNone: break;
+  }
+  return Trigger{};
+}
+
+namespace {
+
+// The calls of spec.tools in spec.tool_format (kToolCalls).
+Result<int> AddToolCallRules(const ConstraintSpec& spec, GrammarBuilder* b) {
+  if (spec.tools.empty()) return InvalidArgument("tool calls need at least one tool");
+  std::vector<Sequence> calls;
+  for (const ToolSpec& tool : spec.tools) {
+    nlohmann::json schema = nlohmann::json::parse(tool.parameters, nullptr, false);
+    if (schema.is_discarded()) {
+      return InvalidArgument(fmt::format("tool '{}': parameters are not valid JSON", tool.name));
+    }
+    JsonSchemaOptions options = spec.json;
+    options.strict = tool.strict;
+    Result<int> args = CompileJsonSchema(schema, options, b);
+    if (!args.ok()) {
+      return InvalidArgument(fmt::format("tool '{}': {}", tool.name, args.status().message()));
+    }
+    // The name goes in as JSON string content; names are [A-Za-z0-9_-], nothing to escape.
+    Sequence call;
+    switch (spec.tool_format) {
+      case ToolFormat::kHermes:
+        b->AppendLiteral("<tool_call>\n{\"name\": \"" + tool.name + "\", \"arguments\": ", &call);
+        call.push_back(GrammarBuilder::Ref(*args));
+        b->AppendLiteral("}\n</tool_call>", &call);
+        break;
+      case ToolFormat::kLlama3Json:
+        b->AppendLiteral("{\"name\": \"" + tool.name + "\", \"parameters\": ", &call);
+        call.push_back(GrammarBuilder::Ref(*args));
+        b->AppendLiteral("}", &call);
+        break;
+      case ToolFormat::kNone:
+        return InvalidArgument("the chat template defines no tool-call format");
+    }
+    calls.push_back(std::move(call));
+  }
+  const int call = b->Alternatives("tool_call", std::move(calls));
+  if (spec.tool_format != ToolFormat::kHermes || !spec.parallel_tool_calls) return call;
+  Sequence next = b->Literal("\n");
+  next.push_back(GrammarBuilder::Ref(call));
+  const int more = b->Star("more_tool_calls", std::move(next));
+  return b->Alternatives("tool_calls", {Sequence{GrammarBuilder::Ref(call),
+                                                 GrammarBuilder::Ref(more)}});
+}
+
+}  // namespace
 
 Result<Grammar> BuildGrammar(const ConstraintSpec& spec,
                              std::chrono::steady_clock::time_point deadline) {
@@ -62,6 +127,10 @@ Result<Grammar> BuildGrammar(const ConstraintSpec& spec,
       KV_ASSIGN_OR_RETURN(root, CompileGbnf(spec.text, &b));
       break;
     }
+    case ConstraintKind::kToolCalls: {
+      KV_ASSIGN_OR_RETURN(root, AddToolCallRules(spec, &b));
+      break;
+    }
   }
   return b.Build(root);
 }
@@ -74,7 +143,11 @@ Result<std::shared_ptr<TokenMasker>> ConstraintCompiler::CompileUncached(
     const ConstraintSpec& spec) const {
   const auto deadline = std::chrono::steady_clock::now() + options_.compile_timeout;
   KV_ASSIGN_OR_RETURN(Grammar g, BuildGrammar(spec, deadline));
-  auto masker = std::make_shared<TokenMasker>(std::move(g), vocab_);
+  Trigger trigger;
+  if (spec.kind == ConstraintKind::kToolCalls && spec.tool_lazy) {
+    trigger = ToolCallTrigger(spec.tool_format);
+  }
+  auto masker = std::make_shared<TokenMasker>(std::move(g), vocab_, std::move(trigger));
   // The first mask, here on the caller's thread rather than in an engine step.
   const State start = masker->Initial();
   (void)masker->Allowed(start);
@@ -121,10 +194,35 @@ CompileStats ConstraintCompiler::stats() const {
 }
 
 ConstraintProcessor::ConstraintProcessor(std::shared_ptr<TokenMasker> masker)
-    : masker_(std::move(masker)), state_(masker_->Initial()) {}
+    : masker_(std::move(masker)),
+      state_(masker_->Initial()),
+      active_(masker_->trigger().text.empty()) {}
 
 void ConstraintProcessor::Process(std::span<float> logits, const TokenHistory& history) {
   const std::span<const TokenId> generated = history.generated();
+  if (!active_) {
+    // Lazy: look for the trigger in the text so far; from its first byte on the grammar holds.
+    const Trigger& trigger = masker_->trigger();
+    const TokenVocab& vocab = masker_->vocab();
+    for (; consumed_ < generated.size() && !active_ && !gave_up_; ++consumed_) {
+      const TokenId t = generated[consumed_];
+      if (t < 0 || t >= vocab.size() || vocab.is_eog(t)) continue;
+      const size_t searched = text_.size() >= trigger.text.size()
+                                  ? text_.size() - trigger.text.size() + 1
+                                  : 0;
+      text_ += vocab.piece(t);
+      const size_t at = trigger.at_start ? (text_.starts_with(trigger.text) ? 0 : std::string::npos)
+                                         : text_.find(trigger.text, searched);
+      if (at != std::string::npos) {
+        active_ = true;
+        masker_->AcceptBytes(&state_, std::string_view(text_).substr(at));
+        text_.clear();
+      } else if (trigger.at_start && text_.size() >= trigger.text.size()) {
+        gave_up_ = true;
+      }
+    }
+    if (!active_) return;
+  }
   for (; consumed_ < generated.size(); ++consumed_) {
     // A refused token (only possible if something outside the mask chose it) leaves an empty
     // state, which allows only the end of generation.

@@ -25,19 +25,38 @@
 
 #include "kvserve/status.h"
 #include "sample/logits_processor.h"
+#include "tokenizer/chat_template.h"
 #include "structured/json_schema.h"
 #include "structured/token_masker.h"
 
 namespace kvserve::structured {
 
-enum class ConstraintKind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar };
+enum class ConstraintKind { kJsonSchema, kJsonObject, kRegex, kChoice, kGrammar, kToolCalls };
 const char* ConstraintKindName(ConstraintKind kind);  // "json_schema", "json_object", ...
+
+// A function the model may call: its name and its parameters' JSON Schema (text).
+struct ToolSpec {
+  std::string name;
+  std::string parameters;
+  // additionalProperties defaults to false, as in OpenAI's strict mode: a call carries the
+  // arguments the function declares (an explicit additionalProperties still holds).
+  bool strict = true;
+};
 
 struct ConstraintSpec {
   ConstraintKind kind = ConstraintKind::kJsonObject;
   std::string text;                  // the schema (JSON text), regex or GBNF grammar
   std::vector<std::string> choices;  // kChoice
   JsonSchemaOptions json;
+  // kToolCalls: calls of `tools` in the chat family's format (see ToolFormat), their arguments
+  // valid against each tool's parameters. Lazy (tool_choice "auto"): free text until the
+  // format's trigger ("<tool_call>" for Hermes, "{" at the start for Llama 3), then calls.
+  // Otherwise ("required" or a named tool, given as the only entry of `tools`) calls from the
+  // first token. `parallel`: Hermes may write several calls.
+  ToolFormat tool_format = ToolFormat::kNone;
+  std::vector<ToolSpec> tools;
+  bool tool_lazy = false;
+  bool parallel_tool_calls = true;
 
   // The cache key: every field that changes the compiled result.
   std::string Key() const;
@@ -79,17 +98,25 @@ Result<Grammar> BuildGrammar(const ConstraintSpec& spec,
                              std::chrono::steady_clock::time_point deadline =
                                  std::chrono::steady_clock::time_point::max());
 
+// The trigger of a lazy tool-call constraint for a format (see ConstraintSpec).
+Trigger ToolCallTrigger(ToolFormat format);
+
 class ConstraintProcessor final : public LogitsProcessor {
  public:
   explicit ConstraintProcessor(std::shared_ptr<TokenMasker> masker);
   void Process(std::span<float> logits, const TokenHistory& history) override;
   // The parse state after the tokens seen so far (tests).
   const State& state() const { return state_; }
+  // A lazy constraint: whether its trigger has appeared (always true for others).
+  bool active() const { return active_; }
 
  private:
   std::shared_ptr<TokenMasker> masker_;
   State state_;
   size_t consumed_ = 0;  // generated tokens already advanced over
+  bool active_ = true;
+  std::string text_;     // lazy, before the trigger: the output so far
+  bool gave_up_ = false;  // lazy at_start: the output began otherwise, it stays free
 };
 
 }  // namespace kvserve::structured

@@ -109,8 +109,11 @@ size_t TokenMasker::StateHash::operator()(const State& s) const {
   return static_cast<size_t>(h ^ (h >> 29));
 }
 
-TokenMasker::TokenMasker(Grammar grammar, std::shared_ptr<const TokenVocab> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), arena_(&grammar_) {
+TokenMasker::TokenMasker(Grammar grammar, std::shared_ptr<const TokenVocab> vocab, Trigger trigger)
+    : grammar_(std::move(grammar)),
+      vocab_(std::move(vocab)),
+      trigger_(std::move(trigger)),
+      arena_(&grammar_) {
   levels_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
 }
 
@@ -136,6 +139,11 @@ bool TokenMasker::Accept(State* state, TokenId token) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   return arena_.AdvanceBytes(state, piece);
+}
+
+bool TokenMasker::AcceptBytes(State* state, std::string_view bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return arena_.AdvanceBytes(state, bytes);
 }
 
 void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {

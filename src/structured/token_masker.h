@@ -83,19 +83,30 @@ struct MaskStats {
   int64_t trie_nodes_visited = 0;
 };
 
+// A lazy constraint's trigger (tool_choice "auto"): the output is free text until `text`
+// appears in it (only as its very start with `at_start`); from the trigger's first byte on it
+// follows the grammar, which therefore begins with the trigger.
+struct Trigger {
+  std::string text;  // empty: not lazy, the grammar holds from the first token
+  bool at_start = false;
+};
+
 class TokenMasker {
  public:
-  TokenMasker(Grammar grammar, std::shared_ptr<const TokenVocab> vocab);
+  TokenMasker(Grammar grammar, std::shared_ptr<const TokenVocab> vocab, Trigger trigger = {});
   TokenMasker(const TokenMasker&) = delete;
   TokenMasker& operator=(const TokenMasker&) = delete;
 
   const Grammar& grammar() const { return grammar_; }
+  const Trigger& trigger() const { return trigger_; }
   const TokenVocab& vocab() const { return *vocab_; }
 
   State Initial();
   // Advances *state over the token's bytes (an end-of-generation token leaves it unchanged).
   // False, with *state empty, if the grammar refuses the token.
   bool Accept(State* state, TokenId token);
+  // Advances *state over raw bytes (a lazy constraint's text from its trigger on).
+  bool AcceptBytes(State* state, std::string_view bytes);
   // Sets logits of the tokens `state` does not allow to -inf. An empty state (nothing can
   // follow) allows only end-of-generation tokens.
   void Apply(const State& state, std::span<float> logits);
@@ -118,6 +129,7 @@ class TokenMasker {
 
   Grammar grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
+  Trigger trigger_;
   mutable std::mutex mu_;
   StackArena arena_;                                       // guarded by mu_
   std::unordered_map<State, TokenBits, StateHash> cache_;  // guarded by mu_
