@@ -86,12 +86,12 @@ uint64_t MinResponseBytesPerToken(Endpoint endpoint, int top_logprobs) {
   return kChunk + (top_logprobs < 0 ? 0 : per_logprob * (1 + static_cast<uint64_t>(top_logprobs)));
 }
 
-std::optional<ApiError> EngineBridge::EncodeChat(const std::vector<ChatMessage>& messages,
-                                                 bool add_generation_prompt,
-                                                 std::vector<TokenId>* ids) const {
+std::optional<ApiError> EngineBridge::EncodeChat(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    std::vector<TokenId>* ids, std::span<const nlohmann::ordered_json> tools) const {
   if (!template_) return BadRequest("the model has no chat template", "messages");
   Result<std::vector<TokenId>> encoded =
-      kvserve::EncodeChat(*template_, *tokenizer_, messages, add_generation_prompt);
+      kvserve::EncodeChat(*template_, *tokenizer_, messages, add_generation_prompt, tools);
   if (!encoded.ok()) return BadRequest(encoded.status().message(), "messages");
   *ids = std::move(encoded).value();
   return std::nullopt;
@@ -126,9 +126,33 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
   }
   std::vector<std::vector<TokenId>> prompts;
   std::vector<std::string> echoes;
+  // Tool calls: constrained to the family's call syntax ("required", a named tool; "auto" from
+  // the syntax's trigger on) and parsed out of the text into message.tool_calls.
+  const bool tool_calls = chat && p.tool_choice != GenerationParams::ToolChoice::kNone;
+  std::optional<structured::ConstraintSpec> tool_constraint;
+  if (tool_calls) {
+    const ToolFormat format = template_ ? template_->tool_format() : ToolFormat::kNone;
+    if (format == ToolFormat::kNone) {
+      return BadRequest(fmt::format("the chat template '{}' defines no tool-call format; tools "
+                                    "work with chatml (Qwen, Hermes) and llama3 (--chat-template)",
+                                    template_ ? template_->name() : std::string("(none)")),
+                        "tools");
+    }
+    structured::ConstraintSpec spec;
+    spec.kind = structured::ConstraintKind::kToolCalls;
+    spec.tool_format = format;
+    spec.tool_lazy = p.tool_choice == GenerationParams::ToolChoice::kAuto;
+    spec.parallel_tool_calls = p.parallel_tool_calls;
+    for (const structured::ToolSpec& t : p.tool_specs) {
+      if (p.tool_choice != GenerationParams::ToolChoice::kNamed || t.name == p.tool_choice_name) {
+        spec.tools.push_back(t);
+      }
+    }
+    tool_constraint = std::move(spec);
+  }
   if (chat) {
     prompts.emplace_back();
-    if (auto e = EncodeChat(p.messages, true, &prompts.back())) return e;
+    if (auto e = EncodeChat(p.messages, true, &prompts.back(), p.tools)) return e;
     echoes.emplace_back();
   } else {
     for (const PromptInput& in : p.prompts) {
@@ -182,9 +206,10 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
         "max_tokens");
   }
   std::shared_ptr<structured::TokenMasker> constraint;
-  if (p.constraint) {
-    Result<std::shared_ptr<structured::TokenMasker>> c = constraints().Compile(*p.constraint);
-    if (!c.ok()) return BadRequest(c.status().message(), p.constraint_param);
+  if (p.constraint || tool_constraint) {
+    Result<std::shared_ptr<structured::TokenMasker>> c =
+        constraints().Compile(tool_constraint ? *tool_constraint : *p.constraint);
+    if (!c.ok()) return BadRequest(c.status().message(), tool_constraint ? "tools" : p.constraint_param);
     constraint = std::move(c).value();
   }
   int cur = in_flight_.load();
@@ -233,6 +258,11 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     job.started.assign(static_cast<size_t>(p.n), false);
     job.last_token.assign(static_cast<size_t>(p.n), Clock::time_point{});
     job.text_len.assign(static_cast<size_t>(p.n), 0);
+    if (tool_calls) {
+      std::vector<std::string> names;
+      for (const structured::ToolSpec& t : p.tool_specs) names.push_back(t.name);
+      job.tools.assign(static_cast<size_t>(p.n), ToolCallStream(template_->tool_format(), names));
+    }
     gen->usage_.prompt_tokens += prompt_len;
     gen->jobs_.push_back(std::move(job));
   }
@@ -307,7 +337,17 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
     c.text = job.echo;
   }
   c.text_offset = job.text_len[s] + c.text.size();
-  c.text += e.text;
+  if (job.tools.empty()) {
+    c.text += e.text;
+  } else {
+    ToolCallStream& tools = job.tools[s];
+    c.text += tools.Push(e.text);
+    if (e.finished) {
+      ParsedToolCalls parsed = tools.Finish();
+      c.text += parsed.content;
+      c.tool_calls = std::move(parsed.calls);
+    }
+  }
   job.text_len[s] += c.text.size();
   if (with_logprobs_ >= 0) {
     c.with_logprobs = true;
@@ -320,6 +360,9 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
   }
   if (e.finished) {
     c.finish_reason = FinishName(e.finish_reason);
+    if (!c.tool_calls.empty() && e.finish_reason == FinishReason::kStop) {
+      c.finish_reason = "tool_calls";
+    }
     if (e.finish_reason == FinishReason::kError && !error_) {
       error_ = FromStatus(e.error, header_.endpoint == Endpoint::kChat ? "messages" : "prompt");
     }

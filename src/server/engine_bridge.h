@@ -14,12 +14,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
 #include "server/metrics.h"
 #include "server/openai_codec.h"
+#include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -67,6 +69,7 @@ class Generation {
     std::vector<bool> started;  // per sample: got its first update
     std::vector<std::chrono::steady_clock::time_point> last_token;
     std::vector<size_t> text_len;  // per sample: bytes of text sent so far
+    std::vector<ToolCallStream> tools;  // per sample, when tool calls are parsed
   };
   Generation(EngineBridge* bridge, int n, ResponseHeader header)
       : bridge_(bridge), n_(n), header_(std::move(header)) {}
@@ -98,10 +101,10 @@ class EngineBridge {
   structured::ConstraintCompiler& constraints() const;
   ServerMetrics& metrics() const { return *metrics_; }
 
-  // Renders messages through the chat template and tokenizes them.
+  // Renders messages (and tool definitions) through the chat template and tokenizes them.
   std::optional<ApiError> EncodeChat(const std::vector<ChatMessage>& messages,
-                                     bool add_generation_prompt,
-                                     std::vector<TokenId>* ids) const;
+                                     bool add_generation_prompt, std::vector<TokenId>* ids,
+                                     std::span<const nlohmann::ordered_json> tools = {}) const;
   // Tokenizes a prompt (text, or ids checked against the vocabulary).
   std::optional<ApiError> EncodePrompt(const PromptInput& prompt, bool add_special,
                                        std::vector<TokenId>* ids) const;

@@ -186,6 +186,7 @@ struct HttpServer::Impl {
     std::unique_ptr<Generation> gen;
     std::optional<ApiError> err = ParseBody(body_text, &body);
     if (!err) err = ParseGenerationParams(body, endpoint, &params);
+    if (!err) KeepToolOrder(body_text, &params);
     if (!err) err = CheckModel(params.model);
     if (!err) err = bridge->Start(params, &gen);
     if (err) {
@@ -213,6 +214,7 @@ struct HttpServer::Impl {
         ChoiceOut& c = choices[static_cast<size_t>(u.index)];
         if (c.logprobs.empty() && !u.logprobs.empty()) c.text_offset = u.text_offset;
         c.text += u.text;
+        for (ToolCallOut& t : u.tool_calls) c.tool_calls.push_back(std::move(t));
         for (TokenLogprobOut& t : u.logprobs) c.logprobs.push_back(std::move(t));
         if (!u.finish_reason.empty()) c.finish_reason = u.finish_reason;
       }
@@ -260,15 +262,26 @@ struct HttpServer::Impl {
           out += Event(Chunk(h, role, /*first=*/true, include_usage));
           first[i] = false;
         }
-        const bool has_payload = !u.text.empty() || !u.logprobs.empty();
+        const bool has_payload = !u.text.empty() || !u.logprobs.empty() || !u.tool_calls.empty();
         if (!has_payload && u.finish_reason.empty()) continue;
         if (chat && has_payload && !u.finish_reason.empty()) {
-          // The text goes first; the finish_reason follows in a chunk of its own.
+          // The text goes first, then the tool calls (as OpenAI streams them: one delta per
+          // call with its id, name and arguments); the finish_reason follows on its own.
           ChoiceOut text = u;
           text.finish_reason.clear();
-          out += Event(Chunk(h, text, false, include_usage));
+          text.tool_calls.clear();
+          if (!text.text.empty() || !text.logprobs.empty()) {
+            out += Event(Chunk(h, text, false, include_usage));
+          }
+          for (ToolCallOut& call : u.tool_calls) {
+            ChoiceOut one;
+            one.index = u.index;
+            one.tool_calls.push_back(std::move(call));
+            out += Event(Chunk(h, one, false, include_usage));
+          }
           u.text.clear();
           u.logprobs.clear();
+          u.tool_calls.clear();
         }
         out += Event(Chunk(h, u, false, include_usage));
       }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -161,6 +162,66 @@ std::optional<ApiError> ParsePrompt(const json& v, std::vector<PromptInput>* out
 
 }  // namespace
 
+namespace {
+
+// Function names as OpenAI allows them: [a-zA-Z0-9_-]{1,64}.
+bool ValidToolName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}].
+std::optional<ApiError> ParseToolCalls(const json& m, const std::string& where,
+                                       std::vector<ToolCall>* out) {
+  auto calls = m.find("tool_calls");
+  if (calls == m.end() || calls->is_null()) return std::nullopt;
+  const std::string param = where + ".tool_calls";
+  if (!calls->is_array()) return Reader::WrongType(param, "an array", *calls);
+  for (size_t i = 0; i < calls->size(); ++i) {
+    const json& c = (*calls)[i];
+    const std::string at = fmt::format("{}[{}]", param, i);
+    auto fn = c.is_object() ? c.find("function") : c.end();
+    if (!c.is_object() || fn == c.end() || !fn->is_object()) {
+      return BadRequest(fmt::format("'{}' must be {{\"id\", \"type\": \"function\", "
+                                    "\"function\": {{\"name\", \"arguments\"}}}}",
+                                    at),
+                        at);
+    }
+    ToolCall call;
+    if (auto id = c.find("id"); id != c.end() && id->is_string()) call.id = id->get<std::string>();
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string() || !ValidToolName(name->get<std::string>())) {
+      return BadRequest(fmt::format("'{}.function.name' must be a function name", at),
+                        at + ".function.name");
+    }
+    call.name = name->get<std::string>();
+    auto args = fn->find("arguments");
+    if (args == fn->end() || !args->is_string() ||
+        json::parse(args->get<std::string>(), nullptr, false).is_discarded()) {
+      return BadRequest(fmt::format("'{}.function.arguments' must be a string of JSON", at),
+                        at + ".function.arguments");
+    }
+    call.arguments = args->get<std::string>();
+    out->push_back(std::move(call));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void KeepToolOrder(const std::string& body_text, GenerationParams* p) {
+  if (p->tools.empty()) return;
+  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(body_text, nullptr, false);
+  if (body.is_discarded() || !body.contains("tools") || !body["tools"].is_array() ||
+      body["tools"].size() != p->tools.size()) {
+    return;
+  }
+  for (size_t i = 0; i < p->tools.size(); ++i) p->tools[i] = body["tools"][i];
+}
+
 std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* out) {
   if (!v.is_array()) return Reader::WrongType("messages", "an array", v);
   if (v.empty()) return BadRequest("'messages' must not be empty", "messages");
@@ -174,15 +235,31 @@ std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* o
     }
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";
-    if (r != "system" && r != "user" && r != "assistant") {
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
       return BadRequest(fmt::format("'{}.role' is '{}'; supported roles are system, developer, "
-                                    "user and assistant",
+                                    "user, assistant and tool",
                                     where, role->get<std::string>()),
                         where + ".role");
     }
-    ChatMessage msg{r, {}};
+    ChatMessage msg;
+    msg.role = r;
+    if (r == "assistant") {
+      if (auto e = ParseToolCalls(m, where, &msg.tool_calls)) return e;
+    }
+    if (r == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || !id->is_string()) {
+        return BadRequest(fmt::format("'{}.tool_call_id' must be a string", where),
+                          where + ".tool_call_id");
+      }
+      msg.tool_call_id = id->get<std::string>();
+    }
     auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
+      if (!msg.tool_calls.empty()) {  // an assistant turn that only called tools
+        out->push_back(std::move(msg));
+        continue;
+      }
       return BadRequest(fmt::format("'{}.content' is required", where), where + ".content");
     }
     if (content->is_string()) {
@@ -400,6 +477,115 @@ std::optional<ApiError> ParseConstraint(const Reader& r, GenerationParams* p) {
   return std::nullopt;
 }
 
+// tools, tool_choice and parallel_tool_calls (chat).
+std::optional<ApiError> ParseTools(const Reader& r, Endpoint endpoint, GenerationParams* p) {
+  const json* tools = r.Find("tools");
+  const json* choice = r.Find("tool_choice");
+  const bool any_tools = tools != nullptr && !(tools->is_array() && tools->empty());
+  if (any_tools && endpoint != Endpoint::kChat) {
+    return BadRequest("'tools' belongs to /v1/chat/completions", "tools");
+  }
+  if (tools != nullptr && !tools->is_array()) return Reader::WrongType("tools", "an array", *tools);
+  if (any_tools) {
+    if (tools->size() > 128) return BadRequest("'tools' may list at most 128 functions", "tools");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& t = (*tools)[i];
+      const std::string at = fmt::format("tools[{}]", i);
+      auto type = t.is_object() ? t.find("type") : t.end();
+      auto fn = t.is_object() ? t.find("function") : t.end();
+      if (!t.is_object() || type == t.end() || *type != "function" || fn == t.end() ||
+          !fn->is_object()) {
+        return BadRequest(fmt::format("'{}' must be {{\"type\": \"function\", \"function\": "
+                                      "{{\"name\", \"description\"?, \"parameters\"?}}}}",
+                                      at),
+                          at);
+      }
+      structured::ToolSpec spec;
+      auto name = fn->find("name");
+      if (name == fn->end() || !name->is_string() || !ValidToolName(name->get<std::string>())) {
+        return BadRequest(fmt::format("'{}.function.name' must be 1 to 64 letters, digits, '_' "
+                                      "or '-'",
+                                      at),
+                          at + ".function.name");
+      }
+      spec.name = name->get<std::string>();
+      for (const structured::ToolSpec& other : p->tool_specs) {
+        if (other.name == spec.name) {
+          return BadRequest(fmt::format("'{}': two tools are named '{}'", at, spec.name),
+                            at + ".function.name");
+        }
+      }
+      if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string()) {
+        return Reader::WrongType(at + ".function.description", "a string", *d);
+      }
+      if (auto st = fn->find("strict"); st != fn->end() && !st->is_null() && !st->is_boolean()) {
+        return Reader::WrongType(at + ".function.strict", "a boolean", *st);
+      }
+      auto params = fn->find("parameters");
+      if (params == fn->end() || params->is_null()) {
+        spec.parameters = R"({"type":"object","properties":{}})";
+      } else if (!params->is_object()) {
+        return Reader::WrongType(at + ".function.parameters", "a JSON schema object", *params);
+      } else {
+        spec.parameters = params->dump();
+      }
+      p->tool_specs.push_back(std::move(spec));
+      p->tools.push_back(nlohmann::ordered_json::parse(t.dump()));
+    }
+    p->tool_choice = GenerationParams::ToolChoice::kAuto;
+  }
+  if (choice != nullptr) {
+    using TC = GenerationParams::ToolChoice;
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") {
+        p->tool_choice = TC::kNone;
+      } else if (c == "auto" || c == "required") {
+        if (!any_tools) {
+          return BadRequest(fmt::format("'tool_choice' is '{}' but no 'tools' are given", c),
+                            "tool_choice");
+        }
+        p->tool_choice = c == "auto" ? TC::kAuto : TC::kRequired;
+      } else {
+        return BadRequest(fmt::format("'tool_choice' is '{}'; it must be none, auto, required or "
+                                      "{{\"type\": \"function\", \"function\": {{\"name\"}}}}",
+                                      c),
+                          "tool_choice");
+      }
+    } else if (choice->is_object()) {
+      auto fn = choice->find("function");
+      auto name = fn != choice->end() && fn->is_object() ? fn->find("name") : choice->end();
+      if (fn == choice->end() || !fn->is_object() || name == fn->end() || !name->is_string()) {
+        return BadRequest("'tool_choice' must name a function: {\"type\": \"function\", "
+                          "\"function\": {\"name\": ...}}",
+                          "tool_choice");
+      }
+      const std::string want = name->get<std::string>();
+      bool known = false;
+      for (const structured::ToolSpec& t : p->tool_specs) known |= t.name == want;
+      if (!known) {
+        return BadRequest(fmt::format("'tool_choice' names '{}', which is not in 'tools'", want),
+                          "tool_choice");
+      }
+      p->tool_choice = TC::kNamed;
+      p->tool_choice_name = want;
+    } else {
+      return Reader::WrongType("tool_choice", "a string or an object", *choice);
+    }
+  }
+  if (const json* par = r.Find("parallel_tool_calls")) {
+    if (!par->is_boolean()) return Reader::WrongType("parallel_tool_calls", "a boolean", *par);
+    p->parallel_tool_calls = par->get<bool>();
+  }
+  if (p->tool_choice != GenerationParams::ToolChoice::kNone && p->constraint) {
+    return BadRequest(fmt::format("'{}' cannot be combined with tool calls; send tool_choice "
+                                  "\"none\" or leave out one of them",
+                                  p->constraint_param),
+                      p->constraint_param);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoint,
@@ -512,9 +698,7 @@ std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoin
     return BadRequest("'logit_bias' is not supported", "logit_bias");
   }
   KV_TRY(ParseConstraint(r, &p));
-  if (const json* tools = r.Find("tools"); tools && !(tools->is_array() && tools->empty())) {
-    return BadRequest("'tools' (function calling) is not supported", "tools");
-  }
+  KV_TRY(ParseTools(r, endpoint, &p));
   if (const json* suffix = r.Find("suffix"); suffix && !(suffix->is_string() && suffix->get<std::string>().empty())) {
     return BadRequest("'suffix' is not supported", "suffix");
   }
@@ -599,6 +783,22 @@ json UsageJson(const UsageOut& u) {
           {"prompt_tokens_details", std::move(details)}};
 }
 
+namespace {
+
+json ToolCallsJson(const std::vector<ToolCallOut>& calls, bool with_index) {
+  json list = json::array();
+  for (const ToolCallOut& call : calls) {
+    json j = {{"id", call.id},
+              {"type", "function"},
+              {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+    if (with_index) j["index"] = call.index;
+    list.push_back(std::move(j));
+  }
+  return list;
+}
+
+}  // namespace
+
 json Response(const ResponseHeader& h, const std::vector<ChoiceOut>& choices,
               const UsageOut& usage) {
   const bool chat = h.endpoint == Endpoint::kChat;
@@ -606,8 +806,13 @@ json Response(const ResponseHeader& h, const std::vector<ChoiceOut>& choices,
   json list = json::array();
   for (const ChoiceOut& c : choices) {
     if (chat) {
+      json message = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = ToolCallsJson(c.tool_calls, false);
+      }
       list.push_back({{"index", c.index},
-                      {"message", {{"role", "assistant"}, {"content", c.text}}},
+                      {"message", std::move(message)},
                       {"logprobs", LogprobsJson(h.endpoint, c)},
                       {"finish_reason", FinishJson(c)}});
     } else {
@@ -630,6 +835,7 @@ json Chunk(const ResponseHeader& h, const ChoiceOut& c, bool first, bool include
     json delta = json::object();
     if (first) delta["role"] = "assistant";
     if (first || !c.text.empty()) delta["content"] = c.text;
+    if (!c.tool_calls.empty()) delta["tool_calls"] = ToolCallsJson(c.tool_calls, true);
     choice = {{"index", c.index},
               {"delta", std::move(delta)},
               {"logprobs", LogprobsJson(h.endpoint, c)},

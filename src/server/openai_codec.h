@@ -63,7 +63,21 @@ struct GenerationParams {
   // names the field it came from (for compile errors).
   std::optional<structured::ConstraintSpec> constraint;
   std::string constraint_param;
+  // Function calling (chat): `tools` as the client sent them (each {"type": "function",
+  // "function": {...}}; KeepToolOrder restores the client's key order), their names and
+  // parameter schemas, tool_choice and parallel_tool_calls.
+  enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+  std::vector<nlohmann::ordered_json> tools;
+  std::vector<structured::ToolSpec> tool_specs;
+  ToolChoice tool_choice = ToolChoice::kNone;  // "auto" by default when tools are given
+  std::string tool_choice_name;                // kNamed
+  bool parallel_tool_calls = true;
 };
+
+// The server parses bodies into nlohmann::json, which sorts object keys; a chat template prints
+// tool definitions in the client's order. Re-reads `tools` from the raw body in that order
+// (after ParseGenerationParams accepted it).
+void KeepToolOrder(const std::string& body_text, GenerationParams* p);
 
 // `body` must be a parsed JSON value; anything but an object is an error.
 std::optional<ApiError> ParseGenerationParams(const nlohmann::json& body, Endpoint endpoint,
@@ -79,9 +93,19 @@ struct TokenLogprobOut {
   std::vector<std::pair<std::string, float>> top;
 };
 
+struct ToolCallOut {
+  int index = 0;   // the call's place in the message (streamed deltas carry it)
+  std::string id;  // "call_" + random hex
+  std::string name;
+  std::string arguments;  // JSON text
+};
+
 struct ChoiceOut {
   int index = 0;
   std::string text;
+  // Chat with tools: the calls parsed out of the text (which then holds only what came before
+  // them; null content when that is empty).
+  std::vector<ToolCallOut> tool_calls;
   std::string finish_reason;  // empty = null (still running)
   bool with_logprobs = false;
   std::vector<TokenLogprobOut> logprobs;

@@ -89,8 +89,11 @@ TEST(OpenAiCodec, WrongTypesAndRangesNameTheField) {
   EXPECT_EQ(ParseError(R"([1,2])").status, 400);
   // Known fields that cannot be honoured are refused, not ignored.
   EXPECT_EQ(ParseError(R"({"prompt":"x","logit_bias":{"5":10}})").param, "logit_bias");
-  EXPECT_EQ(ParseError(R"({"prompt":"x","response_format":{"type":"json_object"}})").param,
-            "response_format");
+  EXPECT_EQ(ParseError(R"({"prompt":"x","response_format":{"type":"xml"}})").param,
+            "response_format.type");
+  EXPECT_EQ(ParseError(R"({"prompt":"x","tools":[{"type":"function","function":{"name":"f"}}]})")
+                .param,
+            "tools");  // tools belong to chat
   EXPECT_EQ(ParseError(R"({"prompt":"x","best_of":3})").param, "best_of");
   // Wrong nested types are the client's mistake too, never an exception.
   EXPECT_EQ(ParseError(R"({"prompt":"x","response_format":{"type":5}})").param, "response_format");
@@ -110,6 +113,50 @@ TEST(OpenAiCodec, WrongTypesAndRangesNameTheField) {
   EXPECT_TRUE(p.sampling.greedy());
 }
 
+TEST(OpenAiCodec, ReadsToolsToolChoiceAndToolTurns) {
+  GenerationParams p;
+  const json body = json::parse(R"({"messages":[
+      {"role":"user","content":"q"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+        "function":{"name":"f","arguments":"{\"a\":1}"}}]},
+      {"role":"tool","tool_call_id":"c1","content":"done"}],
+    "tools":[{"type":"function","function":{"name":"f","description":"d",
+      "parameters":{"type":"object","properties":{"a":{"type":"integer"}}}}},
+      {"type":"function","function":{"name":"g"}}],
+    "tool_choice":{"type":"function","function":{"name":"g"}},"parallel_tool_calls":false})");
+  ASSERT_FALSE(ParseGenerationParams(body, Endpoint::kChat, &p).has_value());
+  ASSERT_EQ(p.messages.size(), 3u);
+  ASSERT_EQ(p.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(p.messages[1].tool_calls[0].name, "f");
+  EXPECT_EQ(p.messages[1].tool_calls[0].arguments, R"({"a":1})");
+  EXPECT_EQ(p.messages[2].role, "tool");
+  EXPECT_EQ(p.messages[2].tool_call_id, "c1");
+  ASSERT_EQ(p.tool_specs.size(), 2u);
+  EXPECT_EQ(p.tool_specs[1].name, "g");
+  EXPECT_EQ(p.tool_specs[1].parameters, R"({"type":"object","properties":{}})");
+  EXPECT_EQ(p.tool_choice, GenerationParams::ToolChoice::kNamed);
+  EXPECT_EQ(p.tool_choice_name, "g");
+  EXPECT_FALSE(p.parallel_tool_calls);
+  // The client's key order comes back from the raw body ("type" before "function").
+  KeepToolOrder(body.dump(), &p);
+  EXPECT_EQ(p.tools[0].begin().key(), "function");  // sorted by nlohmann::json...
+  KeepToolOrder(R"({"tools":[{"type":"function","function":{"name":"f"}},
+                   {"type":"function","function":{"name":"g"}}]})",
+                &p);
+  EXPECT_EQ(p.tools[0].begin().key(), "type");  // ...and as the client wrote it
+  // Tools alone mean "auto"; no tools mean "none".
+  GenerationParams q;
+  ASSERT_FALSE(ParseGenerationParams(json::parse(R"({"messages":[{"role":"user","content":"q"}],
+      "tools":[{"type":"function","function":{"name":"f"}}]})"),
+                                     Endpoint::kChat, &q));
+  EXPECT_EQ(q.tool_choice, GenerationParams::ToolChoice::kAuto);
+  GenerationParams r;
+  ASSERT_FALSE(ParseGenerationParams(json::parse(R"({"messages":[{"role":"user","content":"q"}],
+      "tools":[], "tool_choice":"none"})"),
+                                     Endpoint::kChat, &r));
+  EXPECT_EQ(r.tool_choice, GenerationParams::ToolChoice::kNone);
+}
+
 TEST(OpenAiCodec, ReadsChatMessagesAndItsLogprobForm) {
   GenerationParams p;
   ASSERT_FALSE(Parse(R"({"messages":[{"role":"developer","content":"be brief"},
@@ -122,8 +169,10 @@ TEST(OpenAiCodec, ReadsChatMessagesAndItsLogprobForm) {
   EXPECT_EQ(p.sampling.top_logprobs, 4);
   EXPECT_EQ(p.max_tokens, 9);
   EXPECT_EQ(ParseError(R"({"messages":[]})", Endpoint::kChat).param, "messages");
-  EXPECT_EQ(ParseError(R"({"messages":[{"role":"tool","content":"x"}]})", Endpoint::kChat).param,
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"wizard","content":"x"}]})", Endpoint::kChat).param,
             "messages[0].role");
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"tool","content":"x"}]})", Endpoint::kChat).param,
+            "messages[0].tool_call_id");
   EXPECT_EQ(ParseError(R"({"messages":[{"role":"user"}]})", Endpoint::kChat).param,
             "messages[0].content");
   EXPECT_EQ(ParseError(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
