@@ -45,6 +45,17 @@ struct EngineConfig {
   double max_pinned_fraction = 0.25;  // share of the cache Pin may hold
   KvTierConfig tiers;
   SpecConfig spec;                    // --speculative-config (docs/speculative.md); off by default
+  // Jump-forward for structured output (--no-jump-forward turns it off): what a constraint
+  // forces after a sampled token, up to max_jump_forward_tokens, goes into the next step at once.
+  //   kForce: appended as the tokenizer writes it (re-tokenized across the boundary with the
+  //     sampled token), computed as a prefill chunk; the same text, and the same tokens wherever
+  //     the model itself would have written that canonical tokenization.
+  //   kVerify: carried as drafts and verified: token for token what decoding gives, faster only
+  //     where the model agrees with the tokenization.
+  enum class JumpForwardMode { kForce, kVerify };
+  bool jump_forward = true;
+  JumpForwardMode jump_forward_mode = JumpForwardMode::kForce;
+  int max_jump_forward_tokens = 32;
 };
 
 }  // namespace kvserve

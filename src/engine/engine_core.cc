@@ -171,10 +171,14 @@ Result<EngineCore::SeqCtx> EngineCore::MakeSeq(RequestId id, const EngineRequest
   if (params.has_seed) params.seed += static_cast<uint64_t>(index);  // distinct streams
   KV_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(params, model_->config().vocab));
   sampler.SetPrompt(r.prompt);
+  structured::ConstraintProcessor* constraint = nullptr;
   if (r.constraint) {
-    sampler.AddProcessorFirst(std::make_unique<structured::ConstraintProcessor>(r.constraint));
+    auto p = std::make_unique<structured::ConstraintProcessor>(r.constraint);
+    constraint = p.get();
+    sampler.AddProcessorFirst(std::move(p));
   }
   SeqCtx s{id, index, std::move(sampler), nullptr, 0};
+  s.constraint = constraint;
   if (tokenizer_) s.detok = std::make_unique<StreamingDetokenizer>(*tokenizer_);
   return s;
 }
@@ -325,6 +329,7 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
 Status EngineCore::Step(std::vector<RequestOutput>* out) {
   if (tiers_) FinishTierLoads();
   const Clock::time_point step_start = Clock::now();
+  if (config_.jump_forward && tokenizer_) JumpForward(out);
   if (spec_stats_.enabled && !draft_failed_) {
     if (Status ps = ProposeDrafts(); !ps.ok()) {  // the draft model failed: go on without it
       KV_LOG(Error, "speculative decoding off: the draft model failed: {}", ps.message());
@@ -413,10 +418,14 @@ void EngineCore::ForkSamples(SeqId parent, const float* row, std::vector<Request
 
 Emitted EngineCore::SampleOne(SeqId seq, std::span<float> logits,
                                std::vector<RequestOutput>* out) {
+  SampleOutput sample;
+  seqs_.at(seq).sampler.Sample(logits, &sample);
+  return EmitToken(seq, std::move(sample), out);
+}
+
+Emitted EngineCore::EmitToken(SeqId seq, SampleOutput sample, std::vector<RequestOutput>* out) {
   SeqCtx& s = seqs_.at(seq);
   RequestCtx& r = requests_.at(s.request);
-  SampleOutput sample;
-  s.sampler.Sample(logits, &sample);
   const TokenId token = sample.token;
   s.sampler.Accept(token);
   scheduler_->AppendToken(seq, token);
@@ -445,6 +454,8 @@ Emitted EngineCore::SampleOne(SeqId seq, std::span<float> logits,
 
 void EngineCore::VerifyRows(const ScheduledSeq& s, float* rows, std::vector<RequestOutput>* out) {
   const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  const bool forced = seqs_.at(s.seq).forced_draft;
+  seqs_.at(s.seq).forced_draft = false;
   // A copy: a sample that ends during verification leaves the scheduler, and its drafts with it.
   const std::vector<TokenId> drafts(scheduler_->draft(s.seq).begin(),
                                     scheduler_->draft(s.seq).end());
@@ -456,6 +467,12 @@ void EngineCore::VerifyRows(const ScheduledSeq& s, float* rows, std::vector<Requ
     ended = e.ended;
     return e;
   });
+  if (forced) {  // jump-forward: its own counters; speculation's acceptance is not touched
+    ++jump_stats_.num_jumps;
+    jump_stats_.num_accepted_tokens += accepted;
+    if (!ended) scheduler_->FinishVerify(seq, accepted);
+    return;
+  }
   ++spec_stats_.num_drafts;
   spec_stats_.num_draft_tokens += static_cast<int64_t>(drafts.size());
   spec_stats_.num_accepted_tokens += accepted;
@@ -478,6 +495,92 @@ void EngineCore::VerifyRows(const ScheduledSeq& s, float* rows, std::vector<Requ
 // lengths come from draft_policy.h: the step cost model (once fitted) prices a verified row and
 // the step; before it is fitted a row is taken to cost 5% of a step. The draft model's depth is
 // priced by its own measured time.
+// NOTE (jump-forward): where a constraint allows only one continuation for the next bytes,
+// those bytes go into the next step at once instead of one token per step.
+//   kForce (SGLang's jump-forward): the sampled token's piece plus the forced bytes are
+//   re-tokenized as the tokenizer writes them; if that keeps the sampled token, the rest
+//   (without its last token, which could merge with the free text after it) is appended as
+//   generated tokens and computed in the next step as a prefill chunk. They are emitted like
+//   sampled ones, with logprob 0 and no alternatives (certain under the constraint). The text is
+//   the same as without jump-forward; the tokens are the same wherever the model would have
+//   chosen the tokenizer's own tokenization.
+//   kVerify: the forced tokens are drafts verified like speculative ones (each row sampled
+//   under the mask, a draft kept only where the sample equals it): token for token what
+//   decoding gives, with the same random draws, and each token its own logprobs.
+// A sequence with forced tokens does not draft speculatively in the same step.
+std::vector<TokenId> EngineCore::ForcedTokens(SeqCtx& c, TokenId last, int max_tokens) const {
+  std::string forced = c.constraint->ForcedBytes(c.sampler.history(), 256);
+  // Whole UTF-8 characters only: a split one would tokenize as byte pieces.
+  size_t end = forced.size();
+  size_t start = end;
+  while (start > 0 && (static_cast<uint8_t>(forced[start - 1]) & 0xC0) == 0x80) --start;
+  if (start > 0) {
+    const auto lead = static_cast<uint8_t>(forced[start - 1]);
+    const size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (end - (start - 1) < len) end = start - 1;
+  }
+  forced.resize(end);
+  if (forced.empty()) return {};
+  const auto spells = [&](const std::vector<TokenId>& ids, const std::string& text) {
+    std::string pieces;
+    for (TokenId t : ids) pieces += tokenizer_->TokenToPiece(t);
+    return pieces == text;
+  };
+  std::vector<TokenId> ids;
+  if (config_.jump_forward_mode == EngineConfig::JumpForwardMode::kForce) {
+    // Across the boundary: the sampled token and the forced text as the tokenizer writes them.
+    const std::string joined = tokenizer_->TokenToPiece(last) + forced;
+    ids = tokenizer_->Encode(joined, /*add_special=*/false, /*parse_special=*/false);
+    if (ids.size() >= 2 && ids.front() == last && spells(ids, joined)) {
+      ids.erase(ids.begin());
+    } else {
+      ids = tokenizer_->Encode(forced, false, false);
+      // Where the encoding does not spell the bytes back (SentencePiece's leading space, a
+      // normalising tokenizer), the longest vocabulary pieces instead.
+      if (!spells(ids, forced)) ids = c.constraint->vocab().LongestMatch(forced, max_tokens + 1);
+    }
+    // The last token could merge with the text after it: the model writes that part.
+    if (!ids.empty()) ids.pop_back();
+  } else {
+    ids = tokenizer_->Encode(forced, false, false);
+    if (!spells(ids, forced)) ids = c.constraint->vocab().LongestMatch(forced, max_tokens);
+  }
+  if (static_cast<int>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
+  return ids;
+}
+
+void EngineCore::JumpForward(std::vector<RequestOutput>* out) {
+  const std::vector<SeqId> running = scheduler_->running();  // emitting may finish sequences
+  for (SeqId id : running) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end()) continue;
+    SeqCtx& c = it->second;
+    c.forced_draft = false;
+    if (c.constraint == nullptr) continue;
+    const std::span<const TokenId> tokens = scheduler_->tokens(id);
+    if (scheduler_->num_computed(id) + 1 != static_cast<int>(tokens.size())) continue;
+    const RequestCtx& r = requests_.at(c.request);
+    const int k = std::min(config_.max_jump_forward_tokens,
+                           r.request.max_tokens - c.num_generated - 1);
+    if (k <= 0) continue;
+    std::vector<TokenId> ids = ForcedTokens(c, tokens.back(), k);
+    if (ids.empty()) continue;
+    jump_stats_.num_forced_tokens += static_cast<int64_t>(ids.size());
+    if (config_.jump_forward_mode == EngineConfig::JumpForwardMode::kVerify) {
+      scheduler_->SetDraft(id, std::move(ids));
+      c.forced_draft = true;
+      continue;
+    }
+    ++jump_stats_.num_jumps;
+    for (TokenId t : ids) {
+      SampleOutput forced;
+      forced.token = t;
+      ++jump_stats_.num_accepted_tokens;
+      if (EmitToken(id, std::move(forced), out).ended) break;
+    }
+  }
+}
+
 Status EngineCore::ProposeDrafts() {
   const SpecConfig& sc = config_.spec;
   std::vector<SeqId> cands;
@@ -492,6 +595,7 @@ Status EngineCore::ProposeDrafts() {
     decode_context += static_cast<int64_t>(tokens.size());
     SeqCtx& c = seqs_.at(id);
     const RequestCtx& r = requests_.at(c.request);
+    if (c.forced_draft) continue;  // carries the tokens its constraint forces
     if (c.shadow >= 0 && tokens.size() > c.shadow_at) {  // what the n-gram draft would have got
       c.acceptance.Observe(1, tokens[c.shadow_at] == c.shadow ? 1 : 0);
       c.shadow = -1;
@@ -581,6 +685,7 @@ EngineStats EngineCore::stats() const {
   st.step_cost = step_cost_.fit();
   st.prefill_cap = last_prefill_cap_;
   st.spec = spec_stats_;
+  st.jump_forward = jump_stats_;
   const KvLayout& layout = kv_.layout();
   st.kv_k_dtype = layout.k_dtype;
   st.kv_v_dtype = layout.v_dtype;

@@ -46,6 +46,7 @@
 #include "sched/scheduler.h"
 #include "spec/draft_policy.h"
 #include "spec/verify.h"
+#include "structured/constraint.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "util/thread_pool.h"
@@ -130,6 +131,10 @@ class EngineCore {
     int steps_without_drafts = 0;
     int draft_tokens = 0;
     int accepted_tokens = 0;
+    // Structured output: the sampler's constraint (owned by the sampler), and whether the
+    // drafts of this step are the tokens it forces (jump-forward) rather than speculation.
+    structured::ConstraintProcessor* constraint = nullptr;
+    bool forced_draft = false;
   };
   enum class Phase { kScheduled, kTierLoad, kTierWait };
   struct RequestCtx {
@@ -162,8 +167,14 @@ class EngineCore {
   void ForkSamples(SeqId parent, const float* row, std::vector<RequestOutput>* out);
   // Samples, appends and emits one token; says which, and whether the sample finished with it.
   Emitted SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out);
+  // Appends and emits a token chosen already (sampled, or forced by a constraint).
+  Emitted EmitToken(SeqId seq, SampleOutput sample, std::vector<RequestOutput>* out);
   // Speculative decoding: sets this step's drafts on the decoding sequences (before Schedule).
   Status ProposeDrafts();
+  // Jump-forward: the tokens each decoding constrained sequence's grammar forces, appended
+  // (kForce) or set as drafts (kVerify).
+  void JumpForward(std::vector<RequestOutput>* out);
+  std::vector<TokenId> ForcedTokens(SeqCtx& c, TokenId last, int max_tokens) const;
   // Verifies a sequence's drafts against its logits rows (rows[0] follows its last token).
   void VerifyRows(const ScheduledSeq& s, float* rows, std::vector<RequestOutput>* out);
   CacheNamespace DraftNamespaceFor(const std::string& cache_salt) const;
@@ -208,6 +219,7 @@ class EngineCore {
   int64_t num_steps_ = 0;
   std::unique_ptr<DraftRunner> draft_;  // method draft_model
   SpecStats spec_stats_;
+  JumpForwardStats jump_stats_;
   bool draft_failed_ = false;  // the draft model's Forward failed once: no more drafts
   double last_step_seconds_ = 0;
   std::vector<float> logits_;   // [logits rows of the step, vocab]

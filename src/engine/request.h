@@ -93,6 +93,14 @@ struct SpecStats {
   std::vector<int64_t> accepted_per_pos;  // [num_speculative_tokens]: drafts accepted at j
 };
 
+// Jump-forward (structured output): the bytes a constraint forces after a sampled token, as
+// tokens verified in the next step beside the sequence's own.
+struct JumpForwardStats {
+  int64_t num_jumps = 0;            // verifications of forced tokens
+  int64_t num_forced_tokens = 0;    // tokens proposed
+  int64_t num_accepted_tokens = 0;  // of which the model's own choice matched
+};
+
 struct EngineStats {
   KvCacheStats kv;
   std::vector<TierStats> tiers;           // the lower tiers that are up, in lookup order
@@ -108,6 +116,7 @@ struct EngineStats {
   StepCostFit step_cost;  // the step cost model as fitted so far
   int prefill_cap = -1;   // prefill tokens the last step was held to (--max-itl-ms); -1 = none
   SpecStats spec;
+  JumpForwardStats jump_forward;
 };
 
 }  // namespace kvserve

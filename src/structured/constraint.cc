@@ -198,7 +198,7 @@ ConstraintProcessor::ConstraintProcessor(std::shared_ptr<TokenMasker> masker)
       state_(masker_->Initial()),
       active_(masker_->trigger().text.empty()) {}
 
-void ConstraintProcessor::Process(std::span<float> logits, const TokenHistory& history) {
+void ConstraintProcessor::Advance(const TokenHistory& history) {
   const std::span<const TokenId> generated = history.generated();
   if (!active_) {
     // Lazy: look for the trigger in the text so far; from its first byte on the grammar holds.
@@ -221,14 +221,24 @@ void ConstraintProcessor::Process(std::span<float> logits, const TokenHistory& h
         gave_up_ = true;
       }
     }
-    if (!active_) return;
   }
+  if (!active_) return;
   for (; consumed_ < generated.size(); ++consumed_) {
     // A refused token (only possible if something outside the mask chose it) leaves an empty
     // state, which allows only the end of generation.
     if (!state_.empty()) masker_->Accept(&state_, generated[consumed_]);
   }
-  masker_->Apply(state_, logits);
+}
+
+void ConstraintProcessor::Process(std::span<float> logits, const TokenHistory& history) {
+  Advance(history);
+  if (active_) masker_->Apply(state_, logits);
+}
+
+std::string ConstraintProcessor::ForcedBytes(const TokenHistory& history, size_t max_bytes) {
+  Advance(history);
+  if (!active_ || state_.empty()) return {};
+  return masker_->ForcedBytes(state_, max_bytes);
 }
 
 }  // namespace kvserve::structured

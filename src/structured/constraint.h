@@ -107,10 +107,17 @@ class ConstraintProcessor final : public LogitsProcessor {
   void Process(std::span<float> logits, const TokenHistory& history) override;
   // The parse state after the tokens seen so far (tests).
   const State& state() const { return state_; }
+  const TokenVocab& vocab() const { return masker_->vocab(); }
   // A lazy constraint: whether its trigger has appeared (always true for others).
   bool active() const { return active_; }
+  // The bytes every continuation must start with after the tokens in `history` (at most
+  // max_bytes; empty when there is a choice, the structure may end, or a lazy constraint has
+  // not triggered): jump-forward's input.
+  std::string ForcedBytes(const TokenHistory& history, size_t max_bytes);
 
  private:
+  void Advance(const TokenHistory& history);
+
   std::shared_ptr<TokenMasker> masker_;
   State state_;
   size_t consumed_ = 0;  // generated tokens already advanced over

@@ -56,6 +56,35 @@ std::shared_ptr<const TokenVocab> TokenVocab::FromPieces(std::vector<std::string
   return v;
 }
 
+std::vector<TokenId> TokenVocab::LongestMatch(std::string_view bytes, int max_tokens) const {
+  std::vector<TokenId> out;
+  size_t pos = 0;
+  while (pos < bytes.size() && static_cast<int>(out.size()) < max_tokens) {
+    int32_t node = 0;
+    TokenId best = -1;
+    size_t best_len = 0;
+    for (size_t d = 0; pos + d < bytes.size(); ++d) {
+      const auto b = static_cast<uint8_t>(bytes[pos + d]);
+      int32_t child = node + 1;
+      const int32_t end = nodes_[static_cast<size_t>(node)].end;
+      while (child < end && nodes_[static_cast<size_t>(child)].byte != b) {
+        child = nodes_[static_cast<size_t>(child)].end;
+      }
+      if (child >= end) break;
+      node = child;
+      const Node& n = nodes_[static_cast<size_t>(node)];
+      if (n.tokens_end > n.tokens_begin) {
+        best = token_ids_[static_cast<size_t>(n.tokens_begin)];
+        best_len = d + 1;
+      }
+    }
+    if (best < 0) break;
+    out.push_back(best);
+    pos += best_len;
+  }
+  return out;
+}
+
 void TokenVocab::BuildTrie(const std::vector<uint8_t>& excluded) {
   std::vector<TokenId> order;
   for (size_t i = 0; i < pieces_.size(); ++i) {

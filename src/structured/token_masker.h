@@ -63,6 +63,10 @@ class TokenVocab {
                  static_cast<size_t>(n.tokens_end - n.tokens_begin));
   }
   int max_depth() const { return max_depth_; }
+  // `bytes` cut into the longest tokens of the trie, left to right (at most max_tokens; it
+  // stops where no token matches). Jump-forward's fallback where the tokenizer's own encoding
+  // does not spell the bytes back (SentencePiece's leading space).
+  std::vector<TokenId> LongestMatch(std::string_view bytes, int max_tokens) const;
 
  private:
   void BuildTrie(const std::vector<uint8_t>& excluded);

@@ -35,6 +35,8 @@ struct RunOptions {
   std::vector<std::string> choices;
   bool json_object = false;
   int compile_timeout_ms = 10000;
+  bool no_jump_forward = false;
+  std::string jump_forward_mode = "force";
 };
 
 
@@ -159,10 +161,17 @@ void PrintJson(const nlohmann::json& j) {
   fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
-// With --speculative-config: one request on an EngineCore (the serving engine, which verifies
-// drafts inside its steps) instead of the Generator.
-void RunSpeculative(const RunOptions& o) {
-  auto spec = ParseSpecConfig(o.speculative_config);
+bool HasConstraint(const RunOptions& o) {
+  return !o.json_schema_file.empty() || !o.regex.empty() || !o.grammar_file.empty() ||
+         !o.choices.empty() || o.json_object;
+}
+
+// With --speculative-config, or a constraint and jump-forward: one request on an EngineCore
+// (the serving engine, which verifies drafts and forced tokens inside its steps) instead of
+// the Generator.
+void RunOnEngine(const RunOptions& o) {
+  auto spec = o.speculative_config.empty() ? Result<SpecConfig>(SpecConfig{})
+                                           : ParseSpecConfig(o.speculative_config);
   if (!spec.ok()) Fail("--speculative-config: " + spec.status().message());
   LoadedModel m = LoadModel(o.engine, /*need_tokenizer=*/true);
   const Tokenizer& tok = *m.tokenizer;
@@ -178,6 +187,9 @@ void RunSpeculative(const RunOptions& o) {
   c.max_num_seqs = 1;
   c.max_num_batched_tokens = o.engine.batch;
   c.spec = *spec;
+  c.jump_forward = !o.no_jump_forward;
+  c.jump_forward_mode = o.jump_forward_mode == "verify" ? EngineConfig::JumpForwardMode::kVerify
+                                                        : EngineConfig::JumpForwardMode::kForce;
   auto core = EngineCore::Create(std::move(m.model), c, &tok);
   if (!core.ok()) Fail(core.status().ToString());
   EngineRequest req;
@@ -232,7 +244,9 @@ void RunSpeculative(const RunOptions& o) {
     const int threads = c.num_threads > 0 ? c.num_threads : ThreadPool::DefaultThreads();
     nlohmann::json j = RunJson(req.prompt, ids, text, reason, pp, tg, threads,
                                PoolSpin(c.poll_us).count());
-    j["speculative_method"] = SpecMethodName(spec->method);
+    j["speculative_method"] = spec->enabled() ? SpecMethodName(spec->method) : "off";
+    j["jump_forward_tokens"] = stats.jump_forward.num_forced_tokens;
+    j["jump_forward_accepted"] = stats.jump_forward.num_accepted_tokens;
     j["draft_tokens"] = metrics.draft_tokens;
     j["accepted_tokens"] = metrics.accepted_tokens;
     j["acceptance_rate"] = rate;
@@ -243,14 +257,18 @@ void RunSpeculative(const RunOptions& o) {
     fmt::print("\n");
     fmt::print(stderr,
                "\n[{} prompt tokens at {:.1f} tok/s, {} generated at {:.1f} tok/s, {}; {} drafts, "
-               "{} accepted ({:.0f}%), mean acceptance length {:.2f}]\n",
+               "{} accepted ({:.0f}%), mean acceptance length {:.2f}; jump-forward {} of {} "
+               "forced tokens]\n",
                req.prompt.size(), pp, ids.size(), tg, FinishReasonName(reason),
-               metrics.draft_tokens, metrics.accepted_tokens, rate * 100, mean_len);
+               metrics.draft_tokens, metrics.accepted_tokens, rate * 100, mean_len,
+               stats.jump_forward.num_accepted_tokens, stats.jump_forward.num_forced_tokens);
   }
 }
 
 void RunGenerate(const RunOptions& o) {
-  if (!o.speculative_config.empty()) return RunSpeculative(o);
+  if (!o.speculative_config.empty() || (HasConstraint(o) && !o.no_jump_forward)) {
+    return RunOnEngine(o);
+  }
   Loaded l = Load(o.engine, true);
   const Tokenizer& tok = *l.tokenizer;
   GenerateRequest req;
@@ -337,6 +355,14 @@ void AddRunCommand(CLI::App& app) {
                   "Constrain the output to this GBNF grammar (llama.cpp's syntax, start rule root)");
   cmd->add_option("--choice", o->choices,
                   "Constrain the output to one of these strings (repeat the flag)");
+  cmd->add_option("--jump-forward-mode", o->jump_forward_mode,
+                  "force: forced text goes in as the tokenizer writes it (default); verify: it is "
+                  "verified like speculative drafts, so the tokens are exactly those of decoding "
+                  "one per step")
+      ->check(CLI::IsMember({"force", "verify"}));
+  cmd->add_flag("--no-jump-forward", o->no_jump_forward,
+                "With a constraint: decode forced text one token per step (the output is the "
+                "same either way)");
   cmd->add_option("--structured-compile-timeout-ms", o->compile_timeout_ms,
                   "Time limit for compiling the constraint (default 10000)")
       ->check(CLI::Range(1, 600000));
