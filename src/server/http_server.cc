@@ -186,7 +186,7 @@ struct HttpServer::Impl {
     std::unique_ptr<Generation> gen;
     std::optional<ApiError> err = ParseBody(body_text, &body);
     if (!err) err = ParseGenerationParams(body, endpoint, &params);
-    if (!err) KeepToolOrder(body_text, &params);
+    if (!err) KeepClientOrder(body_text, &params);
     if (!err) err = CheckModel(params.model);
     if (!err) err = bridge->Start(params, &gen);
     if (err) {

@@ -212,14 +212,49 @@ std::optional<ApiError> ParseToolCalls(const json& m, const std::string& where,
 
 }  // namespace
 
-void KeepToolOrder(const std::string& body_text, GenerationParams* p) {
-  if (p->tools.empty()) return;
-  const nlohmann::ordered_json body = nlohmann::ordered_json::parse(body_text, nullptr, false);
-  if (body.is_discarded() || !body.contains("tools") || !body["tools"].is_array() ||
-      body["tools"].size() != p->tools.size()) {
-    return;
+void KeepClientOrder(const std::string& body_text, GenerationParams* p) {
+  const bool schema = p->constraint && p->constraint->kind == structured::ConstraintKind::kJsonSchema;
+  if (p->tools.empty() && !schema) return;
+  using ordered_json = nlohmann::ordered_json;
+  const ordered_json body = ordered_json::parse(body_text, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return;
+  // The value at `path` in the raw body, or nullptr.
+  const auto at = [&](std::initializer_list<const char*> path) -> const ordered_json* {
+    const ordered_json* v = &body;
+    for (const char* key : path) {
+      if (!v->is_object()) return nullptr;
+      auto it = v->find(key);
+      if (it == v->end()) return nullptr;
+      v = &*it;
+    }
+    return v;
+  };
+  if (const ordered_json* tools = at({"tools"});
+      tools && tools->is_array() && tools->size() == p->tools.size()) {
+    for (size_t i = 0; i < p->tools.size(); ++i) {
+      p->tools[i] = (*tools)[i];
+      const ordered_json* fn = (*tools)[i].is_object() && (*tools)[i].contains("function")
+                                   ? &(*tools)[i]["function"]
+                                   : nullptr;
+      if (fn && fn->is_object() && fn->contains("parameters") && (*fn)["parameters"].is_object() &&
+          i < p->tool_specs.size()) {
+        p->tool_specs[i].parameters = (*fn)["parameters"].dump();
+      }
+    }
   }
-  for (size_t i = 0; i < p->tools.size(); ++i) p->tools[i] = body["tools"][i];
+  if (!schema) return;
+  const ordered_json* v = p->constraint_param == "response_format"
+                              ? at({"response_format", "json_schema", "schema"})
+                          : p->constraint_param == "structured_outputs" ? at({"structured_outputs", "json"})
+                          : p->constraint_param == "guided_json"        ? at({"guided_json"})
+                                                                        : nullptr;
+  if (v == nullptr) return;
+  if (v->is_object()) {
+    p->constraint->text = v->dump();
+  } else if (v->is_string()) {
+    const ordered_json parsed = ordered_json::parse(v->get<std::string>(), nullptr, false);
+    if (parsed.is_object()) p->constraint->text = parsed.dump();
+  }
 }
 
 std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* out) {

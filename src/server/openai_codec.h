@@ -74,10 +74,12 @@ struct GenerationParams {
   bool parallel_tool_calls = true;
 };
 
-// The server parses bodies into nlohmann::json, which sorts object keys; a chat template prints
-// tool definitions in the client's order. Re-reads `tools` from the raw body in that order
-// (after ParseGenerationParams accepted it).
-void KeepToolOrder(const std::string& body_text, GenerationParams* p);
+// The server parses bodies into nlohmann::json, which sorts object keys; but a chat template
+// prints tool definitions in the client's order, and JSON Schema properties are generated in
+// the order the schema lists them. Re-reads `tools` and the JSON schema (response_format,
+// structured_outputs.json, guided_json) from the raw body in the client's order, after
+// ParseGenerationParams accepted them.
+void KeepClientOrder(const std::string& body_text, GenerationParams* p);
 
 // `body` must be a parsed JSON value; anything but an object is an error.
 std::optional<ApiError> ParseGenerationParams(const nlohmann::json& body, Endpoint endpoint,

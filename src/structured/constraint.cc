@@ -55,7 +55,7 @@ Result<int> AddToolCallRules(const ConstraintSpec& spec, GrammarBuilder* b) {
   if (spec.tools.empty()) return InvalidArgument("tool calls need at least one tool");
   std::vector<Sequence> calls;
   for (const ToolSpec& tool : spec.tools) {
-    nlohmann::json schema = nlohmann::json::parse(tool.parameters, nullptr, false);
+    nlohmann::ordered_json schema = nlohmann::ordered_json::parse(tool.parameters, nullptr, false);
     if (schema.is_discarded()) {
       return InvalidArgument(fmt::format("tool '{}': parameters are not valid JSON", tool.name));
     }
@@ -101,7 +101,7 @@ Result<Grammar> BuildGrammar(const ConstraintSpec& spec,
   int root = -1;
   switch (spec.kind) {
     case ConstraintKind::kJsonSchema: {
-      nlohmann::json schema = nlohmann::json::parse(spec.text, nullptr, false);
+      nlohmann::ordered_json schema = nlohmann::ordered_json::parse(spec.text, nullptr, false);
       if (schema.is_discarded()) return InvalidArgument("the JSON schema is not valid JSON");
       KV_ASSIGN_OR_RETURN(root, CompileJsonSchema(schema, spec.json, &b));
       break;

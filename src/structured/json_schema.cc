@@ -20,27 +20,27 @@ namespace kvserve::structured {
 namespace json_schema_internal {
 // json_schema_values.cc
 int PlainNumberRule(bool integer, GrammarBuilder* b);
-Result<int> NumberRule(const nlohmann::json& schema, bool integer, const std::string& path,
+Result<int> NumberRule(const nlohmann::ordered_json& schema, bool integer, const std::string& path,
                        GrammarBuilder* b);
 int JsonCharRule(GrammarBuilder* b);
-bool ScalarFits(const nlohmann::json& v, const nlohmann::json& schema);
+bool ScalarFits(const nlohmann::ordered_json& v, const nlohmann::ordered_json& schema);
 int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* b);
 // json_schema_strings.cc
 int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b);
-Result<int> StringRule(const nlohmann::json& schema, int json_char, const std::string& path,
+Result<int> StringRule(const nlohmann::ordered_json& schema, int json_char, const std::string& path,
                        GrammarBuilder* b);
 // json_schema_merge.cc
 bool IsAnnotation(const std::string& k);
 std::string Where(const std::string& path);
 std::string Child(const std::string& path, std::string_view key);
-Status CheckKeywords(const nlohmann::json& s, const std::string& path);
-Result<unsigned> TypeMask(const nlohmann::json& t, const std::string& path);
-Result<const nlohmann::json*> ResolveRef(const nlohmann::json& root, const nlohmann::json& ref,
+Status CheckKeywords(const nlohmann::ordered_json& s, const std::string& path);
+Result<unsigned> TypeMask(const nlohmann::ordered_json& t, const std::string& path);
+Result<const nlohmann::ordered_json*> ResolveRef(const nlohmann::ordered_json& root, const nlohmann::ordered_json& ref,
                                          const std::string& path);
-Result<nlohmann::json> FlattenSchema(const nlohmann::json& root, const nlohmann::json& s,
+Result<nlohmann::ordered_json> FlattenSchema(const nlohmann::ordered_json& root, const nlohmann::ordered_json& s,
                                      const std::string& path, int depth);
-Result<nlohmann::json> MergeSchemas(const nlohmann::json& root, const nlohmann::json& a,
-                                    const nlohmann::json& b, const std::string& path);
+Result<nlohmann::ordered_json> MergeSchemas(const nlohmann::ordered_json& root, const nlohmann::ordered_json& a,
+                                    const nlohmann::ordered_json& b, const std::string& path);
 }  // namespace json_schema_internal
 
 namespace {
@@ -60,7 +60,7 @@ using json_schema_internal::ScalarFits;
 using json_schema_internal::StringRule;
 using json_schema_internal::TypeMask;
 using json_schema_internal::Where;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using Sym = GrammarBuilder;  // for Sym::Ref
 
 constexpr int kMaxCompiledSchemas = 20000;  // schema nodes compiled, refs and merges included
@@ -598,7 +598,7 @@ Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
 
 }  // namespace
 
-Result<int> CompileJsonSchema(const nlohmann::json& schema, const JsonSchemaOptions& options,
+Result<int> CompileJsonSchema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options,
                               GrammarBuilder* builder) {
   Compiler c(schema, options, builder);
   return c.Compile(schema, "");

@@ -11,7 +11,7 @@
 // Annotations are ignored: title, description, examples, example, default, $comment, $schema,
 // $id, deprecated, readOnly, writeOnly, and any key starting with "x-".
 // Anything else is InvalidArgument naming the keyword and its JSON pointer: never silently
-// dropped. Properties are emitted in the order of the json object's keys (nlohmann::json keeps
+// dropped. Properties are emitted in the order of the json object's keys (nlohmann::ordered_json keeps
 // them sorted, so alphabetical); required ones always, optional ones may be skipped.
 //
 // Every text the grammar matches is valid against the schema; some valid texts are never
@@ -65,7 +65,7 @@ struct JsonSchemaOptions {
 };
 
 // Adds rules for values valid against `schema` and returns the rule.
-Result<int> CompileJsonSchema(const nlohmann::json& schema, const JsonSchemaOptions& options,
+Result<int> CompileJsonSchema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options,
                               GrammarBuilder* builder);
 // Any JSON object (response_format json_object), any JSON value below it.
 int AddJsonObjectRule(const JsonSchemaOptions& options, GrammarBuilder* builder);

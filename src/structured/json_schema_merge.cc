@@ -14,7 +14,7 @@
 
 namespace kvserve::structured::json_schema_internal {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 inline constexpr int kMaxInlineDepth = 32;  // $ref / allOf inlined into one another
 

@@ -19,7 +19,7 @@
 
 namespace kvserve::structured::json_schema_internal {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // json_schema_values.cc
 int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b);

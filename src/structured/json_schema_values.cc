@@ -17,7 +17,7 @@
 
 namespace kvserve::structured::json_schema_internal {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Digit caps (documented in json_schema.h): they keep every generated number finite for a
 // random walk and exactly representable where bounds are compared.

@@ -138,12 +138,22 @@ TEST(OpenAiCodec, ReadsToolsToolChoiceAndToolTurns) {
   EXPECT_EQ(p.tool_choice_name, "g");
   EXPECT_FALSE(p.parallel_tool_calls);
   // The client's key order comes back from the raw body ("type" before "function").
-  KeepToolOrder(body.dump(), &p);
+  KeepClientOrder(body.dump(), &p);
   EXPECT_EQ(p.tools[0].begin().key(), "function");  // sorted by nlohmann::json...
-  KeepToolOrder(R"({"tools":[{"type":"function","function":{"name":"f"}},
+  KeepClientOrder(R"({"tools":[{"type":"function","function":{"name":"f"}},
                    {"type":"function","function":{"name":"g"}}]})",
                 &p);
   EXPECT_EQ(p.tools[0].begin().key(), "type");  // ...and as the client wrote it
+  // A JSON schema keeps the client's property order too (the order the output follows).
+  const std::string rf = R"({"messages":[{"role":"user","content":"q"}],"response_format":{
+      "type":"json_schema","json_schema":{"name":"x","schema":{"type":"object",
+      "properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}}}}})";
+  GenerationParams o;
+  ASSERT_FALSE(ParseGenerationParams(json::parse(rf), Endpoint::kChat, &o));
+  ASSERT_TRUE(o.constraint.has_value());
+  EXPECT_LT(o.constraint->text.find("alpha"), o.constraint->text.find("zeta"));  // sorted
+  KeepClientOrder(rf, &o);
+  EXPECT_LT(o.constraint->text.find("zeta"), o.constraint->text.find("alpha"));
   // Tools alone mean "auto"; no tools mean "none".
   GenerationParams q;
   ASSERT_FALSE(ParseGenerationParams(json::parse(R"({"messages":[{"role":"user","content":"q"}],

@@ -16,7 +16,7 @@
 namespace kvserve::structured {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 Result<Grammar> CompileSchema(const json& schema, const JsonSchemaOptions& options = {}) {
   GrammarBuilder b;
@@ -162,7 +162,7 @@ TEST(JsonSchemaTest, Patterns) {
 }
 
 TEST(JsonSchemaTest, ObjectsWithOptionalAndRequiredProperties) {
-  // nlohmann::json keeps keys sorted: a, b, c.
+  // Properties come in the schema's order (here a, b, c).
   const char* schema = R"({"type":"object","properties":{"a":{"type":"integer"},
       "b":{"type":"string","maxLength":3},"c":{"type":"boolean"}},"required":["b"],
       "additionalProperties":false})";
@@ -174,6 +174,10 @@ TEST(JsonSchemaTest, ObjectsWithOptionalAndRequiredProperties) {
   ExpectLanguage(R"({"type":"object","properties":{"a":{"type":"integer"}},
       "additionalProperties":false})",
                  {R"({})", R"({"a":5})"}, {R"({"a":5,"a":6})", R"({"b":1})"});
+  // Not alphabetical: the order the schema lists them in.
+  ExpectLanguage(R"({"type":"object","properties":{"zeta":{"type":"integer"},
+      "alpha":{"type":"integer"}},"required":["zeta","alpha"],"additionalProperties":false})",
+                 {R"({"zeta":1,"alpha":2})"}, {R"({"alpha":2,"zeta":1})"});
 }
 
 TEST(JsonSchemaTest, AdditionalProperties) {
@@ -255,9 +259,10 @@ TEST(JsonSchemaTest, RefsAndRecursion) {
       "items":{"$ref":"#/$defs/node"},"maxItems":3}},"required":["value"],
       "additionalProperties":false}}})";
   ExpectLanguage(tree,
-                 {R"({"value":1})", R"({"children":[],"value":1})",
-                  R"({"children":[{"value":2},{"children":[{"value":4}],"value":3}],"value":1})"},
-                 {R"({"children":[{}],"value":1})", R"({"children":[1],"value":1})"});
+                 {R"({"value":1})", R"({"value":1,"children":[]})",
+                  R"({"value":1,"children":[{"value":2},{"value":3,"children":[{"value":4}]}]})"},
+                 {R"({"value":1,"children":[{}]})", R"({"value":1,"children":[1]})",
+                  R"({"children":[],"value":1})"});
   const char* list = R"({"type":"object","properties":{"head":{"type":"integer"},
       "tail":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["head","tail"],
       "additionalProperties":false})";
