@@ -11,8 +11,8 @@
 // Annotations are ignored: title, description, examples, example, default, $comment, $schema,
 // $id, deprecated, readOnly, writeOnly, and any key starting with "x-".
 // Anything else is InvalidArgument naming the keyword and its JSON pointer: never silently
-// dropped. Properties are emitted in the order of the json object's keys (nlohmann::ordered_json keeps
-// them sorted, so alphabetical); required ones always, optional ones may be skipped.
+// dropped. Properties are emitted in the order the schema lists them (schemas are read as
+// nlohmann::ordered_json); required ones always, optional ones may be skipped.
 //
 // Every text the grammar matches is valid against the schema; some valid texts are never
 // generated. The details:
