@@ -35,8 +35,7 @@ struct RunOptions {
   std::vector<std::string> choices;
   bool json_object = false;
   int compile_timeout_ms = 10000;
-  bool no_jump_forward = false;
-  std::string jump_forward_mode = "force";
+  JumpForwardOptions jump_forward;
 };
 
 
@@ -187,9 +186,7 @@ void RunOnEngine(const RunOptions& o) {
   c.max_num_seqs = 1;
   c.max_num_batched_tokens = o.engine.batch;
   c.spec = *spec;
-  c.jump_forward = !o.no_jump_forward;
-  c.jump_forward_mode = o.jump_forward_mode == "verify" ? EngineConfig::JumpForwardMode::kVerify
-                                                        : EngineConfig::JumpForwardMode::kForce;
+  ApplyJumpForwardOptions(o.jump_forward, &c);
   auto core = EngineCore::Create(std::move(m.model), c, &tok);
   if (!core.ok()) Fail(core.status().ToString());
   EngineRequest req;
@@ -266,7 +263,7 @@ void RunOnEngine(const RunOptions& o) {
 }
 
 void RunGenerate(const RunOptions& o) {
-  if (!o.speculative_config.empty() || (HasConstraint(o) && !o.no_jump_forward)) {
+  if (!o.speculative_config.empty() || (HasConstraint(o) && !o.jump_forward.off)) {
     return RunOnEngine(o);
   }
   Loaded l = Load(o.engine, true);
@@ -355,14 +352,7 @@ void AddRunCommand(CLI::App& app) {
                   "Constrain the output to this GBNF grammar (llama.cpp's syntax, start rule root)");
   cmd->add_option("--choice", o->choices,
                   "Constrain the output to one of these strings (repeat the flag)");
-  cmd->add_option("--jump-forward-mode", o->jump_forward_mode,
-                  "force: forced text goes in as the tokenizer writes it (default); verify: it is "
-                  "verified like speculative drafts, so the tokens are exactly those of decoding "
-                  "one per step")
-      ->check(CLI::IsMember({"force", "verify"}));
-  cmd->add_flag("--no-jump-forward", o->no_jump_forward,
-                "With a constraint: decode forced text one token per step (the output is the "
-                "same either way)");
+  AddJumpForwardOptions(cmd, o->jump_forward);
   cmd->add_option("--structured-compile-timeout-ms", o->compile_timeout_ms,
                   "Time limit for compiling the constraint (default 10000)")
       ->check(CLI::Range(1, 600000));

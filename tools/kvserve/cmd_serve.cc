@@ -28,8 +28,7 @@ struct ServeOptions {
   bool enable_prefix_caching = false;
   bool no_prefix_caching = false;
   bool no_partial_block_hits = false;
-  bool no_jump_forward = false;
-  std::string jump_forward_mode = "force";
+  JumpForwardOptions jump_forward;
   std::string log_level = "info";
   std::string log_format = "text";
   std::string kv_disk_size;
@@ -94,10 +93,7 @@ void RunServe(ServeOptions& o) {
   }
   c.engine.enable_prefix_caching = !o.no_prefix_caching;
   c.engine.partial_block_hits = !o.no_partial_block_hits;
-  c.engine.jump_forward = !o.no_jump_forward;
-  c.engine.jump_forward_mode = o.jump_forward_mode == "verify"
-                                   ? EngineConfig::JumpForwardMode::kVerify
-                                   : EngineConfig::JumpForwardMode::kForce;
+  ApplyJumpForwardOptions(o.jump_forward, &c.engine);
   const std::optional<LogLevel> level = ParseLogLevel(o.log_level);
   if (!level) Fail("--log-level must be debug, info, warning, error or off");
   SetLogLevel(*level);
@@ -202,14 +198,7 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-queued-requests", c.max_queued_requests,
                   "Requests that may wait beyond the running ones; more get 503 (default 256)");
   cmd->add_option("--max-body-bytes", o->max_body, "Largest request body (default 8MiB)");
-  cmd->add_option("--jump-forward-mode", o->jump_forward_mode,
-                  "force: forced text goes in as the tokenizer writes it (default); verify: it is "
-                  "verified like speculative drafts, so the tokens are exactly those of decoding "
-                  "one per step")
-      ->check(CLI::IsMember({"force", "verify"}));
-  cmd->add_flag("--no-jump-forward", o->no_jump_forward,
-                "Structured output: decode the text a constraint forces one token per step "
-                "instead of verifying it in one step (the output is the same either way)");
+  AddJumpForwardOptions(cmd, o->jump_forward);
   cmd->add_option("--structured-compile-timeout-ms", c.structured_compile_timeout_ms,
                   "Time limit for compiling one structured-output constraint (JSON schema, "
                   "regex, grammar); over it the request gets a 400 (default 10000)")

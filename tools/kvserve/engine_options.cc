@@ -83,6 +83,23 @@ void AddPollOption(CLI::App* cmd, int& poll_us) {
       ->check(CLI::Range(0, 1000000));
 }
 
+void AddJumpForwardOptions(CLI::App* cmd, JumpForwardOptions& o) {
+  cmd->add_flag("--no-jump-forward", o.off,
+                "Structured output: decode the text a constraint forces one token per step "
+                "instead of computing it in one step");
+  cmd->add_option("--jump-forward-mode", o.mode,
+                  "force: forced text goes in as the tokenizer writes it (default; the same text, "
+                  "the tokens may differ from decoding); verify: it is verified like speculative "
+                  "drafts, so the tokens are exactly those of decoding one per step")
+      ->check(CLI::IsMember({"force", "verify"}));
+}
+
+void ApplyJumpForwardOptions(const JumpForwardOptions& o, EngineConfig* config) {
+  config->jump_forward = !o.off;
+  config->jump_forward_mode = o.mode == "verify" ? EngineConfig::JumpForwardMode::kVerify
+                                                 : EngineConfig::JumpForwardMode::kForce;
+}
+
 std::string KvCacheTypeHelp(std::string_view what) {
   return fmt::format("KV cache type of {}: {} (default f16; see docs/kv_dtypes.md)", what,
                      KvDtypeNames());

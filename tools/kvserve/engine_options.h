@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/engine_config.h"
 #include "engine/generator.h"
 #include "tokenizer/tokenizer.h"
 
@@ -55,6 +56,15 @@ Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet = false);
 
 // --poll-us: how long compute threads spin before sleeping (run, serve, bench's in-process side).
 void AddPollOption(CLI::App* cmd, int& poll_us);
+
+// --no-jump-forward and --jump-forward-mode (run and serve): structured output's jump-forward.
+struct JumpForwardOptions {
+  bool off = false;
+  std::string mode = "force";
+};
+void AddJumpForwardOptions(CLI::App* cmd, JumpForwardOptions& o);
+// Sets EngineConfig::jump_forward and jump_forward_mode from the flags.
+void ApplyJumpForwardOptions(const JumpForwardOptions& o, EngineConfig* config);
 
 // The help text of a KV cache type flag.
 std::string KvCacheTypeHelp(std::string_view what);
