@@ -461,6 +461,12 @@ std::optional<ApiError> ParseStructuredOutputs(const json& so, GenerationParams*
                           "writes compact JSON", name);
       }
       if (key == "disable_additional_properties" && v.is_boolean()) spec.json.strict = v.get<bool>();
+      if (key == "disable_any_whitespace") {
+        // vLLM's whitespace switch: false lets JSON carry whitespace between tokens (up to
+        // JsonSchemaOptions::kMaxWhitespace bytes each); kvserve's default is compact.
+        if (!v.is_boolean()) return Reader::WrongType(name, "a boolean", v);
+        spec.json.flexible_whitespace = !v.get<bool>();
+      }
       continue;
     } else {
       return BadRequest(fmt::format("unknown field '{}' in 'structured_outputs'", key), name);

@@ -154,6 +154,18 @@ TEST(OpenAiCodec, ReadsToolsToolChoiceAndToolTurns) {
   EXPECT_LT(o.constraint->text.find("alpha"), o.constraint->text.find("zeta"));  // sorted
   KeepClientOrder(rf, &o);
   EXPECT_LT(o.constraint->text.find("zeta"), o.constraint->text.find("alpha"));
+  // vLLM's disable_any_whitespace: false allows whitespace; compact by default.
+  GenerationParams ws;
+  ASSERT_FALSE(ParseGenerationParams(json::parse(R"({"messages":[{"role":"user","content":"q"}],
+      "structured_outputs":{"json":{"type":"object"},"disable_any_whitespace":false}})"),
+                                     Endpoint::kChat, &ws));
+  ASSERT_TRUE(ws.constraint.has_value());
+  EXPECT_TRUE(ws.constraint->json.flexible_whitespace);
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"user","content":"q"}],"structured_outputs":{
+                "json":{"type":"object"},"disable_any_whitespace":"no"}})",
+                       Endpoint::kChat)
+                .param,
+            "structured_outputs.disable_any_whitespace");
   // Tools alone mean "auto"; no tools mean "none".
   GenerationParams q;
   ASSERT_FALSE(ParseGenerationParams(json::parse(R"({"messages":[{"role":"user","content":"q"}],

@@ -34,6 +34,7 @@ struct RunOptions {
   std::string json_schema_file, regex, grammar_file;
   std::vector<std::string> choices;
   bool json_object = false;
+  bool flexible_whitespace = false;
   int compile_timeout_ms = 10000;
   JumpForwardOptions jump_forward;
 };
@@ -145,6 +146,7 @@ std::shared_ptr<structured::TokenMasker> RunConstraint(const RunOptions& o, cons
     spec.kind = ConstraintKind::kChoice;
     spec.choices = o.choices;
   }
+  spec.json.flexible_whitespace = o.flexible_whitespace;
   if (ways == 0) return nullptr;
   if (ways > 1) Fail("use at most one of --json-schema, --json-object, --regex, --grammar-file, --choice");
   structured::ConstraintCompiler compiler(
@@ -347,6 +349,9 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--json-schema", o->json_schema_file,
                   "Constrain the output to JSON valid against the schema in this file");
   cmd->add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");
+  cmd->add_flag("--json-whitespace", o->flexible_whitespace,
+                "With --json-schema or --json-object: allow whitespace between JSON tokens "
+                "(default: compact JSON)");
   cmd->add_option("--regex", o->regex, "Constrain the output to match this regular expression");
   cmd->add_option("--grammar-file", o->grammar_file,
                   "Constrain the output to this GBNF grammar (llama.cpp's syntax, start rule root)");
