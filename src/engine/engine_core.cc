@@ -470,7 +470,22 @@ void EngineCore::VerifyRows(const ScheduledSeq& s, float* rows, std::vector<Requ
   if (forced) {  // jump-forward: its own counters; speculation's acceptance is not touched
     ++jump_stats_.num_jumps;
     jump_stats_.num_accepted_tokens += accepted;
-    if (!ended) scheduler_->FinishVerify(seq, accepted);
+    if (ended) return;
+    SeqCtx& c = seqs_.at(seq);
+    const int proposed = static_cast<int>(drafts.size());
+    if (accepted == proposed) {
+      c.jump_len = std::min(2 * proposed, config_.max_jump_forward_tokens);
+      c.jump_backoff = 0;
+    } else {
+      c.jump_len = std::max(1, accepted);
+      if (accepted == 0) {
+        c.jump_backoff = std::min(2 * c.jump_backoff + 1, 32);
+        c.jump_skip = c.jump_backoff;
+      } else {
+        c.jump_backoff = 0;
+      }
+    }
+    scheduler_->FinishVerify(seq, accepted);
     return;
   }
   ++spec_stats_.num_drafts;
@@ -565,16 +580,27 @@ void EngineCore::JumpForward(std::vector<RequestOutput>* out) {
     if (k <= 0) continue;
     std::vector<TokenId> ids = ForcedTokens(c, tokens.back(), k);
     if (ids.empty()) continue;
-    jump_stats_.num_forced_tokens += static_cast<int64_t>(ids.size());
     if (config_.jump_forward_mode == EngineConfig::JumpForwardMode::kVerify) {
+      // A model that does not follow the tokenizer rejects forced drafts, and each costs a row:
+      // draft lengths double while all are accepted, shrink to what was, and pause after a
+      // verification that kept none.
+      if (c.jump_skip > 0) {
+        --c.jump_skip;
+        continue;
+      }
+      if (c.jump_len > 0 && static_cast<int>(ids.size()) > c.jump_len) {
+        ids.resize(static_cast<size_t>(c.jump_len));
+      }
+      jump_stats_.num_forced_tokens += static_cast<int64_t>(ids.size());
       scheduler_->SetDraft(id, std::move(ids));
       c.forced_draft = true;
       continue;
     }
     ++jump_stats_.num_jumps;
-    for (TokenId t : ids) {
+    for (TokenId t : ids) {  // up to a stop string or max_tokens
       SampleOutput forced;
       forced.token = t;
+      ++jump_stats_.num_forced_tokens;
       ++jump_stats_.num_accepted_tokens;
       if (EmitToken(id, std::move(forced), out).ended) break;
     }

@@ -135,6 +135,11 @@ class EngineCore {
     // drafts of this step are the tokens it forces (jump-forward) rather than speculation.
     structured::ConstraintProcessor* constraint = nullptr;
     bool forced_draft = false;
+    // Verify mode: forced drafts at most this long (0 = no cap yet), and steps to wait before
+    // the next after one where none was accepted (an exponential back-off).
+    int jump_len = 0;
+    int jump_skip = 0;
+    int jump_backoff = 0;
   };
   enum class Phase { kScheduled, kTierLoad, kTierWait };
   struct RequestCtx {
