@@ -87,7 +87,8 @@ Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
     events.clear();
   };
   for (int op = 0; op < num_ops; ++op) {
-    const int kind = uniform(0, 9);
+    const bool planned_restart = tiers && (op == num_ops / 3 || op == 2 * num_ops / 3);
+    const int kind = planned_restart ? 6 : uniform(0, 9);
     if (kind < 4 && live.size() < 12) {  // add
       EngineRequest r;
       r.prompt = prefixes[static_cast<size_t>(uniform(0, 4))];
@@ -116,9 +117,11 @@ Totals RunRandomized(EngineConfig config, uint64_t seed, int num_ops) {
         EXPECT_TRUE(core->Unpin(pinned).ok());
         pinned.clear();
       }
-    } else if (tiers && kind == 6 && uniform(0, 7) == 0) {  // let the tier writes land
+    } else if (tiers && kind == 6 && !planned_restart && uniform(0, 7) == 0) {  // writes land
       core->FlushTierWrites();
-    } else if (tiers && kind == 6 && uniform(0, 40) == 0) {  // restart on the same directory
+    } else if (tiers && ((kind == 6 && uniform(0, 40) == 0) || planned_restart)) {
+      // Restart on the same directory: at random, and at two fixed points so that every run
+      // restarts (tier loads complete asynchronously, so the random draws after them vary).
       for (auto& [id, l] : live) core->Cancel(RequestId(id), &events);
       totals.cancelled += static_cast<int>(live.size());
       drain();
