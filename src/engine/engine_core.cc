@@ -12,6 +12,7 @@
 #include "quant/kv_dtype.h"
 #include "spec/ngram.h"
 #include "structured/constraint.h"
+#include "tokenizer/unicode.h"
 #include "util/byte_size.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -526,15 +527,7 @@ void EngineCore::VerifyRows(const ScheduledSeq& s, float* rows, std::vector<Requ
 std::vector<TokenId> EngineCore::ForcedTokens(SeqCtx& c, TokenId last, int max_tokens) const {
   std::string forced = c.constraint->ForcedBytes(c.sampler.history(), 256);
   // Whole UTF-8 characters only: a split one would tokenize as byte pieces.
-  size_t end = forced.size();
-  size_t start = end;
-  while (start > 0 && (static_cast<uint8_t>(forced[start - 1]) & 0xC0) == 0x80) --start;
-  if (start > 0) {
-    const auto lead = static_cast<uint8_t>(forced[start - 1]);
-    const size_t len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (end - (start - 1) < len) end = start - 1;
-  }
-  forced.resize(end);
+  forced.resize(CompleteUtf8Prefix(forced));
   if (forced.empty()) return {};
   const auto spells = [&](const std::vector<TokenId>& ids, const std::string& text) {
     std::string pieces;

@@ -93,12 +93,12 @@ struct SpecStats {
   std::vector<int64_t> accepted_per_pos;  // [num_speculative_tokens]: drafts accepted at j
 };
 
-// Jump-forward (structured output): the bytes a constraint forces after a sampled token, as
-// tokens verified in the next step beside the sequence's own.
+// Jump-forward (structured output): the bytes a constraint forces after a sampled token, put
+// into the next step as tokens (appended in force mode, verified as drafts in verify mode).
 struct JumpForwardStats {
-  int64_t num_jumps = 0;            // verifications of forced tokens
-  int64_t num_forced_tokens = 0;    // tokens proposed
-  int64_t num_accepted_tokens = 0;  // of which the model's own choice matched
+  int64_t num_jumps = 0;            // jumps: forced tokens appended, or verified
+  int64_t num_forced_tokens = 0;    // tokens appended or proposed
+  int64_t num_accepted_tokens = 0;  // kept: all appended ones; drafts the model's sample matched
 };
 
 struct EngineStats {

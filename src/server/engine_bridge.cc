@@ -129,9 +129,10 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
   // Tool calls: constrained to the family's call syntax ("required", a named tool; "auto" from
   // the syntax's trigger on) and parsed out of the text into message.tool_calls.
   const bool tool_calls = chat && p.tool_choice != GenerationParams::ToolChoice::kNone;
+  const ToolFormat format = template_ ? template_->tool_format() : ToolFormat::kNone;
   std::optional<structured::ConstraintSpec> tool_constraint;
+  std::vector<std::string> tool_names;
   if (tool_calls) {
-    const ToolFormat format = template_ ? template_->tool_format() : ToolFormat::kNone;
     if (format == ToolFormat::kNone) {
       return BadRequest(fmt::format("the chat template '{}' defines no tool-call format; tools "
                                     "work with chatml (Qwen, Hermes) and llama3 (--chat-template)",
@@ -144,6 +145,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     spec.tool_lazy = p.tool_choice == GenerationParams::ToolChoice::kAuto;
     spec.parallel_tool_calls = p.parallel_tool_calls;
     for (const structured::ToolSpec& t : p.tool_specs) {
+      tool_names.push_back(t.name);
       if (p.tool_choice != GenerationParams::ToolChoice::kNamed || t.name == p.tool_choice_name) {
         spec.tools.push_back(t);
       }
@@ -258,11 +260,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     job.started.assign(static_cast<size_t>(p.n), false);
     job.last_token.assign(static_cast<size_t>(p.n), Clock::time_point{});
     job.text_len.assign(static_cast<size_t>(p.n), 0);
-    if (tool_calls) {
-      std::vector<std::string> names;
-      for (const structured::ToolSpec& t : p.tool_specs) names.push_back(t.name);
-      job.tools.assign(static_cast<size_t>(p.n), ToolCallStream(template_->tool_format(), names));
-    }
+    if (tool_calls) job.tools.assign(static_cast<size_t>(p.n), ToolCallStream(format, tool_names));
     gen->usage_.prompt_tokens += prompt_len;
     gen->jobs_.push_back(std::move(job));
   }

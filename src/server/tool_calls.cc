@@ -14,12 +14,6 @@ constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
 constexpr std::string_view kSpace = " \t\n\r";
 
-std::string_view TrimSpace(std::string_view s) {
-  const size_t b = s.find_first_not_of(kSpace);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
-}
-
 bool Known(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -28,7 +22,7 @@ bool Known(const std::vector<std::string>& names, const std::string& name) {
 std::optional<ToolCallOut> CallFromJson(std::string_view text,
                                         std::initializer_list<const char*> args_keys,
                                         const std::vector<std::string>& names) {
-  const ordered_json j = ordered_json::parse(TrimSpace(text), nullptr, false);
+  const ordered_json j = ordered_json::parse(text, nullptr, false);  // whitespace around is fine
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   auto name = j.find("name");
   if (name == j.end() || !name->is_string() || !Known(names, name->get<std::string>())) {

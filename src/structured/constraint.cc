@@ -207,18 +207,19 @@ void ConstraintProcessor::Advance(const TokenHistory& history) {
     for (; consumed_ < generated.size() && !active_ && !gave_up_; ++consumed_) {
       const TokenId t = generated[consumed_];
       if (t < 0 || t >= vocab.size() || vocab.is_eog(t)) continue;
-      const size_t searched = text_.size() >= trigger.text.size()
-                                  ? text_.size() - trigger.text.size() + 1
-                                  : 0;
       text_ += vocab.piece(t);
       const size_t at = trigger.at_start ? (text_.starts_with(trigger.text) ? 0 : std::string::npos)
-                                         : text_.find(trigger.text, searched);
+                                         : text_.find(trigger.text);
       if (at != std::string::npos) {
         active_ = true;
         masker_->AcceptBytes(&state_, std::string_view(text_).substr(at));
         text_.clear();
-      } else if (trigger.at_start && text_.size() >= trigger.text.size()) {
-        gave_up_ = true;
+      } else if (text_.size() >= trigger.text.size()) {
+        if (trigger.at_start) {
+          gave_up_ = true;
+        } else {  // only a partial trigger at the end can still matter
+          text_.erase(0, text_.size() - (trigger.text.size() - 1));
+        }
       }
     }
   }

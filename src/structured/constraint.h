@@ -122,7 +122,7 @@ class ConstraintProcessor final : public LogitsProcessor {
   State state_;
   size_t consumed_ = 0;  // generated tokens already advanced over
   bool active_ = true;
-  std::string text_;     // lazy, before the trigger: the output so far
+  std::string text_;     // lazy, before the trigger: the output's last bytes (a partial trigger)
   bool gave_up_ = false;  // lazy at_start: the output began otherwise, it stays free
 };
 

@@ -166,8 +166,7 @@ bool TokenMasker::Accept(State* state, TokenId token) {
     state->clear();
     return false;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  return arena_.AdvanceBytes(state, piece);
+  return AcceptBytes(state, piece);
 }
 
 bool TokenMasker::AcceptBytes(State* state, std::string_view bytes) {
