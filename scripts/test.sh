@@ -64,5 +64,12 @@ if [ -f "$root/scripts/fuzz.sh" ] && command -v clang++ >/dev/null 2>&1; then
   fi
 fi
 
+# The failures again, last, where a reader of only the log's tail sees them.
+if grep -q 'The following tests FAILED' "$logdir"/*.log 2>/dev/null; then
+  echo "== failed tests"
+  for log in "$logdir"/*.log; do
+    sed -n '/The following tests FAILED/,/^Errors while running/p' "$log" | sed "s|^|$(basename "$log" .log): |"
+  done
+fi
 echo "summary: $passed passed, $failed failed"
 exit "$status"
