@@ -125,6 +125,13 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
                           DraftRunner::Create(config.spec.draft_model, *core->model_, config,
                                               num_blocks, config.spec.num_speculative_tokens));
     }
+    if (config.spec.adaptive) {
+      // Rows a step can verify: every sequence with all its drafts, within the token budget.
+      const int64_t rows = std::min<int64_t>(
+          config.max_num_batched_tokens,
+          static_cast<int64_t>(config.max_num_seqs) * (config.spec.num_speculative_tokens + 1));
+      KV_RETURN_IF_ERROR(core->CalibrateVerifyCost(static_cast<int>(rows)));
+    }
   }
   const size_t vocab = static_cast<size_t>(core->model_->config().vocab);
   core->logits_.resize(static_cast<size_t>(config.max_num_seqs) * vocab);
@@ -361,6 +368,7 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
     return Status::Ok();
   }
   const ForwardBatch batch = BuildBatch(so);
+  const Clock::time_point forward_start = Clock::now();
   const size_t vocab = static_cast<size_t>(model_->config().vocab);
   if (logits_.size() < batch.logits_rows.size() * vocab) {
     logits_.resize(batch.logits_rows.size() * vocab);
@@ -385,7 +393,14 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
     ++row;
   }
   // The step as the decoding requests saw it: scheduling, the forward pass and sampling.
-  last_step_seconds_ = Seconds(step_start, Clock::now());
+  const Clock::time_point step_end = Clock::now();
+  last_step_seconds_ = Seconds(step_start, step_end);
+  // Verification's cost: the forward pass and sampling of a step of decodes and drafts only.
+  if (std::all_of(so.seqs.begin(), so.seqs.end(), [](const ScheduledSeq& s) {
+        return s.num_new_tokens == 1 + s.num_draft;
+      })) {
+    verify_cost_.Observe(batch.num_tokens(), Seconds(forward_start, step_end));
+  }
   step_cost_.Observe(ShapeOf(so.seqs), last_step_seconds_);
   last_prefill_cap_ = so.prefill_cap;
   return Status::Ok();
@@ -606,12 +621,10 @@ Status EngineCore::ProposeDrafts() {
   std::vector<std::vector<TokenId>> proposals;
   std::vector<DraftCandidate> dc;
   int decode_rows = 0;
-  int64_t decode_context = 0;
   for (SeqId id : scheduler_->running()) {
     const std::span<const TokenId> tokens = scheduler_->tokens(id);
     if (scheduler_->num_computed(id) + 1 != static_cast<int>(tokens.size())) continue;
     ++decode_rows;
-    decode_context += static_cast<int64_t>(tokens.size());
     SeqCtx& c = seqs_.at(id);
     const RequestCtx& r = requests_.at(c.request);
     if (c.forced_draft) continue;  // carries the tokens its constraint forces
@@ -635,18 +648,16 @@ Status EngineCore::ProposeDrafts() {
   if (sc.adaptive) {
     DraftCosts costs;
     costs.num_decode_rows = decode_rows;
-    const std::optional<double> predicted =
-        step_cost_.Predict(StepShape{decode_rows, 0, decode_context});
-    const StepCostFit fit = step_cost_.fit();
-    costs.step_seconds = predicted ? *predicted
-                         : last_step_seconds_ > 0 ? last_step_seconds_ : 0.1;
-    costs.per_token_seconds = predicted ? std::max(fit.per_prefill_token, 0.01 * costs.step_seconds)
-                                        : 0.05 * costs.step_seconds;
+    const VerifyCostTable& table = verify_cost_;
+    const double step = table.Seconds(decode_rows).value_or(last_step_seconds_);
+    costs.step_seconds = [&table, decode_rows, step](int n) {
+      return table.Seconds(decode_rows + n).value_or(step);
+    };
     if (draft_) {
       costs.draft_step_seconds =
           draft_->depth_seconds() > 0
               ? draft_->depth_seconds()
-              : costs.step_seconds * static_cast<double>(draft_->model().weight_bytes()) /
+              : step * static_cast<double>(draft_->model().weight_bytes()) /
                     static_cast<double>(model_->weight_bytes());
     }
     lens = ChooseDraftLengths(dc, costs, sc.num_speculative_tokens);
@@ -686,6 +697,59 @@ Status EngineCore::ProposeDrafts() {
   return Status::Ok();
 }
 
+Status EngineCore::CalibrateVerifyCost(int max_rows) {
+  const Clock::time_point start = Clock::now();
+  const int bs = config_.block_size;
+  max_rows = std::min({max_rows, kMaxCalibratedRows, config_.max_model_len,
+                       kv_manager_->num_allocatable_blocks() * bs});
+  verify_cost_ = VerifyCostTable(max_rows);
+  if (max_rows < 1) return Status::Ok();
+  // Every row count up to twice a full verification, then doubling (larger batches are compute
+  // bound, and the table extrapolates their slope).
+  const int dense = std::min(max_rows, 2 * (config_.spec.num_speculative_tokens + 1));
+  std::vector<int> counts;
+  for (int m = 1; m <= dense; ++m) counts.push_back(m);
+  for (int m = dense + std::max(1, dense / 2); m < max_rows; m += m / 2) counts.push_back(m);
+  if (counts.back() != max_rows) counts.push_back(max_rows);
+  const int vocab = model_->config().vocab;
+  std::vector<TokenId> tokens(static_cast<size_t>(max_rows));
+  for (int i = 0; i < max_rows; ++i) tokens[static_cast<size_t>(i)] = (1 + i * 7919) % vocab;
+  const SeqId seq = NewSeqId();
+  kv_manager_->BeginSequence(seq, MakeCacheNamespace({"verify-cost calibration"}), tokens, 0,
+                             /*count_tokens=*/false, /*partial_block=*/false);
+  if (!kv_manager_->Allocate(seq, max_rows)) {
+    kv_manager_->EndSequence(seq);
+    return Status::Ok();  // no room: the table fills from the steps as they run
+  }
+  std::vector<float> logits(static_cast<size_t>(max_rows) * static_cast<size_t>(vocab));
+  const std::span<const BlockId> table = kv_manager_->block_table(seq);
+  Status st = Status::Ok();
+  const auto time_rows = [&](int m) {
+    ForwardBatch b;
+    b.AddSequence(table, 0, std::span<const TokenId>(tokens).first(static_cast<size_t>(m)), m);
+    const Clock::time_point t0 = Clock::now();
+    if (st.ok()) st = model_->Forward(b, kv_, *pool_, logits.data());
+    return Seconds(t0, Clock::now());
+  };
+  time_rows(1);  // warm-up
+  // Three rounds over all counts, so that a slow moment hits one sample of each, not one count.
+  std::vector<std::vector<double>> samples(counts.size());
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      if (round == 0 || counts[i] <= dense) samples[i].push_back(time_rows(counts[i]));
+    }
+  }
+  kv_manager_->EndSequence(seq);  // nothing was committed: the blocks go back to the free list
+  KV_RETURN_IF_ERROR(st);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    std::vector<double>& v = samples[i];
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    verify_cost_.Observe(counts[i], v[v.size() / 2]);
+  }
+  spec_stats_.calibration_seconds = Seconds(start, Clock::now());
+  return Status::Ok();
+}
+
 Result<int> EngineCore::Pin(std::span<const TokenId> prompt, const std::string& cache_salt) {
   return kv_manager_->Pin(NamespaceFor(cache_salt), prompt);
 }
@@ -704,6 +768,11 @@ EngineStats EngineCore::stats() const {
   st.step_cost = step_cost_.fit();
   st.prefill_cap = last_prefill_cap_;
   st.spec = spec_stats_;
+  if (config_.spec.adaptive && spec_stats_.enabled) {
+    for (int m = 1; m <= config_.spec.num_speculative_tokens + 1; ++m) {
+      st.spec.step_seconds_by_rows.push_back(verify_cost_.Seconds(m).value_or(0.0));
+    }
+  }
   st.jump_forward = jump_stats_;
   const KvLayout& layout = kv_.layout();
   st.kv_k_dtype = layout.k_dtype;

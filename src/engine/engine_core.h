@@ -46,6 +46,7 @@
 #include "sched/scheduler.h"
 #include "spec/draft_policy.h"
 #include "spec/verify.h"
+#include "spec/verify_cost.h"
 #include "structured/constraint.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -176,6 +177,10 @@ class EngineCore {
   Emitted EmitToken(SeqId seq, SampleOutput sample, std::vector<RequestOutput>* out);
   // Speculative decoding: sets this step's drafts on the decoding sequences (before Schedule).
   Status ProposeDrafts();
+  // Measures verify_cost_ for 1..max_rows rows of one scratch sequence (start-up, adaptive
+  // speculation only). The scratch blocks are never committed, so nothing of it is cached.
+  Status CalibrateVerifyCost(int max_rows);
+  static constexpr int kMaxCalibratedRows = 128;
   // Jump-forward: the tokens each decoding constrained sequence's grammar forces, appended
   // (kForce) or set as drafts (kVerify).
   void JumpForward(std::vector<RequestOutput>* out);
@@ -227,6 +232,7 @@ class EngineCore {
   JumpForwardStats jump_stats_;
   bool draft_failed_ = false;  // the draft model's Forward failed once: no more drafts
   double last_step_seconds_ = 0;
+  VerifyCostTable verify_cost_;  // adaptive speculation's step costs by rows (no prefill)
   std::vector<float> logits_;   // [logits rows of the step, vocab]
   std::vector<float> scratch_;  // [vocab] a row copy for each parallel sample
 };

@@ -91,6 +91,10 @@ struct SpecStats {
   int64_t num_draft_tokens = 0;
   int64_t num_accepted_tokens = 0;
   std::vector<int64_t> accepted_per_pos;  // [num_speculative_tokens]: drafts accepted at j
+  // The adaptive policy's cost table now: seconds of a step of 1, 2, ..., num_speculative_tokens
+  // + 1 rows (a decode, then one sequence verifying 1..k drafts). Empty without adaptive drafts.
+  std::vector<double> step_seconds_by_rows;
+  double calibration_seconds = 0;  // measuring the table at start-up took this long
 };
 
 // Jump-forward (structured output): the bytes a constraint forces after a sampled token, put

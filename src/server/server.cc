@@ -88,6 +88,14 @@ Status Serve(const ServeConfig& config) {
                SpecMethodName(sc.method), sc.num_speculative_tokens,
                sc.adaptive ? ", adaptive" : "",
                sc.method == SpecMethod::kDraftModel ? ", draft " + sc.draft_model : "");
+    if (!stats.spec.step_seconds_by_rows.empty()) {
+      std::string ms;
+      for (double s : stats.spec.step_seconds_by_rows) ms += fmt::format(" {:.2f}", 1e3 * s);
+      fmt::print(stderr,
+                 "kvserve: verification cost, ms for 1..{} rows:{} (measured in {:.0f} ms)\n",
+                 stats.spec.step_seconds_by_rows.size(), ms,
+                 1e3 * stats.spec.calibration_seconds);
+    }
   }
   std::printf("kvserve: listening on http://%s:%d\n", http.server.host.c_str(), port);
   std::fflush(stdout);

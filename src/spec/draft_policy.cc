@@ -16,29 +16,38 @@ void AcceptanceStats::Observe(int drafted, int accepted) {
 
 namespace {
 
-// Greedy allocation under a depth cap; returns expected tokens / seconds and fills *lens.
+// The best allocation under a depth cap: expected tokens / seconds, and the lengths in *lens.
 double Allocate(std::span<const DraftCandidate> c, const DraftCosts& costs, int cap,
                 std::vector<int>* lens) {
   lens->assign(c.size(), 0);
-  double seconds = costs.step_seconds + cap * costs.draft_step_seconds;
-  double tokens = std::max(costs.num_decode_rows, 1);
-  std::vector<double> next(c.size());  // a^(len+1): the next draft's expected tokens
-  for (size_t i = 0; i < c.size(); ++i) next[i] = c[i].max_len > 0 && cap > 0 ? c[i].rate : 0;
-  for (;;) {
-    size_t best = c.size();
-    for (size_t i = 0; i < c.size(); ++i) {
-      if (next[i] > 0 && (best == c.size() || next[i] > next[best])) best = i;
-    }
-    if (best == c.size()) break;
-    const double gain = next[best];
-    if (gain * seconds <= costs.per_token_seconds * tokens) break;
-    tokens += gain;
-    seconds += costs.per_token_seconds;
-    int& len = (*lens)[best];
-    ++len;
-    next[best] = len < std::min(c[best].max_len, cap) ? next[best] * c[best].rate : 0;
+  const double fixed = cap * costs.draft_step_seconds;
+  const double rows = std::max(costs.num_decode_rows, 1);
+  // Every draft the cap allows, by its expected tokens a^j; ties keep candidate order.
+  struct Unit {
+    double gain;
+    size_t seq;
+  };
+  std::vector<Unit> units;
+  for (size_t i = 0; i < c.size(); ++i) {
+    double g = c[i].rate;
+    for (int j = 0; j < std::min(c[i].max_len, cap); ++j, g *= c[i].rate) units.push_back({g, i});
   }
-  return seconds > 0 ? tokens / seconds : 0;
+  std::stable_sort(units.begin(), units.end(),
+                   [](const Unit& x, const Unit& y) { return x.gain > y.gain; });
+  double tokens = rows;
+  size_t best_n = 0;
+  double best_rate = rows / (costs.step_seconds(0) + fixed);
+  for (size_t n = 1; n <= units.size(); ++n) {
+    tokens += units[n - 1].gain;
+    const double rate = tokens / (costs.step_seconds(static_cast<int>(n)) + fixed);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_n = n;
+    }
+  }
+  // The n largest gains of one candidate are its first drafts (a^j falls with j).
+  for (size_t n = 0; n < best_n; ++n) ++(*lens)[units[n].seq];
+  return best_rate;
 }
 
 }  // namespace
@@ -46,12 +55,9 @@ double Allocate(std::span<const DraftCandidate> c, const DraftCosts& costs, int 
 std::vector<int> ChooseDraftLengths(std::span<const DraftCandidate> candidates,
                                     const DraftCosts& costs, int max_k) {
   std::vector<int> best(candidates.size(), 0), lens;
-  if (costs.draft_step_seconds <= 0) {
-    Allocate(candidates, costs, max_k, &best);
-    return best;
-  }
   double best_rate = Allocate(candidates, costs, 0, &best);
-  for (int cap = 1; cap <= max_k; ++cap) {
+  // Without a draft model the cap costs nothing, so only the largest matters.
+  for (int cap = costs.draft_step_seconds > 0 ? 1 : max_k; cap <= max_k; ++cap) {
     const double rate = Allocate(candidates, costs, cap, &lens);
     if (rate > best_rate) {
       best_rate = rate;

@@ -1,23 +1,27 @@
 // Adaptive draft lengths: how many drafts each speculating sequence gets this step.
 //
 // A sequence's drafts are accepted one after another until the first miss; with a per-draft
-// acceptance rate a, the j-th draft adds a^j expected tokens. Verifying a draft costs the step
-// `per_token_seconds` more (one more row through the weights already being read), and a draft
-// model costs `draft_step_seconds` per draft depth (one batched draft forward for all sequences
-// drafting that deep). The policy maximises the batch's expected tokens per second:
-//   - with no draft depth cost (n-gram), drafts are added greedily by largest a^j while
-//     a^j * step_seconds > per_token_seconds * tokens (the marginal draft beats the step's
-//     average rate), updating step_seconds and tokens as they are added;
-//   - with a draft model, the same for each depth cap K = 0..max_k with step_seconds raised by
-//     K * draft_step_seconds, and the best K wins.
-// So speculation turns itself off for a sequence whose acceptance is too low to pay, and for the
-// whole batch when it is compute-bound (many decode rows make a row cost as much as a step).
+// acceptance rate a, its j-th draft adds a^j expected tokens. The step's cost is measured, not
+// assumed: `step_seconds(n)` is the step carrying n drafts in all (VerifyCostTable: verification
+// may be nearly free where decode is bandwidth-bound, or cost a row each where it is not, and the
+// curve need not be straight). A draft model also costs `draft_step_seconds` per draft depth
+// (one batched draft forward for all sequences drafting that deep).
+//
+// The policy maximises the batch's expected tokens per second. For a depth cap K (0..max_k; only
+// 0 and max_k matter without a draft model), the drafts worth most are the ones with the largest
+// a^j, so the best allocation of n drafts takes the n largest; the policy evaluates
+//   (decode rows + sum of those n gains) / (step_seconds(n) + K * draft_step_seconds)
+// for every n and K and keeps the best (ties go to fewer drafts). So speculation turns itself off
+// for a sequence whose acceptance is too low to pay, and for the whole batch when verification
+// costs as much as the tokens it may win (a compute-bound batch, or a draft model nearly as slow
+// as the target).
 //
 // AcceptanceStats estimates a from verifications (and, for n-gram sequences not speculating,
 // from proposals compared with the token actually generated, which costs nothing), with a
 // Beta(1, 1) prior and exponential forgetting so that it follows the text.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -43,8 +47,8 @@ struct DraftCandidate {
 };
 
 struct DraftCosts {
-  double step_seconds = 0;        // the step without drafts
-  double per_token_seconds = 0;   // one more token verified
+  // Seconds of the step when it carries n drafts in all (n = 0: the step without drafts).
+  std::function<double(int n)> step_seconds;
   double draft_step_seconds = 0;  // one draft-model depth (0 for n-gram)
   int num_decode_rows = 1;        // tokens the step yields without drafts
 };

@@ -154,11 +154,26 @@ TEST(SpecEngine, DraftModelWithOtherWeightsIsStillExact) {
     EngineConfig c = SmallConfig();
     c.spec = Draft(ModelFile(dir, 43), 3, adaptive);
     auto core = MakeCore(c);
+    // The scratch sequence that measured the costs left nothing behind: no block in use, no
+    // cache entry, no lookup counted.
+    const KvCacheStats fresh = core->stats().kv;
+    EXPECT_EQ(fresh.num_free, fresh.num_blocks);
+    EXPECT_EQ(fresh.num_tree_blocks, 0);
+    EXPECT_EQ(fresh.query_tokens, 0);
     const auto rs = MixedGreedy(30);
     const Outcome o = RunAll(*core, rs);
     ExpectMatchesAlone(o, rs, ref);
     EXPECT_GT(o.stats.spec.num_drafts, 0);
     EXPECT_LT(o.stats.spec.num_accepted_tokens, o.stats.spec.num_draft_tokens);
+    // The adaptive policy prices verification from a table measured at start-up: a step of
+    // 1..k+1 rows, each measured.
+    if (adaptive) {
+      ASSERT_EQ(o.stats.spec.step_seconds_by_rows.size(), 4u);
+      for (double s : o.stats.spec.step_seconds_by_rows) EXPECT_GT(s, 0.0);
+      EXPECT_GT(o.stats.spec.calibration_seconds, 0.0);
+    } else {
+      EXPECT_TRUE(o.stats.spec.step_seconds_by_rows.empty());
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "spec/draft_policy.h"
+#include "spec/verify_cost.h"
 #include "spec/ngram.h"
 #include "spec/spec_config.h"
 #include "spec/verify.h"
@@ -129,42 +130,101 @@ TEST(DraftPolicy, AcceptanceRateFollowsObservations) {
   EXPECT_NEAR(b.trials(), 1.9, 1e-9);
 }
 
+// A step of one unit whose every draft costs `per_draft` more.
+DraftCosts Linear(double per_draft, double draft_step = 0.0, int rows = 1) {
+  DraftCosts c;
+  c.step_seconds = [per_draft](int n) { return 1.0 + per_draft * n; };
+  c.draft_step_seconds = draft_step;
+  c.num_decode_rows = rows;
+  return c;
+}
+
 TEST(DraftPolicy, BandwidthBoundStepsDraftDeepWhereAcceptanceIsHigh) {
   // One decode row, a verified token costs 5% of the step.
-  const DraftCosts costs{1.0, 0.05, 0.0, 1};
+  const DraftCosts costs = Linear(0.05);
   const DraftCandidate high{0.9, 8}, low{0.03, 8};
   EXPECT_EQ(ChooseDraftLengths(std::vector<DraftCandidate>{high}, costs, 8)[0], 8);
   EXPECT_EQ(ChooseDraftLengths(std::vector<DraftCandidate>{low}, costs, 8)[0], 0);
   // The cap and the proposal length bound it.
   EXPECT_EQ(ChooseDraftLengths(std::vector<DraftCandidate>{high}, costs, 3)[0], 3);
   EXPECT_EQ(ChooseDraftLengths(std::vector<DraftCandidate>{{0.9, 2}}, costs, 8)[0], 2);
-  // Middling acceptance: stops where a^j no longer beats the step's average rate.
-  const int mid = ChooseDraftLengths(std::vector<DraftCandidate>{{0.5, 8}}, costs, 8)[0];
-  EXPECT_GE(mid, 2);
-  EXPECT_LE(mid, 5);
+  // Middling acceptance: stops where a^j no longer beats the step's average rate. With a = 0.5
+  // the best is 3 drafts: (1 + .5 + .25 + .125) / 1.15 = 1.63 tokens per unit, and a fourth
+  // (0.0625 tokens for 0.05) lowers it.
+  EXPECT_EQ(ChooseDraftLengths(std::vector<DraftCandidate>{{0.5, 8}}, costs, 8)[0], 3);
 }
 
 TEST(DraftPolicy, ComputeBoundBatchesDraftLessOrNothing) {
   // 16 decode rows where a row costs 1/32 of the step: a draft pays only when it is accepted
   // more often than 16/32, so drafts that would double a batch-1 decode do nothing here.
   std::vector<DraftCandidate> c(16, DraftCandidate{0.45, 8});
-  const auto lens = ChooseDraftLengths(c, DraftCosts{1.0, 1.0 / 32, 0.0, 16}, 8);
+  const auto lens = ChooseDraftLengths(c, Linear(1.0 / 32, 0.0, 16), 8);
   for (int l : lens) EXPECT_EQ(l, 0);
-  EXPECT_GE(ChooseDraftLengths(std::vector<DraftCandidate>{{0.45, 8}}, DraftCosts{1.0, 1.0 / 32, 0.0, 1}, 8)[0], 2);
+  EXPECT_GE(ChooseDraftLengths(std::vector<DraftCandidate>{{0.45, 8}}, Linear(1.0 / 32), 8)[0], 2);
   c[3].rate = 0.95;
-  const auto some = ChooseDraftLengths(c, DraftCosts{1.0, 1.0 / 32, 0.0, 16}, 8);
+  const auto some = ChooseDraftLengths(c, Linear(1.0 / 32, 0.0, 16), 8);
   EXPECT_GT(some[3], 0);
   EXPECT_EQ(some[0], 0);
   // Fully compute-bound (a row costs 1/16 of a 16-row step): nothing pays.
-  for (int l : ChooseDraftLengths(c, DraftCosts{1.0, 1.0 / 16, 0.0, 16}, 8)) EXPECT_EQ(l, 0);
+  for (int l : ChooseDraftLengths(c, Linear(1.0 / 16, 0.0, 16), 8)) EXPECT_EQ(l, 0);
 }
 
 TEST(DraftPolicy, DraftModelDepthCostsAreWeighed) {
   const std::vector<DraftCandidate> c{{0.8, 8}};
   // A cheap draft (10% of a step per depth) pays for several; an expensive one for none.
-  const int cheap = ChooseDraftLengths(c, DraftCosts{1.0, 0.03, 0.1, 1}, 8)[0];
+  const int cheap = ChooseDraftLengths(c, Linear(0.03, 0.1), 8)[0];
   EXPECT_GE(cheap, 3);
-  EXPECT_EQ(ChooseDraftLengths(c, DraftCosts{1.0, 0.03, 0.9, 1}, 8)[0], 0);
+  EXPECT_EQ(ChooseDraftLengths(c, Linear(0.03, 0.9), 8)[0], 0);
+}
+
+TEST(DraftPolicy, AMeasuredVerifyCostTurnsADraftModelOffWhereItDoesNotPay) {
+  // The 1B F16 target with its Q4_K self-draft: a depth costs 0.45 of a target step, and
+  // verifying k drafts costs 1.15, 1.45, 1.81, ... steps (the measured verify table). At 2/3
+  // acceptance one draft is a wash, (1 + 2/3) / (1.15 + 0.45) = 1.04, and more lose; at 40% none
+  // pays, so the sequence decodes alone.
+  const std::vector<double> verify{1.0, 1.15, 1.45, 1.81, 2.36, 2.38, 2.88};
+  DraftCosts costs;
+  costs.step_seconds = [&verify](int n) { return verify[static_cast<size_t>(std::min(n, 6))]; };
+  costs.draft_step_seconds = 0.45;
+  EXPECT_EQ(ChooseDraftLengths(std::vector<DraftCandidate>{{0.4, 5}}, costs, 5)[0], 0);
+  EXPECT_EQ(ChooseDraftLengths(std::vector<DraftCandidate>{{0.667, 5}}, costs, 5)[0], 1);
+  // A cheap, well-matched draft goes deep on the same curve.
+  costs.draft_step_seconds = 0.05;
+  EXPECT_GE(ChooseDraftLengths(std::vector<DraftCandidate>{{0.95, 5}}, costs, 5)[0], 4);
+}
+
+TEST(DraftPolicy, ACostCurveThatDipsIsSearchedPastItsBump) {
+  // Verifying is dear at 1 draft and cheap per draft after it (a kernel tile that fills at 4
+  // rows): stopping at the first draft that does not pay would miss the better allocation.
+  DraftCosts costs;
+  costs.step_seconds = [](int n) { return n == 0 ? 1.0 : n < 3 ? 1.6 : 1.6 + 0.01 * (n - 2); };
+  EXPECT_EQ(ChooseDraftLengths(std::vector<DraftCandidate>{{0.9, 6}}, costs, 6)[0], 6);
+}
+
+TEST(VerifyCostTable, InterpolatesBetweenAndExtrapolatesPastWhatWasMeasured) {
+  VerifyCostTable t(16);
+  EXPECT_FALSE(t.Seconds(1).has_value());
+  EXPECT_DOUBLE_EQ(*t.Seconds(0), 0.0);
+  t.Observe(2, 4.0);
+  EXPECT_DOUBLE_EQ(*t.Seconds(1), 4.0);  // below the smallest: its value
+  EXPECT_DOUBLE_EQ(*t.Seconds(4), 8.0);  // one point: in proportion to the rows
+  t.Observe(1, 3.0);
+  t.Observe(6, 6.0);
+  EXPECT_DOUBLE_EQ(*t.Seconds(4), 5.0);   // halfway between 2 (4.0) and 6 (6.0)
+  EXPECT_DOUBLE_EQ(*t.Seconds(10), 8.0);  // past 6: the slope from 2 to 6, 0.5 a row
+  EXPECT_DOUBLE_EQ(*t.Seconds(40), 23.0);  // and past the table's end
+  t.Observe(17, 1.0);                      // outside the table: ignored
+  t.Observe(3, -1.0);                      // not a time: ignored
+  EXPECT_FALSE(t.measured(3));
+}
+
+TEST(VerifyCostTable, AveragesItsStepsAndAStallMovesItLittle) {
+  VerifyCostTable t(4);
+  t.Observe(1, 1.0);
+  for (int i = 0; i < 50; ++i) t.Observe(1, 2.0);
+  EXPECT_NEAR(*t.Seconds(1), 2.0, 1e-3);  // follows a lasting change
+  t.Observe(1, 1000.0);                   // one stall: clamped to 2x before averaging
+  EXPECT_NEAR(*t.Seconds(1), 2.4, 1e-3);
 }
 
 }  // namespace

@@ -251,6 +251,12 @@ void RunOnEngine(const RunOptions& o) {
     j["acceptance_rate"] = rate;
     j["num_drafts"] = stats.spec.num_drafts;
     j["mean_acceptance_length"] = mean_len;
+    if (!stats.spec.step_seconds_by_rows.empty()) {  // the adaptive policy's cost table
+      nlohmann::json ms = nlohmann::json::array();
+      for (double s : stats.spec.step_seconds_by_rows) ms.push_back(1e3 * s);
+      j["verify_step_ms"] = ms;
+      j["verify_calibration_ms"] = 1e3 * stats.spec.calibration_seconds;
+    }
     PrintJson(j);
   } else {
     fmt::print("\n");

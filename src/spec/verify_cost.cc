@@ -1,0 +1,47 @@
+#include "spec/verify_cost.h"
+
+#include <algorithm>
+
+namespace kvserve {
+
+VerifyCostTable::VerifyCostTable(int max_rows)
+    : seconds_(static_cast<size_t>(std::max(max_rows, 0)), 0.0) {}
+
+void VerifyCostTable::Observe(int rows, double seconds) {
+  if (rows < 1 || rows > max_rows() || !(seconds > 0)) return;
+  double& s = seconds_[static_cast<size_t>(rows - 1)];
+  if (s == 0) {
+    s = seconds;
+    return;
+  }
+  s += kWeight * (std::clamp(seconds, 0.5 * s, 2.0 * s) - s);
+}
+
+std::optional<double> VerifyCostTable::Seconds(int rows) const {
+  if (rows <= 0) return 0.0;
+  int lo = 0, hi = 0, below_lo = 0;  // measured row counts around `rows` (0 = none)
+  for (int m = 1; m <= max_rows(); ++m) {
+    if (!measured(m)) continue;
+    if (m <= rows) {
+      below_lo = lo;
+      lo = m;
+    } else {
+      hi = m;
+      break;
+    }
+  }
+  const auto at = [this](int m) { return seconds_[static_cast<size_t>(m - 1)]; };
+  if (lo == rows) return at(lo);
+  if (lo == 0) return hi == 0 ? std::nullopt : std::optional<double>(at(hi));
+  if (hi != 0) {
+    const double f = static_cast<double>(rows - lo) / (hi - lo);
+    return at(lo) + f * (at(hi) - at(lo));
+  }
+  // Past the largest measured count: its slope from the one before (a lone measurement scales
+  // in proportion to its rows, as a compute-bound step would).
+  const double slope = below_lo > 0 ? std::max(0.0, (at(lo) - at(below_lo)) / (lo - below_lo))
+                                    : at(lo) / lo;
+  return at(lo) + slope * (rows - lo);
+}
+
+}  // namespace kvserve
