@@ -14,6 +14,11 @@
 //   kvserve_spec_bench --model T.gguf --spec '{"method":"ngram"}' --prompt-file P.txt [--n 256]
 //       [--batch 1] [--runs 5] [--threads 2] [--temp 0]
 //   kvserve_spec_bench --model T.gguf --verify-table [--context 256] [--reps 15]
+//
+// Batch mode (--batch-table): B sequences decoding one token against the same B verifying one
+// draft each, B = 1..32, and the acceptance above which that draft pays (t(2B) / t(B) - 1): where
+// drafting stops paying as a batch grows, for the model's weight type.
+//   kvserve_spec_bench --model T.gguf --batch-table [--context 256] [--reps 5]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -41,7 +46,7 @@ struct Options {
   std::string model, spec, prompt_file, prompt;
   int n = 256, batch = 1, runs = 5, threads = 2, context = 256, reps = 15;
   float temp = 0.f;
-  bool verify_table = false;
+  bool verify_table = false, batch_table = false;
 };
 
 std::unique_ptr<Model> LoadModel(const std::string& path, int max_batch) {
@@ -230,6 +235,68 @@ int VerifyTable(const Options& o) {
   return 0;
 }
 
+// Where a batch becomes compute-bound for drafting: B sequences decoding one token each against
+// B sequences verifying one draft each (2B rows). One draft per sequence pays when its
+// acceptance exceeds t(2B) / t(B) - 1, the break-even printed per B.
+int BatchTable(const Options& o) {
+  const std::vector<int> batches{1, 2, 4, 8, 16, 32};
+  const int max_b = batches.back();
+  std::unique_ptr<Model> model = LoadModel(o.model, 2 * max_b > 512 ? 2 * max_b : 512);
+  const int bs = 16;
+  const int per_seq = (o.context + 2 + bs - 1) / bs;
+  const KvLayout layout = model->MakeKvLayout(bs, KvDtype::kF16, KvDtype::kF16);
+  KvStorage kv(layout, per_seq * max_b);
+  BlockPool pool(per_seq * max_b);
+  std::vector<std::vector<BlockId>> tables(static_cast<size_t>(max_b));
+  for (auto& t : tables) {
+    if (!pool.AllocateN(per_seq, &t)) throw std::runtime_error("no blocks");
+  }
+  ThreadPool threads(o.threads);
+  const int vocab = model->config().vocab;
+  std::vector<float> logits(static_cast<size_t>(2 * max_b) * vocab);
+  std::vector<TokenId> prompt(static_cast<size_t>(o.context));
+  for (int b = 0; b < max_b; ++b) {  // a context of its own for each sequence
+    for (int i = 0; i < o.context; ++i) {
+      prompt[static_cast<size_t>(i)] = 3 + (i * 7919 + b * 104729) % (vocab - 3);
+    }
+    ForwardBatch fb;
+    fb.AddSequence(tables[static_cast<size_t>(b)], 0, prompt, true);
+    if (Status st = model->Forward(fb, kv, threads, logits.data()); !st.ok()) {
+      throw std::runtime_error(st.ToString());
+    }
+  }
+  const auto time_rows = [&](int b, int per) {
+    const std::vector<TokenId> toks(static_cast<size_t>(per), 5);
+    std::vector<double> t;
+    for (int r = 0; r < o.reps; ++r) {
+      ForwardBatch fb;
+      for (int s = 0; s < b; ++s) fb.AddSequence(tables[static_cast<size_t>(s)], o.context, toks, per);
+      const Clock::time_point t0 = Clock::now();
+      if (Status st = model->Forward(fb, kv, threads, logits.data()); !st.ok()) {
+        throw std::runtime_error(st.ToString());
+      }
+      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return Median(t);
+  };
+  time_rows(1, 1);  // warm-up
+  std::printf("%s: %.2f GB of weights, context %d, %d threads\n", o.model.c_str(),
+              model->weight_bytes() / 1e9, o.context, o.threads);
+  std::printf("B  decode ms (B rows)  verify ms (2B rows)  ratio  break-even acceptance\n");
+  for (int b : batches) {
+    std::vector<double> one, two;
+    for (int i = 0; i < 3; ++i) {  // alternated, so drift hits both
+      one.push_back(time_rows(b, 1));
+      two.push_back(time_rows(b, 2));
+    }
+    const double ratio = Median(two) / Median(one);
+    std::printf("%-2d %18.2f %20.2f %6.2f %22.2f\n", b, 1e3 * Median(one), 1e3 * Median(two), ratio,
+                std::min(ratio - 1.0, 1.0));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace kvserve
 
@@ -246,11 +313,14 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "Compute threads");
   app.add_option("--temp", o.temp, "Temperature (0 = greedy: outputs must be identical)");
   app.add_flag("--verify-table", o.verify_table, "Time k+1-token verification against 1 token");
-  app.add_option("--context", o.context, "Context before the timed step (verify table)");
+  app.add_flag("--batch-table", o.batch_table,
+               "Time B decodes against B one-draft verifications (B = 1..32)");
+  app.add_option("--context", o.context, "Context before the timed step (verify/batch table)");
   app.add_option("--reps", o.reps, "Repetitions per timing (verify table)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.verify_table) return kvserve::VerifyTable(o);
+    if (o.batch_table) return kvserve::BatchTable(o);
     if (o.spec.empty()) {
       std::fprintf(stderr, "error: --spec is required (or --verify-table)\n");
       return 1;

@@ -744,7 +744,7 @@ Status EngineCore::CalibrateVerifyCost(int max_rows) {
   for (size_t i = 0; i < counts.size(); ++i) {
     std::vector<double>& v = samples[i];
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    verify_cost_.Observe(counts[i], v[v.size() / 2]);
+    verify_cost_.SetPrior(counts[i], v[v.size() / 2]);
   }
   spec_stats_.calibration_seconds = Seconds(start, Clock::now());
   return Status::Ok();

@@ -5,13 +5,21 @@
 namespace kvserve {
 
 VerifyCostTable::VerifyCostTable(int max_rows)
-    : seconds_(static_cast<size_t>(std::max(max_rows, 0)), 0.0) {}
+    : seconds_(static_cast<size_t>(std::max(max_rows, 0)), 0.0),
+      prior_(seconds_.size(), false) {}
+
+void VerifyCostTable::SetPrior(int rows, double seconds) {
+  if (rows < 1 || rows > max_rows() || !(seconds > 0)) return;
+  seconds_[static_cast<size_t>(rows - 1)] = seconds;
+  prior_[static_cast<size_t>(rows - 1)] = true;
+}
 
 void VerifyCostTable::Observe(int rows, double seconds) {
   if (rows < 1 || rows > max_rows() || !(seconds > 0)) return;
   double& s = seconds_[static_cast<size_t>(rows - 1)];
-  if (s == 0) {
+  if (s == 0 || prior_[static_cast<size_t>(rows - 1)]) {
     s = seconds;
+    prior_[static_cast<size_t>(rows - 1)] = false;
     return;
   }
   s += kWeight * (std::clamp(seconds, 0.5 * s, 2.0 * s) - s);

@@ -218,6 +218,15 @@ TEST(VerifyCostTable, InterpolatesBetweenAndExtrapolatesPastWhatWasMeasured) {
   EXPECT_FALSE(t.measured(3));
 }
 
+TEST(VerifyCostTable, ARealStepReplacesAStartUpPrior) {
+  VerifyCostTable t(4);
+  t.SetPrior(2, 1.0);
+  t.Observe(2, 5.0);  // beyond the 2x clamp: a prior is replaced, not averaged
+  EXPECT_DOUBLE_EQ(*t.Seconds(2), 5.0);
+  t.Observe(2, 6.0);  // then averaged
+  EXPECT_DOUBLE_EQ(*t.Seconds(2), 5.2);
+}
+
 TEST(VerifyCostTable, AveragesItsStepsAndAStallMovesItLittle) {
   VerifyCostTable t(4);
   t.Observe(1, 1.0);
