@@ -669,13 +669,14 @@ Status EngineCore::ProposeDrafts() {
     SeqCtx& c = seqs_.at(cands[i]);
     if (lens[i] == 0) {
       // Off for now. An n-gram sequence keeps measuring what its draft would have got; a
-      // draft-model sequence probes with one draft now and then.
+      // draft-model sequence probes with one draft now and then (at its first decode step, then
+      // every kDraftProbeSteps).
       if (sc.method == SpecMethod::kNgram) {
         c.shadow = proposals[i][0];
         c.shadow_at = scheduler_->tokens(cands[i]).size();
         continue;
       }
-      if (++c.steps_without_drafts < 16) continue;
+      if (++c.steps_without_drafts < kDraftProbeSteps) continue;
       lens[i] = 1;
     }
     c.steps_without_drafts = 0;

@@ -117,6 +117,7 @@ class EngineCore {
   const DraftRunner* draft_runner() const { return draft_.get(); }
 
  private:
+  static constexpr int kDraftProbeSteps = 16;
   struct SeqCtx {
     RequestId request;
     int index = 0;
@@ -129,7 +130,10 @@ class EngineCore {
     AcceptanceStats acceptance;
     TokenId shadow = -1;     // n-gram: the draft it would have had, for position shadow_at
     size_t shadow_at = 0;
-    int steps_without_drafts = 0;
+    // A draft-model sequence the policy keeps from drafting probes with one draft every
+    // kDraftProbeSteps decode steps, the first at its first decode step (so that even a short
+    // request learns its acceptance early).
+    int steps_without_drafts = kDraftProbeSteps - 1;
     int draft_tokens = 0;
     int accepted_tokens = 0;
     // Structured output: the sampler's constraint (owned by the sampler), and whether the

@@ -28,8 +28,11 @@ std::string ModelFile(const testing_util::TempDir& dir, uint64_t seed) {
   return path;
 }
 
-SpecConfig Ngram(int k = 4) {
+// Not adaptive unless asked: whether the adaptive policy drafts depends on measured step times,
+// and the tests that count drafts must not.
+SpecConfig Ngram(int k = 4, bool adaptive = false) {
   SpecConfig s;
+  s.adaptive = adaptive;
   s.method = SpecMethod::kNgram;
   s.num_speculative_tokens = k;
   s.prompt_lookup_min = 1;
@@ -108,10 +111,16 @@ void ExpectMatchesAlone(const Outcome& o, const std::vector<EngineRequest>& rs,
 
 TEST(SpecEngine, NgramGreedyMatchesRunningAloneUnderBatching) {
   testing_util::Reference ref;
+  const auto rs = MixedGreedy(40);
+  {  // adaptive: exact, whatever it decides to draft
+    EngineConfig c = SmallConfig();
+    c.spec = Ngram(4, /*adaptive=*/true);
+    auto core = MakeCore(c);
+    ExpectMatchesAlone(RunAll(*core, rs), rs, ref);
+  }
   EngineConfig c = SmallConfig();
   c.spec = Ngram();
   auto core = MakeCore(c);
-  const auto rs = MixedGreedy(40);
   const Outcome o = RunAll(*core, rs);
   ExpectMatchesAlone(o, rs, ref);
   EXPECT_GT(o.stats.spec.num_drafts, 0);
@@ -163,6 +172,8 @@ TEST(SpecEngine, DraftModelWithOtherWeightsIsStillExact) {
     const auto rs = MixedGreedy(30);
     const Outcome o = RunAll(*core, rs);
     ExpectMatchesAlone(o, rs, ref);
+    // Drafts: all of them, or (adaptive) at least the probe at each sequence's first decode
+    // step; the draft has other weights, so some are rejected.
     EXPECT_GT(o.stats.spec.num_drafts, 0);
     EXPECT_LT(o.stats.spec.num_accepted_tokens, o.stats.spec.num_draft_tokens);
     // The adaptive policy prices verification from a table measured at start-up: a step of

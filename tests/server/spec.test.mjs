@@ -11,7 +11,10 @@ import { KVSERVE_BIN, Server, collectStream } from "./lib/server.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const DRAFT = path.resolve(here, "../../models/kvserve-tiny-draft-q8_0.gguf");
-const SPEC = JSON.stringify({ method: "draft_model", model: DRAFT, num_speculative_tokens: 4 });
+// Not adaptive: whether the adaptive policy drafts depends on measured step times, and the
+// counters below must not. The adaptive server has a test of its own.
+const SPEC = JSON.stringify({ method: "draft_model", model: DRAFT, num_speculative_tokens: 4,
+  adaptive: false });
 let on, off;
 before(async () => {
   on = await Server.start(["--speculative-config", SPEC, "--threads", "1"], { embedded: true });
@@ -19,7 +22,7 @@ before(async () => {
 });
 after(() => { on?.kill(); off?.kill(); });
 
-const spec = (m, name) => m.get(`kvserve:spec_decode_num_${name}_total`) ?? 0;
+const specCount = (m, name) => m.get(`kvserve:spec_decode_num_${name}_total`) ?? 0;
 
 test("greedy text is the same with speculation on and off", async () => {
   const prompt = "Once upon a time, there was a little duck named Ella.";
@@ -60,23 +63,47 @@ test("spec_decode metrics add up, and speculative: false opts a request out", as
   const before0 = await on.metrics();
   await on.client().completions.create({ model: on.model, prompt: "One sunny morning,", max_tokens: 40, temperature: 0 });
   const m = await on.metrics();
-  const drafts = spec(m, "draft_tokens") - spec(before0, "draft_tokens");
-  const accepted = spec(m, "accepted_tokens") - spec(before0, "accepted_tokens");
+  const drafts = specCount(m, "draft_tokens") - specCount(before0, "draft_tokens");
+  const accepted = specCount(m, "accepted_tokens") - specCount(before0, "accepted_tokens");
   assert.ok(drafts > 0, "no drafts verified");
   assert.ok(accepted > 0 && accepted <= drafts, `${accepted} accepted of ${drafts}`);
-  assert.ok(spec(m, "drafts") > spec(before0, "drafts"));
+  assert.ok(specCount(m, "drafts") > specCount(before0, "drafts"));
   let perPos = 0;
   for (let j = 0; j < 4; ++j) {
     perPos += m.get("kvserve:spec_decode_num_accepted_tokens_per_pos_total", { position: String(j) }) ?? 0;
   }
-  assert.equal(perPos, spec(m, "accepted_tokens"));
+  assert.equal(perPos, specCount(m, "accepted_tokens"));
   await on.client().completions.create({ model: on.model, prompt: "One sunny morning,", max_tokens: 40,
     temperature: 0, speculative: false });
   const m2 = await on.metrics();
-  assert.equal(spec(m2, "draft_tokens"), spec(m, "draft_tokens"));
+  assert.equal(specCount(m2, "draft_tokens"), specCount(m, "draft_tokens"));
   // The server without speculation has no spec_decode series.
   assert.equal((await off.metrics()).get("kvserve:spec_decode_num_drafts_total"), undefined);
-  assert.match(on.stderr, /speculative decoding: draft_model, up to 4 drafts per step, adaptive/);
+  assert.match(on.stderr, /speculative decoding: draft_model, up to 4 drafts per step, draft /);
+});
+
+test("the adaptive policy measures its verification cost at start-up and stays exact", async () => {
+  const spec = JSON.stringify({ method: "draft_model", model: DRAFT, num_speculative_tokens: 4 });
+  const adaptive = await Server.start(["--speculative-config", spec, "--threads", "1"], { embedded: true });
+  try {
+    assert.match(adaptive.stderr, /speculative decoding: draft_model, up to 4 drafts per step, adaptive/);
+    // Five row counts (a decode, then 1..4 drafts), each a positive time in ms.
+    const line = adaptive.stderr.match(/verification cost, ms for 1\.\.5 rows:((?: [0-9.]+){5}) \(measured in/);
+    assert.ok(line, adaptive.stderr.slice(-2000));
+    for (const ms of line[1].trim().split(" ")) assert.ok(Number(ms) > 0, line[0]);
+    const texts = [];
+    for (const server of [adaptive, off]) {
+      const r = await server.client().completions.create({ model: server.model,
+        prompt: "One sunny morning,", max_tokens: 40, temperature: 0 });
+      texts.push(r.choices[0].text);
+    }
+    assert.equal(texts[0], texts[1]);
+    // Its first decode step probes with one draft, whatever the policy decides after it.
+    assert.ok(specCount(await adaptive.metrics(), "draft_tokens") > 0);
+  } finally {
+    const { code } = await adaptive.stop();
+    assert.equal(code, 0);
+  }
 });
 
 test("a bad --speculative-config is refused at start-up with the reason", () => {
