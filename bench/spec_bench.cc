@@ -182,6 +182,17 @@ int Decode(const Options& o) {
               "acceptance length %.2f, outputs %s\n",
               Median(r_off), Median(r_on), Median(r_on) / Median(r_off), 100 * Median(rates),
               Median(lens), identical ? "identical" : "DIFFER");
+  // What the adaptive policy priced its decisions with, at the end.
+  const EngineStats st = (*on)->stats();
+  if (!st.spec.step_seconds_by_rows.empty()) {
+    std::string ms;
+    for (double s : st.spec.step_seconds_by_rows) ms += fmt::format(" {:.3f}", 1e3 * s);
+    std::printf("verification cost table, ms for 1..%zu rows:%s\n",
+                st.spec.step_seconds_by_rows.size(), ms.c_str());
+  }
+  if (const DraftRunner* d = (*on)->draft_runner(); d != nullptr) {
+    std::printf("draft depth %.3f ms\n", 1e3 * d->depth_seconds());
+  }
   return identical || o.temp > 0 ? 0 : 2;
 }
 

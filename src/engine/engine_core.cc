@@ -669,15 +669,17 @@ Status EngineCore::ProposeDrafts() {
     SeqCtx& c = seqs_.at(cands[i]);
     if (lens[i] == 0) {
       // Off for now. An n-gram sequence keeps measuring what its draft would have got; a
-      // draft-model sequence probes with one draft now and then (at its first decode step, then
-      // every kDraftProbeSteps).
+      // draft-model sequence probes with one draft now and then (SeqCtx::probe_interval).
       if (sc.method == SpecMethod::kNgram) {
         c.shadow = proposals[i][0];
         c.shadow_at = scheduler_->tokens(cands[i]).size();
         continue;
       }
-      if (++c.steps_without_drafts < kDraftProbeSteps) continue;
+      if (++c.steps_without_drafts < c.probe_interval) continue;
       lens[i] = 1;
+      c.probe_interval = std::min(2 * c.probe_interval, kMaxDraftProbeSteps);
+    } else {
+      c.probe_interval = kDraftProbeSteps;
     }
     c.steps_without_drafts = 0;
     if (sc.method == SpecMethod::kNgram) {

@@ -117,7 +117,7 @@ class EngineCore {
   const DraftRunner* draft_runner() const { return draft_.get(); }
 
  private:
-  static constexpr int kDraftProbeSteps = 16;
+  static constexpr int kDraftProbeSteps = 16, kMaxDraftProbeSteps = 512;
   struct SeqCtx {
     RequestId request;
     int index = 0;
@@ -130,10 +130,13 @@ class EngineCore {
     AcceptanceStats acceptance;
     TokenId shadow = -1;     // n-gram: the draft it would have had, for position shadow_at
     size_t shadow_at = 0;
-    // A draft-model sequence the policy keeps from drafting probes with one draft every
-    // kDraftProbeSteps decode steps, the first at its first decode step (so that even a short
-    // request learns its acceptance early).
+    // A draft-model sequence the policy keeps from drafting probes with one draft: at its first
+    // decode step (so that even a short request learns its acceptance), then after
+    // probe_interval steps. A probe costs the draft's catch-up over the steps since the last
+    // one, so while the policy keeps declining, the interval doubles (up to
+    // kMaxDraftProbeSteps); it starts over when the policy drafts.
     int steps_without_drafts = kDraftProbeSteps - 1;
+    int probe_interval = kDraftProbeSteps;
     int draft_tokens = 0;
     int accepted_tokens = 0;
     // Structured output: the sampler's constraint (owned by the sampler), and whether the
