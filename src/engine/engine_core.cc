@@ -702,17 +702,17 @@ Status EngineCore::ProposeDrafts() {
 
 Status EngineCore::CalibrateVerifyCost(int max_rows) {
   const Clock::time_point start = Clock::now();
-  const int bs = config_.block_size;
+  verify_cost_ = VerifyCostTable(std::min(max_rows, kMaxVerifyCostRows));
+  // Measured up to kMaxCalibratedRows (past it steps are compute-bound, and the table
+  // extrapolates the slope until real steps fill it in), within the free blocks.
   max_rows = std::min({max_rows, kMaxCalibratedRows, config_.max_model_len,
-                       kv_manager_->num_allocatable_blocks() * bs});
-  verify_cost_ = VerifyCostTable(max_rows);
+                       kv_manager_->num_allocatable_blocks() * config_.block_size});
   if (max_rows < 1) return Status::Ok();
-  // Every row count up to twice a full verification, then doubling (larger batches are compute
-  // bound, and the table extrapolates their slope).
+  // Every row count up to twice a full verification, then doubling.
   const int dense = std::min(max_rows, 2 * (config_.spec.num_speculative_tokens + 1));
   std::vector<int> counts;
   for (int m = 1; m <= dense; ++m) counts.push_back(m);
-  for (int m = dense + std::max(1, dense / 2); m < max_rows; m += m / 2) counts.push_back(m);
+  for (int m = 2 * dense; m < max_rows; m *= 2) counts.push_back(m);
   if (counts.back() != max_rows) counts.push_back(max_rows);
   const int vocab = model_->config().vocab;
   std::vector<TokenId> tokens(static_cast<size_t>(max_rows));
@@ -735,20 +735,19 @@ Status EngineCore::CalibrateVerifyCost(int max_rows) {
     return Seconds(t0, Clock::now());
   };
   time_rows(1);  // warm-up
-  // Three rounds over all counts, so that a slow moment hits one sample of each, not one count.
-  std::vector<std::vector<double>> samples(counts.size());
-  for (int round = 0; round < 3; ++round) {
+  // Two rounds over the dense counts, keeping the faster (noise only adds time), so that a slow
+  // moment hits one sample of each, not one count.
+  std::vector<double> best(counts.size(), 0.0);
+  for (int round = 0; round < 2; ++round) {
     for (size_t i = 0; i < counts.size(); ++i) {
-      if (round == 0 || counts[i] <= dense) samples[i].push_back(time_rows(counts[i]));
+      if (round == 1 && counts[i] > dense) continue;
+      const double t = time_rows(counts[i]);
+      best[i] = round == 0 ? t : std::min(best[i], t);
     }
   }
   kv_manager_->EndSequence(seq);  // nothing was committed: the blocks go back to the free list
   KV_RETURN_IF_ERROR(st);
-  for (size_t i = 0; i < counts.size(); ++i) {
-    std::vector<double>& v = samples[i];
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    verify_cost_.SetPrior(counts[i], v[v.size() / 2]);
-  }
+  for (size_t i = 0; i < counts.size(); ++i) verify_cost_.SetPrior(counts[i], best[i]);
   spec_stats_.calibration_seconds = Seconds(start, Clock::now());
   return Status::Ok();
 }

@@ -187,7 +187,7 @@ class EngineCore {
   // Measures verify_cost_ for 1..max_rows rows of one scratch sequence (start-up, adaptive
   // speculation only). The scratch blocks are never committed, so nothing of it is cached.
   Status CalibrateVerifyCost(int max_rows);
-  static constexpr int kMaxCalibratedRows = 128;
+  static constexpr int kMaxCalibratedRows = 64, kMaxVerifyCostRows = 1024;
   // Jump-forward: the tokens each decoding constrained sequence's grammar forces, appended
   // (kForce) or set as drafts (kVerify).
   void JumpForward(std::vector<RequestOutput>* out);
