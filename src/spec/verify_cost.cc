@@ -27,19 +27,19 @@ void VerifyCostTable::Observe(int rows, double seconds) {
 
 std::optional<double> VerifyCostTable::Seconds(int rows) const {
   if (rows <= 0) return 0.0;
-  int lo = 0, hi = 0, below_lo = 0;  // measured row counts around `rows` (0 = none)
-  for (int m = 1; m <= max_rows(); ++m) {
-    if (!measured(m)) continue;
-    if (m <= rows) {
-      below_lo = lo;
-      lo = m;
-    } else {
-      hi = m;
-      break;
-    }
-  }
+  // The measured row counts nearest `rows` on each side (0 = none), searched outwards from it:
+  // the policy asks for consecutive counts every step, and the table is dense where it asks.
+  const auto below = [this](int m) {  // the largest measured count <= m, or 0
+    m = std::min(m, max_rows());
+    while (m >= 1 && !measured(m)) --m;
+    return std::max(m, 0);
+  };
   const auto at = [this](int m) { return seconds_[static_cast<size_t>(m - 1)]; };
+  const int lo = below(rows);
   if (lo == rows) return at(lo);
+  int hi = rows + 1;
+  while (hi <= max_rows() && !measured(hi)) ++hi;
+  if (hi > max_rows()) hi = 0;
   if (lo == 0) return hi == 0 ? std::nullopt : std::optional<double>(at(hi));
   if (hi != 0) {
     const double f = static_cast<double>(rows - lo) / (hi - lo);
@@ -47,8 +47,9 @@ std::optional<double> VerifyCostTable::Seconds(int rows) const {
   }
   // Past the largest measured count: its slope from the one before (a lone measurement scales
   // in proportion to its rows, as a compute-bound step would).
-  const double slope = below_lo > 0 ? std::max(0.0, (at(lo) - at(below_lo)) / (lo - below_lo))
-                                    : at(lo) / lo;
+  const int before = below(lo - 1);
+  const double slope =
+      before > 0 ? std::max(0.0, (at(lo) - at(before)) / (lo - before)) : at(lo) / lo;
   return at(lo) + slope * (rows - lo);
 }
 
