@@ -196,48 +196,89 @@ int Decode(const Options& o) {
   return identical || o.temp > 0 ? 0 : 2;
 }
 
-int VerifyTable(const Options& o) {
-  std::unique_ptr<Model> model = LoadModel(o.model, 512);
-  const int bs = 16;
-  const int slots = o.context + 16;
-  const KvLayout layout = model->MakeKvLayout(bs, KvDtype::kF16, KvDtype::kF16);
-  KvStorage kv(layout, (slots + bs - 1) / bs);
-  BlockPool pool((slots + bs - 1) / bs);
-  std::vector<BlockId> table;
-  if (!pool.AllocateN((slots + bs - 1) / bs, &table)) throw std::runtime_error("no blocks");
-  ThreadPool threads(o.threads);
-  const int vocab = model->config().vocab;
-  std::vector<float> logits(static_cast<size_t>(9) * vocab);
-  std::vector<TokenId> prompt(static_cast<size_t>(o.context));
-  for (int i = 0; i < o.context; ++i) prompt[static_cast<size_t>(i)] = 3 + (i * 7919) % (vocab - 3);
-  for (int done = 0; done < o.context; done += 512) {
-    ForwardBatch b;
-    const int n = std::min(512, o.context - done);
-    b.AddSequence(table, done, std::span<const TokenId>(prompt).subspan(static_cast<size_t>(done), static_cast<size_t>(n)), true);
-    if (Status st = model->Forward(b, kv, threads, logits.data()); !st.ok()) throw std::runtime_error(st.ToString());
+// Sequences whose --context-token prompts (each its own text) are computed; TimeRows times one
+// Forward of `per` new tokens on each of the first `b` of them (the median of --reps), writing
+// past the prompts only, so every timing starts from the same state.
+class Contexts {
+ public:
+  Contexts(const Options& o, int num_seqs, int max_new)
+      : o_(o),
+        model_(LoadModel(o.model, std::max(512, num_seqs * max_new))),
+        kv_(model_->MakeKvLayout(kBlock, KvDtype::kF16, KvDtype::kF16),
+            num_seqs * BlocksPerSeq(o, max_new)),
+        pool_(num_seqs * BlocksPerSeq(o, max_new)),
+        tables_(static_cast<size_t>(num_seqs)),
+        threads_(o.threads) {
+    const int vocab = model_->config().vocab;
+    logits_.resize(static_cast<size_t>(std::max(num_seqs * max_new, 1)) * static_cast<size_t>(vocab));
+    std::vector<TokenId> prompt(static_cast<size_t>(o.context));
+    for (int s = 0; s < num_seqs; ++s) {
+      std::vector<BlockId>& table = tables_[static_cast<size_t>(s)];
+      if (!pool_.AllocateN(BlocksPerSeq(o, max_new), &table)) throw std::runtime_error("no blocks");
+      for (int i = 0; i < o.context; ++i) {
+        prompt[static_cast<size_t>(i)] = 3 + (i * 7919 + s * 104729) % (vocab - 3);
+      }
+      for (int done = 0; done < o.context; done += 512) {
+        ForwardBatch fb;
+        const int n = std::min(512, o.context - done);
+        fb.AddSequence(table, done,
+                       std::span<const TokenId>(prompt).subspan(static_cast<size_t>(done),
+                                                                static_cast<size_t>(n)),
+                       true);
+        Forward(fb);
+      }
+    }
+    TimeRows(1, 1);  // warm-up
   }
-  const auto time_k = [&](int k) {
-    std::vector<TokenId> toks(static_cast<size_t>(k) + 1, 5);
+
+  double TimeRows(int b, int per) {
+    const std::vector<TokenId> toks(static_cast<size_t>(per), 5);
     std::vector<double> t;
-    for (int r = 0; r < o.reps; ++r) {
-      ForwardBatch b;
-      b.AddSequence(table, o.context, toks, k + 1);
+    for (int r = 0; r < o_.reps; ++r) {
+      ForwardBatch fb;
+      for (int s = 0; s < b; ++s) fb.AddSequence(tables_[static_cast<size_t>(s)], o_.context, toks, per);
       const Clock::time_point t0 = Clock::now();
-      if (Status st = model->Forward(b, kv, threads, logits.data()); !st.ok()) throw std::runtime_error(st.ToString());
+      Forward(fb);
       t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
     return Median(t);
-  };
-  time_k(0);  // warm-up
-  std::printf("%s: %.2f GB of weights, context %d, %d threads; step time of k+1 tokens / 1 token\n",
-              o.model.c_str(), model->weight_bytes() / 1e9, o.context, o.threads);
+  }
+
+  void PrintHeader(const char* what) const {
+    std::printf("%s: %.2f GB of weights, context %d, %d threads%s\n", o_.model.c_str(),
+                model_->weight_bytes() / 1e9, o_.context, o_.threads, what);
+  }
+
+ private:
+  static constexpr int kBlock = 16;
+  static int BlocksPerSeq(const Options& o, int max_new) {
+    return (o.context + max_new + kBlock - 1) / kBlock;
+  }
+  void Forward(const ForwardBatch& fb) {
+    if (Status st = model_->Forward(fb, kv_, threads_, logits_.data()); !st.ok()) {
+      throw std::runtime_error(st.ToString());
+    }
+  }
+
+  const Options& o_;
+  std::unique_ptr<Model> model_;
+  KvStorage kv_;
+  BlockPool pool_;
+  std::vector<std::vector<BlockId>> tables_;
+  ThreadPool threads_;
+  std::vector<float> logits_;
+};
+
+int VerifyTable(const Options& o) {
+  Contexts c(o, 1, 9);
+  c.PrintHeader("; step time of k+1 tokens / 1 token");
   // Alternate 1-token and (k+1)-token timings so drift hits both.
   std::printf("k  1-token ms  (k+1)-token ms  ratio\n");
   for (int k = 1; k <= 8; ++k) {
     std::vector<double> one, many;
     for (int i = 0; i < 3; ++i) {
-      one.push_back(time_k(0));
-      many.push_back(time_k(k));
+      one.push_back(c.TimeRows(1, 1));
+      many.push_back(c.TimeRows(1, k + 1));
     }
     std::printf("%d  %9.2f  %13.2f  %5.2f\n", k, 1e3 * Median(one), 1e3 * Median(many),
                 Median(many) / Median(one));
@@ -251,54 +292,14 @@ int VerifyTable(const Options& o) {
 // acceptance exceeds t(2B) / t(B) - 1, the break-even printed per B.
 int BatchTable(const Options& o) {
   const std::vector<int> batches{1, 2, 4, 8, 16, 32};
-  const int max_b = batches.back();
-  std::unique_ptr<Model> model = LoadModel(o.model, 2 * max_b > 512 ? 2 * max_b : 512);
-  const int bs = 16;
-  const int per_seq = (o.context + 2 + bs - 1) / bs;
-  const KvLayout layout = model->MakeKvLayout(bs, KvDtype::kF16, KvDtype::kF16);
-  KvStorage kv(layout, per_seq * max_b);
-  BlockPool pool(per_seq * max_b);
-  std::vector<std::vector<BlockId>> tables(static_cast<size_t>(max_b));
-  for (auto& t : tables) {
-    if (!pool.AllocateN(per_seq, &t)) throw std::runtime_error("no blocks");
-  }
-  ThreadPool threads(o.threads);
-  const int vocab = model->config().vocab;
-  std::vector<float> logits(static_cast<size_t>(2 * max_b) * vocab);
-  std::vector<TokenId> prompt(static_cast<size_t>(o.context));
-  for (int b = 0; b < max_b; ++b) {  // a context of its own for each sequence
-    for (int i = 0; i < o.context; ++i) {
-      prompt[static_cast<size_t>(i)] = 3 + (i * 7919 + b * 104729) % (vocab - 3);
-    }
-    ForwardBatch fb;
-    fb.AddSequence(tables[static_cast<size_t>(b)], 0, prompt, true);
-    if (Status st = model->Forward(fb, kv, threads, logits.data()); !st.ok()) {
-      throw std::runtime_error(st.ToString());
-    }
-  }
-  const auto time_rows = [&](int b, int per) {
-    const std::vector<TokenId> toks(static_cast<size_t>(per), 5);
-    std::vector<double> t;
-    for (int r = 0; r < o.reps; ++r) {
-      ForwardBatch fb;
-      for (int s = 0; s < b; ++s) fb.AddSequence(tables[static_cast<size_t>(s)], o.context, toks, per);
-      const Clock::time_point t0 = Clock::now();
-      if (Status st = model->Forward(fb, kv, threads, logits.data()); !st.ok()) {
-        throw std::runtime_error(st.ToString());
-      }
-      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-    return Median(t);
-  };
-  time_rows(1, 1);  // warm-up
-  std::printf("%s: %.2f GB of weights, context %d, %d threads\n", o.model.c_str(),
-              model->weight_bytes() / 1e9, o.context, o.threads);
+  Contexts c(o, batches.back(), 2);
+  c.PrintHeader("");
   std::printf("B  decode ms (B rows)  verify ms (2B rows)  ratio  break-even acceptance\n");
   for (int b : batches) {
     std::vector<double> one, two;
     for (int i = 0; i < 3; ++i) {  // alternated, so drift hits both
-      one.push_back(time_rows(b, 1));
-      two.push_back(time_rows(b, 2));
+      one.push_back(c.TimeRows(b, 1));
+      two.push_back(c.TimeRows(b, 2));
     }
     const double ratio = Median(two) / Median(one);
     std::printf("%-2d %18.2f %20.2f %6.2f %22.2f\n", b, 1e3 * Median(one), 1e3 * Median(two), ratio,
@@ -327,7 +328,7 @@ int main(int argc, char** argv) {
   app.add_flag("--batch-table", o.batch_table,
                "Time B decodes against B one-draft verifications (B = 1..32)");
   app.add_option("--context", o.context, "Context before the timed step (verify/batch table)");
-  app.add_option("--reps", o.reps, "Repetitions per timing (verify table)");
+  app.add_option("--reps", o.reps, "Repetitions per timing (verify/batch table)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.verify_table) return kvserve::VerifyTable(o);
