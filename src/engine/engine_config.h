@@ -9,6 +9,7 @@
 #include "prefix/eviction_policy.h"
 #include "prefix/tiered_store.h"
 #include "quant/kv_dtype.h"
+#include "sched/kv_eviction.h"
 #include "spec/spec_config.h"
 
 namespace kvserve {
@@ -56,6 +57,9 @@ struct EngineConfig {
   bool jump_forward = true;
   JumpForwardMode jump_forward_mode = JumpForwardMode::kForce;
   int max_jump_forward_tokens = 32;
+  // Eviction inside a sequence for requests that do not choose (--kv-eviction, --kv-budget,
+  // --kv-sink-tokens, --kv-evict-batch; docs/kv_eviction.md). Off by default.
+  KvEvictionConfig kv_eviction;
 };
 
 }  // namespace kvserve

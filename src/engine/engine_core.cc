@@ -108,6 +108,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
   sc.min_prefill_chunk = config.min_prefill_chunk;
   core->scheduler_ = std::make_unique<Scheduler>(sc, core->kv_manager_.get());
   core->scheduler_->set_cost_model(&core->step_cost_);
+  KV_RETURN_IF_ERROR(core->EvictionPlanFor(EngineRequest{}).status());  // the default's flags
   core->pool_ = std::make_unique<ThreadPool>(
       config.num_threads > 0 ? config.num_threads : ThreadPool::DefaultThreads(),
       PoolSpin(config.poll_us));
@@ -164,13 +165,22 @@ Status EngineCore::Validate(const EngineRequest& r) const {
   for (const std::string& stop : r.stop_strings) {
     if (stop.empty()) return InvalidArgument("stop strings must not be empty");
   }
+  KV_ASSIGN_OR_RETURN(const KvEvictionPlan plan, EvictionPlanFor(r));
   const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
-  if (total > config_.max_model_len) {
+  if (plan.budget_blocks == 0 && total > config_.max_model_len) {
     return OutOfRange(fmt::format(
-        "prompt of {} tokens plus {} to generate exceeds the maximum model length of {}",
+        "prompt of {} tokens plus {} to generate exceeds the maximum model length of {}; "
+        "shorten the prompt, lower max_tokens, or evict inside the sequence (kv_eviction)",
         r.prompt.size(), r.max_tokens, config_.max_model_len));
   }
   return Status::Ok();
+}
+
+Result<KvEvictionPlan> EngineCore::EvictionPlanFor(const EngineRequest& r) const {
+  const KvEvictionConfig& c = r.kv_eviction ? *r.kv_eviction : config_.kv_eviction;
+  return PlanKvEviction(c, config_.block_size,
+                        std::min<int>(config_.max_model_len,
+                                      kv_manager_->num_blocks() * config_.block_size));
 }
 
 Result<EngineCore::SeqCtx> EngineCore::MakeSeq(RequestId id, const EngineRequest& r,
@@ -194,13 +204,18 @@ Result<EngineCore::SeqCtx> EngineCore::MakeSeq(RequestId id, const EngineRequest
 Status EngineCore::Add(RequestId id, EngineRequest request, Clock::time_point arrival) {
   KV_RETURN_IF_ERROR(Validate(request));
   KV_CHECK(!requests_.count(id), "request {} added twice", id.value());
+  KV_ASSIGN_OR_RETURN(const KvEvictionPlan plan, EvictionPlanFor(request));
   KV_RETURN_IF_ERROR(scheduler_->CheckAdmission(static_cast<int>(request.prompt.size()),
-                                                request.max_tokens));
+                                                request.max_tokens, plan));
   KV_ASSIGN_OR_RETURN(SeqCtx seq, MakeSeq(id, request, 0));
   const SeqId sid = NewSeqId();
   const CacheNamespace ns = NamespaceFor(request.cache_salt);
   seqs_.emplace(sid, std::move(seq));
+  const KvEvictionPolicy policy =
+      request.kv_eviction ? request.kv_eviction->policy : config_.kv_eviction.policy;
   RequestCtx ctx{std::move(request), ns, arrival, {sid}};
+  ctx.eviction = plan;
+  ctx.eviction_policy = policy;
   requests_.emplace(id, std::move(ctx));
   if (!StartTierLoad(id)) Schedule(id);
   return Status::Ok();
@@ -210,7 +225,7 @@ void EngineCore::Schedule(RequestId id) {
   RequestCtx& r = requests_.at(id);
   r.phase = Phase::kScheduled;
   const Status st = scheduler_->Add(SeqSpec{r.seqs.front(), r.ns, r.request.prompt,
-                                            r.request.max_tokens, r.request.priority});
+                                            r.request.max_tokens, r.request.priority, r.eviction});
   KV_CHECK(st.ok(), "admission was checked at Add: {}", st.ToString());
 }
 
@@ -287,6 +302,7 @@ void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
   e.metrics.e2e_seconds = Seconds(r.arrival, Clock::now());
   e.metrics.draft_tokens = s.draft_tokens;
   e.metrics.accepted_tokens = s.accepted_tokens;
+  e.metrics.evicted_tokens = s.evicted_tokens;
   FillTierMetrics(r, e.metrics.cached_tokens, &e.metrics);
   if (draft_) draft_->Release(seq);
   if (scheduled) {
@@ -319,17 +335,19 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
   for (const ScheduledSeq& s : so.seqs) {
     const std::span<const TokenId> tokens = scheduler_->tokens(s.seq);
     const std::span<const BlockId> table = kv_manager_->block_table(s.seq);
+    // Token i is at slot i - num_evicted (its RoPE position too, kv_eviction.h).
+    const int slots = s.num_computed - s.num_evicted;
     if (s.num_draft == 0) {
-      batch.AddSequence(table, s.num_computed,
+      batch.AddSequence(table, slots,
                         tokens.subspan(static_cast<size_t>(s.num_computed), s.num_new_tokens),
-                        s.wants_logits);
+                        ScoredRows(s) + (s.wants_logits ? 1 : 0));
       continue;
     }
     // The last token, then its drafts; logits after each of them.
     const std::span<const TokenId> draft = scheduler_->draft(s.seq);
     with_drafts.assign(tokens.begin() + s.num_computed, tokens.end());
     with_drafts.insert(with_drafts.end(), draft.begin(), draft.end());
-    batch.AddSequence(table, s.num_computed, with_drafts, s.num_draft + 1);
+    batch.AddSequence(table, slots, with_drafts, s.num_draft + 1);
   }
   return batch;
 }
@@ -367,6 +385,7 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
     }
     return Status::Ok();
   }
+  ApplyEvictions(so);
   const ForwardBatch batch = BuildBatch(so);
   const Clock::time_point forward_start = Clock::now();
   const size_t vocab = static_cast<size_t>(model_->config().vocab);
@@ -383,6 +402,10 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
   scheduler_->OnStepDone(so);
   size_t row = 0;
   for (const ScheduledSeq& s : so.seqs) {
+    if (const int scored = ScoredRows(s); scored > 0) {
+      ScorePrompt(s, logits_.data() + row * vocab, scored, out);
+      row += static_cast<size_t>(scored);
+    }
     if (!s.wants_logits) continue;
     if (s.num_draft > 0) {
       VerifyRows(s, logits_.data() + row * vocab, out);
@@ -404,6 +427,58 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
   step_cost_.Observe(ShapeOf(so.seqs), last_step_seconds_);
   last_prefill_cap_ = so.prefill_cap;
   return Status::Ok();
+}
+
+// Prompt scoring: the rows of a chunk whose next token is a prompt token (all of the chunk's
+// rows but one at the prompt's end, whose row is for sampling).
+int EngineCore::ScoredRows(const ScheduledSeq& s) const {
+  const SeqCtx& c = seqs_.at(s.seq);
+  if (s.num_draft > 0 || !requests_.at(c.request).request.score_prompt) return 0;
+  const int prompt = scheduler_->num_prompt_tokens(s.seq);
+  const int end = std::min(s.num_computed + s.num_new_tokens, prompt - 1);
+  return std::max(0, end - s.num_computed);
+}
+
+void EngineCore::ScorePrompt(const ScheduledSeq& s, const float* rows, int num_rows,
+                             std::vector<RequestOutput>* out) {
+  SeqCtx& c = seqs_.at(s.seq);
+  const std::span<const TokenId> tokens = scheduler_->tokens(s.seq);
+  const size_t vocab = static_cast<size_t>(model_->config().vocab);
+  RequestOutput e;
+  e.id = c.request;
+  e.index = c.index;
+  for (int j = 0; j < num_rows; ++j) {
+    const int next = s.num_computed + j + 1;  // the prompt token row j predicts
+    if (next <= c.prompt_scored) continue;   // recomputed after a preemption: sent already
+    const float* row = rows + static_cast<size_t>(j) * vocab;
+    float max = row[0];
+    for (size_t v = 1; v < vocab; ++v) max = std::max(max, row[v]);
+    double sum = 0;
+    for (size_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v] - max));
+    e.prompt_logprobs.push_back(
+        static_cast<float>(row[tokens[static_cast<size_t>(next)]] - max - std::log(sum)));
+    c.prompt_scored = next;
+  }
+  if (!e.prompt_logprobs.empty()) out->push_back(std::move(e));
+}
+
+void EngineCore::ApplyEvictions(const ScheduleOutput& so) {
+  if (so.evictions.empty()) return;
+  const Clock::time_point start = Clock::now();
+  KvEvictionStats& st = eviction_stats_;
+  for (const KvEvictionEdit& e : so.evictions) {
+    for (const BlockCopy& c : e.blocks.copies) kv_.CopyBlock(c.src, c.dst);
+    model_->ShiftKeys(kv_, e.blocks.moved, -e.blocks.evicted_tokens, *pool_);
+    SeqCtx& c = seqs_.at(e.seq);
+    const RequestCtx& r = requests_.at(c.request);
+    st.evicted_tokens[static_cast<int>(r.eviction_policy)] += e.blocks.evicted_tokens;
+    ++st.num_shifts;
+    st.shifted_blocks += static_cast<int64_t>(e.blocks.moved.size());
+    st.copied_blocks += static_cast<int64_t>(e.blocks.copies.size());
+    // After a preemption the sequence evicts again at the same points: count the furthest.
+    c.evicted_tokens = std::max<int64_t>(c.evicted_tokens, kv_manager_->evicted_tokens(e.seq));
+  }
+  st.shift_seconds += Seconds(start, Clock::now());
 }
 
 void EngineCore::SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out) {
@@ -634,6 +709,8 @@ Status EngineCore::ProposeDrafts() {
     }
     const int k = std::min(sc.num_speculative_tokens, r.request.max_tokens - c.num_generated - 1);
     if (!r.request.speculative || k <= 0) continue;
+    // A draft model keeps its own KV of the whole sequence: not for sequences that evict.
+    if (draft_ && r.eviction.budget_blocks > 0) continue;
     std::vector<TokenId> p;
     if (sc.method == SpecMethod::kNgram) {
       ProposeNgram(tokens, sc.prompt_lookup_min, sc.prompt_lookup_max, k, &p);
@@ -776,6 +853,7 @@ EngineStats EngineCore::stats() const {
     }
   }
   st.jump_forward = jump_stats_;
+  st.kv_eviction = eviction_stats_;
   const KvLayout& layout = kv_.layout();
   st.kv_k_dtype = layout.k_dtype;
   st.kv_v_dtype = layout.v_dtype;

@@ -148,6 +148,8 @@ class EngineCore {
     int jump_len = 0;
     int jump_skip = 0;
     int jump_backoff = 0;
+    int prompt_scored = 0;       // score_prompt: prompt tokens whose logprob was sent
+    int64_t evicted_tokens = 0;  // evicted inside the sequence (the furthest it got)
   };
   enum class Phase { kScheduled, kTierLoad, kTierWait };
   struct RequestCtx {
@@ -164,6 +166,8 @@ class EngineCore {
     // Blocks [tier_first_block, + tier_of_block.size()) were loaded from these tiers.
     int tier_first_block = 0;
     std::vector<int> tier_of_block;
+    KvEvictionPlan eviction;  // of its sequences (budget_blocks 0 = none)
+    KvEvictionPolicy eviction_policy = KvEvictionPolicy::kNone;
   };
   struct TierLoading {
     RequestId request;  // invalid once the request left
@@ -176,6 +180,15 @@ class EngineCore {
              const Tokenizer* tokenizer);
   Result<SeqCtx> MakeSeq(RequestId id, const EngineRequest& request, int index) const;
   ForwardBatch BuildBatch(const ScheduleOutput& so) const;
+  // The request's eviction config (its own, else the engine's) checked and planned.
+  Result<KvEvictionPlan> EvictionPlanFor(const EngineRequest& r) const;
+  // Copies shared blocks and re-rotates the moved keys of this step's evictions.
+  void ApplyEvictions(const ScheduleOutput& so);
+  // score_prompt: logits rows of the chunk that score prompt tokens (they come first), and the
+  // event with their log-probabilities.
+  int ScoredRows(const ScheduledSeq& s) const;
+  void ScorePrompt(const ScheduledSeq& s, const float* rows, int num_rows,
+                   std::vector<RequestOutput>* out);
   void SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out);
   void ForkSamples(SeqId parent, const float* row, std::vector<RequestOutput>* out);
   // Samples, appends and emits one token; says which, and whether the sample finished with it.
@@ -237,6 +250,7 @@ class EngineCore {
   std::unique_ptr<DraftRunner> draft_;  // method draft_model
   SpecStats spec_stats_;
   JumpForwardStats jump_stats_;
+  KvEvictionStats eviction_stats_;
   bool draft_failed_ = false;  // the draft model's Forward failed once: no more drafts
   double last_step_seconds_ = 0;
   VerifyCostTable verify_cost_;  // adaptive speculation's step costs by rows (no prefill)

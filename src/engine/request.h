@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "quant/kv_dtype.h"
 #include "sample/sampler.h"
 #include "sample/sampling_params.h"
+#include "sched/kv_eviction.h"
 #include "sched/step_cost_model.h"
 #include "structured/token_masker.h"
 #include "util/strong_id.h"
@@ -44,6 +46,12 @@ struct EngineRequest {
   // Structured output: every sample's tokens stay inside this constraint (compiled by
   // structured::ConstraintCompiler for the engine's vocabulary); null = unconstrained.
   std::shared_ptr<structured::TokenMasker> constraint;
+  // Eviction inside the sequence (sched/kv_eviction.h); nullopt = the engine's default
+  // (EngineConfig::kv_eviction). With a policy, prompt + max_tokens may exceed max_model_len.
+  std::optional<KvEvictionConfig> kv_eviction;
+  // Scores the prompt: events carry prompt_logprobs, log p(prompt[i] | prompt[0, i)) for every
+  // i >= 1, in order, as the prompt's chunks are computed (streaming perplexity).
+  bool score_prompt = false;
 };
 
 // Cached prompt tokens that one cache tier supplied ("ram", "disk", "redis").
@@ -68,6 +76,7 @@ struct RequestMetrics {
   double e2e_seconds = 0;       // arrival to this sample's end
   int draft_tokens = 0;         // speculative drafts verified for this sample
   int accepted_tokens = 0;      // of them, accepted
+  int64_t evicted_tokens = 0;   // tokens evicted inside this sample (kv_eviction)
 };
 
 struct RequestOutput {
@@ -77,6 +86,9 @@ struct RequestOutput {
   std::string text;                 // complete UTF-8 text that became available
   // One entry per token of new_tokens when the request's sampling params ask for logprobs.
   std::vector<SampleOutput> logprobs;
+  // score_prompt: the log-probabilities of the next prompt tokens, continuing where the last
+  // event's left off (the first is that of prompt[1]).
+  std::vector<float> prompt_logprobs;
   bool finished = false;            // this sample ended
   bool request_finished = false;    // every sample ended: the last event of the request
   FinishReason finish_reason = FinishReason::kLength;
@@ -105,6 +117,15 @@ struct JumpForwardStats {
   int64_t num_accepted_tokens = 0;  // kept: all appended ones; drafts the model's sample matched
 };
 
+// Eviction inside sequences (sched/kv_eviction.h) since start.
+struct KvEvictionStats {
+  int64_t evicted_tokens[3] = {0, 0, 0};  // by KvEvictionPolicy (none stays 0)
+  int64_t num_shifts = 0;          // evictions that re-rotated the keys after them
+  int64_t shifted_blocks = 0;      // blocks whose keys were re-rotated
+  int64_t copied_blocks = 0;       // shared blocks copied before being re-rotated
+  double shift_seconds = 0;        // time spent copying and re-rotating
+};
+
 struct EngineStats {
   KvCacheStats kv;
   std::vector<TierStats> tiers;           // the lower tiers that are up, in lookup order
@@ -121,6 +142,7 @@ struct EngineStats {
   int prefill_cap = -1;   // prefill tokens the last step was held to (--max-itl-ms); -1 = none
   SpecStats spec;
   JumpForwardStats jump_forward;
+  KvEvictionStats kv_eviction;
 };
 
 }  // namespace kvserve

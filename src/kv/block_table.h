@@ -1,8 +1,10 @@
 // BlockTable: the ordered KV blocks of one sequence; token slot i lives in block i / block_size
 // at offset i % block_size. NOTE: tables are append-only while a sequence runs (a slot never
 // moves), so the K/V already written stay valid and shared prefix blocks can be referenced by
-// many tables at once. The one exception: trailing blocks that held only rejected speculative
-// drafts are popped (PopBack).
+// many tables at once. Two exceptions: trailing blocks that held only rejected speculative
+// drafts are popped (PopBack), and a sequence that evicts tokens inside itself (a sliding
+// window, attention sinks) erases blocks from the middle (Erase), so every later slot moves down;
+// the KvCacheManager makes those later blocks private first.
 #pragma once
 
 #include <span>
@@ -35,6 +37,13 @@ class BlockTable {
     const BlockId b = blocks_.back();
     blocks_.pop_back();
     return b;
+  }
+  // Removes blocks [first, first + count) and returns them (the caller releases them).
+  std::vector<BlockId> Erase(int first, int count) {
+    const auto b = blocks_.begin() + first;
+    std::vector<BlockId> out(b, b + count);
+    blocks_.erase(b, b + count);
+    return out;
   }
   // Empties the table and returns the blocks (the caller releases them to the pool).
   std::vector<BlockId> TakeAll() { return std::exchange(blocks_, {}); }

@@ -161,6 +161,33 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
   AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * c.hidden);
 }
 
+void Model::ShiftKeys(KvStorage& kv, std::span<const BlockId> blocks, int32_t delta,
+                      ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const KvLayout& kl = kv.layout();
+  const int64_t tiles = static_cast<int64_t>(c.num_layers) * static_cast<int64_t>(blocks.size());
+  pool.ParallelFor(tiles, [&](int64_t b, int64_t e) {
+    std::vector<float> keys(static_cast<size_t>(kl.block_size) * c.head_dim);
+    for (int64_t t = b; t < e; ++t) {
+      const int layer = static_cast<int>(t / static_cast<int64_t>(blocks.size()));
+      const BlockId blk = blocks[static_cast<size_t>(t % static_cast<int64_t>(blocks.size()))];
+      for (int h = 0; h < c.num_kv_heads; ++h) {
+        uint8_t* tile = kv.KTile(layer, blk, h);
+        for (int slot = 0; slot < kl.block_size; ++slot) {
+          LoadKvVector(kl.k_dtype, tile + static_cast<size_t>(slot) * kl.k_head_bytes(),
+                       c.head_dim, keys.data() + static_cast<size_t>(slot) * c.head_dim);
+        }
+        // The block's slots as many "heads": one set of angles for the whole tile.
+        rope_->Rotate(keys.data(), kl.block_size, c.head_dim, delta);
+        for (int slot = 0; slot < kl.block_size; ++slot) {
+          StoreKvVector(kl.k_dtype, keys.data() + static_cast<size_t>(slot) * c.head_dim,
+                        c.head_dim, tile + static_cast<size_t>(slot) * kl.k_head_bytes());
+        }
+      }
+    }
+  });
+}
+
 void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, ThreadPool& pool) {
   Scratch& s = *scratch_;
   const ModelConfig& c = config_;

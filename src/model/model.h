@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "gguf/gguf_file.h"
@@ -58,6 +59,14 @@ class Model {
   // Errors: InvalidArgument if the batch exceeds max_batch_tokens, a token id is out of range,
   // or a block table does not cover its slots.
   Status Forward(const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool, float* logits);
+  // Re-rotates the keys of every slot of `blocks` (all layers and KV heads) by `delta`
+  // positions, as if they had been computed at their position + delta: each key is read back
+  // as floats, rotated (Rope::Rotate: a pure rotation, no scaling factor applied again) and
+  // stored in the cache's K type again (so quantized keys are quantized once more). Eviction
+  // inside a sequence uses it on the slots that move down. REQUIRES: every slot of the blocks
+  // holds a key.
+  void ShiftKeys(KvStorage& kv, std::span<const BlockId> blocks, int32_t delta,
+                 ThreadPool& pool) const;
 
  private:
   struct Layer;

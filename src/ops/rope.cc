@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "util/check.h"
+
 namespace kvserve {
 namespace {
 
@@ -18,6 +20,7 @@ float YarnCorrDim(int rotary_dim, int orig_ctx, float num_rotations, float base)
 
 Rope::Rope(RopeConfig config) : config_(std::move(config)) {
   const int half = config_.rotary_dim / 2;
+  KV_CHECK_LE(half, 512);  // Angles' arrays
   inv_freq_.resize(half);
   for (int i = 0; i < half; ++i) {
     double f = std::pow(static_cast<double>(config_.freq_base), -2.0 * i / config_.rotary_dim);
@@ -41,9 +44,8 @@ Rope::Rope(RopeConfig config) : config_(std::move(config)) {
   }
 }
 
-void Rope::Apply(float* x, int num_heads, int head_dim, int32_t pos) const {
+void Rope::Angles(int32_t pos, bool magnitude, float* c, float* s) const {
   const int half = config_.rotary_dim / 2;
-  const bool adjacent = config_.style == RopeStyle::kAdjacentPairs;
   float p = static_cast<float>(pos);
   if (config_.scaling == RopeScaling::kLinear && config_.scaling_factor > 0.f) {
     p /= config_.scaling_factor;
@@ -54,20 +56,42 @@ void Rope::Apply(float* x, int num_heads, int head_dim, int32_t pos) const {
     if (!ramp_mix_.empty()) {
       const float interp = theta / config_.scaling_factor;
       theta = interp + (theta - interp) * ramp_mix_[i];
-      mag = mscale_;
+      if (magnitude) mag = mscale_;
     }
-    const float c = std::cos(theta) * mag;
-    const float s = std::sin(theta) * mag;
+    c[i] = std::cos(theta) * mag;
+    s[i] = std::sin(theta) * mag;
+  }
+}
+
+void Rope::RotatePairs(float* x, int num_heads, int head_dim, const float* c,
+                       const float* s) const {
+  const int half = config_.rotary_dim / 2;
+  const bool adjacent = config_.style == RopeStyle::kAdjacentPairs;
+  for (int i = 0; i < half; ++i) {
     const int i0 = adjacent ? 2 * i : i;
     const int i1 = adjacent ? 2 * i + 1 : i + half;
     for (int h = 0; h < num_heads; ++h) {
       float* v = x + static_cast<int64_t>(h) * head_dim;
       const float a = v[i0];
       const float b = v[i1];
-      v[i0] = a * c - b * s;
-      v[i1] = a * s + b * c;
+      v[i0] = a * c[i] - b * s[i];
+      v[i1] = a * s[i] + b * c[i];
     }
   }
+}
+
+void Rope::Apply(float* x, int num_heads, int head_dim, int32_t pos) const {
+  constexpr int kMaxPairs = 512;
+  float c[kMaxPairs], s[kMaxPairs];
+  Angles(pos, /*magnitude=*/true, c, s);
+  RotatePairs(x, num_heads, head_dim, c, s);
+}
+
+void Rope::Rotate(float* x, int num_heads, int head_dim, int32_t delta) const {
+  constexpr int kMaxPairs = 512;
+  float c[kMaxPairs], s[kMaxPairs];
+  Angles(delta, /*magnitude=*/false, c, s);
+  RotatePairs(x, num_heads, head_dim, c, s);
 }
 
 }  // namespace kvserve

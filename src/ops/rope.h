@@ -33,12 +33,22 @@ class Rope {
   const RopeConfig& config() const { return config_; }
   // Rotates each of num_heads head vectors (stride head_dim) of one token at position `pos`.
   void Apply(float* x, int num_heads, int head_dim, int32_t pos) const;
+  // Rotates head vectors already rotated at some position p so that they are rotated at
+  // p + delta (delta may be negative): the pure rotation by delta's angles, with the same
+  // per-pair frequencies as Apply (linear scaling, frequency factors and YaRN's blend of
+  // interpolated and extrapolated angles) but never YaRN's magnitude factor, which Apply put in
+  // once already. Equal to Apply at p + delta up to float rounding.
+  void Rotate(float* x, int num_heads, int head_dim, int32_t delta) const;
 
  private:
   RopeConfig config_;
   std::vector<float> inv_freq_;   // [rotary_dim / 2]
   std::vector<float> ramp_mix_;   // yarn: 1 = extrapolate, 0 = interpolate, per pair
   float mscale_ = 1.f;
+
+  // cos and sin of every pair's angle at position `pos`, times `mag`, into c and s.
+  void Angles(int32_t pos, bool magnitude, float* c, float* s) const;
+  void RotatePairs(float* x, int num_heads, int head_dim, const float* c, const float* s) const;
 };
 
 }  // namespace kvserve

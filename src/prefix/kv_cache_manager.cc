@@ -60,7 +60,8 @@ std::pair<RadixTree::Node*, int> KvCacheManager::MatchPartial(CacheNamespace ns,
 }
 
 int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens,
-                                  int32_t priority, bool count_tokens, bool partial_block) {
+                                  int32_t priority, bool count_tokens, bool partial_block,
+                                  int max_hit_tokens) {
   KV_CHECK(!seqs_.count(seq), "sequence {} is already live", seq.value());
   Seq& s = seqs_.emplace(seq, Seq{ns, priority, BlockTable(config_.block_size)}).first->second;
   s.counted = !count_tokens;
@@ -68,7 +69,8 @@ int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const 
   s.query_tokens = static_cast<int>(tokens.size());
   if (tokens.empty()) return 0;
   // At least the last token is computed: its logits are what the request needs next.
-  const int max_blocks = (static_cast<int>(tokens.size()) - 1) / config_.block_size;
+  const int max_tokens = std::min(static_cast<int>(tokens.size()) - 1, max_hit_tokens);
+  const int max_blocks = max_tokens / config_.block_size;
   const std::vector<RadixTree::Node*> path = tree_->Match(ns, tokens, max_blocks);
   for (RadixTree::Node* n : path) {
     pool_.AddRef(RadixTree::block(n));
@@ -82,7 +84,8 @@ int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const 
   s.num_committed = static_cast<int>(path.size());
   s.hit_tokens = s.num_committed * config_.block_size;
   if (!partial_block) return s.hit_tokens;
-  const auto [source, m] = MatchPartial(ns, s.node, tokens, s.hit_tokens);
+  const auto [source, m] = MatchPartial(
+      ns, s.node, tokens.first(static_cast<size_t>(max_tokens) + 1), s.hit_tokens);
   if (m == 0) return s.hit_tokens;
   // The source is locked while room is made, so eviction cannot take it; the copy happens
   // before the lock is dropped.
@@ -123,7 +126,7 @@ bool KvCacheManager::MakeRoom(int n) {
 
 bool KvCacheManager::Allocate(SeqId seq, int num_tokens) {
   Seq& s = Get(seq);
-  const int need = s.table.BlocksNeededFor(num_tokens);
+  const int need = s.table.BlocksNeededFor(num_tokens - s.evicted);
   if (need > 0) {
     if (!MakeRoom(need)) return false;
     std::vector<BlockId> got;
@@ -141,7 +144,7 @@ bool KvCacheManager::Allocate(SeqId seq, int num_tokens) {
 
 void KvCacheManager::Shrink(SeqId seq, int num_tokens) {
   Seq& s = Get(seq);
-  const int keep = (num_tokens + config_.block_size - 1) / config_.block_size;
+  const int keep = (num_tokens - s.evicted + config_.block_size - 1) / config_.block_size;
   KV_CHECK_GE(keep, s.num_committed);
   while (s.table.num_blocks() > keep) pool_.Release(s.table.PopBack());
 }
@@ -160,6 +163,7 @@ std::span<const BlockId> KvCacheManager::block_table(SeqId seq) const {
 void KvCacheManager::Commit(SeqId seq, std::span<const TokenId> tokens, int num_computed) {
   if (!tree_) return;
   Seq& s = Get(seq);
+  if (s.edited) return;
   const int bs = config_.block_size;
   const int full = std::min({num_computed, static_cast<int>(tokens.size()),
                              s.table.capacity_tokens()}) / bs;
@@ -191,6 +195,48 @@ void KvCacheManager::Commit(SeqId seq, std::span<const TokenId> tokens, int num_
   s.num_committed = committed;
 }
 
+std::optional<BlockEviction> KvCacheManager::EvictBlocks(SeqId seq, int first, int count) {
+  Seq& s = Get(seq);
+  const int n = s.table.num_blocks();
+  KV_CHECK(first >= 0 && count >= 1 && first + count <= n, "evicting blocks [{}, {}) of {}",
+           first, first + count, n);
+  // The blocks that move and are shared: committed ones (the tree holds them) and ones another
+  // table holds (a parallel sample's).
+  std::vector<int> shared;
+  for (int i = first + count; i < n; ++i) {
+    if (i < s.num_committed || pool_.ref_count(s.table.blocks()[i]) > 1) shared.push_back(i);
+  }
+  // The sequence's own blocks are in use, so making room cannot evict them.
+  if (!MakeRoom(static_cast<int>(shared.size()))) return std::nullopt;
+  BlockEviction e;
+  std::vector<BlockId> release;
+  for (int i : shared) {
+    const BlockId dst = *pool_.Allocate();
+    e.copies.push_back(BlockCopy{s.table.blocks()[i], dst});
+    release.push_back(s.table.blocks()[i]);
+    s.table.ReplaceBlock(i, dst);
+  }
+  // Keep the locked path to the last block before `first` (lock first, so the shared part of
+  // the path never looks evictable in between).
+  const int keep_committed = std::min(s.num_committed, first);
+  RadixTree::Node* node = s.node;
+  for (int d = s.num_committed; d > keep_committed; --d) node = RadixTree::parent(node);
+  if (keep_committed == 0) node = nullptr;
+  if (node != s.node) {
+    if (node) tree_->Lock(node);
+    if (s.node) tree_->Unlock(s.node);
+    s.node = node;
+  }
+  s.num_committed = keep_committed;
+  for (BlockId b : release) pool_.Release(b);
+  for (BlockId b : s.table.Erase(first, count)) pool_.Release(b);
+  e.moved.assign(s.table.blocks().begin() + first, s.table.blocks().end());
+  e.evicted_tokens = count * config_.block_size;
+  s.evicted += e.evicted_tokens;
+  s.edited = true;
+  return e;
+}
+
 void KvCacheManager::EndSequence(SeqId seq) {
   Seq& s = Get(seq);
   if (s.node) tree_->Unlock(s.node);
@@ -202,11 +248,12 @@ Result<std::optional<BlockCopy>> KvCacheManager::Fork(SeqId parent, SeqId child,
                                                       int num_computed) {
   KV_CHECK(!seqs_.count(child), "sequence {} is already live", child.value());
   const int bs = config_.block_size;
-  const int full = num_computed / bs;
-  const bool partial = num_computed % bs != 0;
+  const int slots = num_computed - Get(parent).evicted;
+  const int full = slots / bs;
+  const bool partial = slots % bs != 0;
   {
     const Seq& p = Get(parent);
-    KV_CHECK_GE(p.table.capacity_tokens(), num_computed);
+    KV_CHECK_GE(p.table.capacity_tokens(), slots);
     if (partial && !MakeRoom(1)) {
       return ResourceExhausted("no KV block free for the copy-on-write of a parallel sample");
     }
@@ -217,7 +264,9 @@ Result<std::optional<BlockCopy>> KvCacheManager::Fork(SeqId parent, SeqId child,
         .table = BlockTable(bs),
         .node = p.node,
         .num_committed = p.num_committed,
-        .counted = true};
+        .counted = true,
+        .evicted = p.evicted,
+        .edited = p.edited};
   for (int i = 0; i < full; ++i) {
     pool_.AddRef(p.table.blocks()[i]);
     c.table.Append(p.table.blocks()[i]);

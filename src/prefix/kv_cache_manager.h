@@ -27,11 +27,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "kv/block_pool.h"
 #include "kv/block_table.h"
@@ -71,6 +73,15 @@ struct BlockCopy {
   BlockId dst;
 };
 
+// What EvictBlocks changed, for the engine to carry out on the bytes before the next forward
+// pass: first the copies, then the keys of `moved` (the blocks that followed the dropped ones, in
+// table order, copies included) re-rotated down by the evicted tokens' count.
+struct BlockEviction {
+  std::vector<BlockCopy> copies;
+  std::vector<BlockId> moved;
+  int evicted_tokens = 0;
+};
+
 class KvCacheManager {
  public:
   explicit KvCacheManager(const KvCacheConfig& config);
@@ -94,8 +105,11 @@ class KvCacheManager {
   // Returns the number of cached tokens. REQUIRES: seq not live.
   // With count_tokens false nothing is counted (a sequence that only holds a prefix while
   // lower tiers load what follows it).
+  // A hit is at most max_hit_tokens long (a sequence that evicts inside itself holds no more
+  // slots than its budget).
   int BeginSequence(SeqId seq, CacheNamespace ns, std::span<const TokenId> tokens, int32_t priority,
-                    bool count_tokens = true, bool partial_block = true);
+                    bool count_tokens = true, bool partial_block = true,
+                    int max_hit_tokens = std::numeric_limits<int>::max());
   // Copies every layer's K/V of block src into block dst, at once (the engine owns the bytes).
   // Without one, hits are whole blocks only.
   void set_block_copier(std::function<void(BlockId src, BlockId dst)> copier);
@@ -108,7 +122,11 @@ class KvCacheManager {
   void set_block_listener(BlockListener* listener);
   // Cached tokens BeginSequence would find now, without side effects.
   int PeekCachedTokens(CacheNamespace ns, std::span<const TokenId> tokens) const;
-  // Makes the block table cover `num_tokens` slots, evicting cached blocks when the free list
+  // NOTE (tokens and slots): every count of tokens below is of the sequence's tokens, from its
+  // first. Until the sequence evicts inside itself (EvictBlocks) token i is slot i; after that
+  // the slot is the token's index minus evicted_tokens().
+  //
+  // Makes the block table cover `num_tokens` tokens' slots, evicting cached blocks when the free list
   // is short. All or nothing: false (and no change) when even eviction cannot make room.
   bool Allocate(SeqId seq, int num_tokens);
   std::span<const BlockId> block_table(SeqId seq) const;
@@ -119,6 +137,18 @@ class KvCacheManager {
   // whose tokens are already cached (computed twice concurrently) is swapped for the cached one
   // (identical bytes) and the duplicate freed. No-op without prefix caching.
   void Commit(SeqId seq, std::span<const TokenId> tokens, int num_computed);
+  // Evicts tokens inside a sequence (a sliding window, attention sinks): drops blocks
+  // [first, first + count) of its table, so the slots after them move down by count blocks.
+  // The blocks after the dropped ones will be edited (their keys re-rotated), so any of them
+  // that is shared (in the prefix tree, or held by another sample's table) is first replaced by
+  // a private copy. The sequence keeps the tree path of its blocks before `first` (still valid:
+  // nothing before them changed) and commits nothing more (DESIGN.md: an edited sequence stops
+  // committing after its first edited position). Returns the copies and moved blocks for the
+  // engine; nullopt, and no change, when the copies' blocks cannot be had.
+  // REQUIRES: 0 <= first, count >= 1, first + count <= the table's blocks.
+  std::optional<BlockEviction> EvictBlocks(SeqId seq, int first, int count);
+  // Tokens the sequence evicted inside itself (0 until EvictBlocks).
+  int evicted_tokens(SeqId seq) const { return Get(seq).evicted; }
   // Releases the sequence's locks and blocks. Committed blocks stay cached.
   void EndSequence(SeqId seq);
   // Starts `child` as a copy of `parent` whose first num_computed slots hold K/V: full blocks
@@ -150,6 +180,8 @@ class KvCacheManager {
     int query_tokens = 0, hit_tokens = 0;  // counted at the first successful Allocate
     int partial_hit_tokens = 0;
     bool counted = false;
+    int evicted = 0;      // tokens evicted inside the sequence: slot = token index - evicted
+    bool edited = false;  // EvictBlocks ran: nothing more is committed
   };
   Seq& Get(SeqId seq);
   const Seq& Get(SeqId seq) const;

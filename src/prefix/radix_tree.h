@@ -97,6 +97,8 @@ class RadixTree {
   // The key a chain of `ns` starts from: the key of the node `parent`, or RootKey(ns) for null.
   static BlockKey ChainStart(CacheNamespace ns, const Node* parent);
   static int lock_ref(const Node* node);
+  // The node's parent: the namespace root (which holds no block) for a first block.
+  static Node* parent(const Node* node);
   static int pin_ref(const Node* node);
   static const NodeUsage& usage(const Node* node);
   // Blocks on the path root -> node (empty for nullptr).

@@ -27,9 +27,19 @@ const Scheduler::Record& Scheduler::Get(SeqId seq) const {
   return it->second;
 }
 
-Status Scheduler::CheckAdmission(int num_prompt_tokens, int max_tokens) const {
+Status Scheduler::CheckAdmission(int num_prompt_tokens, int max_tokens,
+                                 const KvEvictionPlan& eviction) const {
   if (num_prompt_tokens <= 0) return InvalidArgument("the prompt is empty");
   if (max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (eviction.budget_blocks > 0) {
+    if (eviction.budget_blocks > kv_->max_blocks_for_one_sequence()) {
+      return ResourceExhausted(fmt::format(
+          "a KV budget of {} blocks is more than the cache can give one request ({}); lower "
+          "--kv-budget or raise --kv-cache-memory",
+          eviction.budget_blocks, kv_->max_blocks_for_one_sequence()));
+    }
+    return Status::Ok();
+  }
   const int64_t total = static_cast<int64_t>(num_prompt_tokens) + max_tokens;
   if (total > config_.max_model_len) {
     return OutOfRange(fmt::format(
@@ -49,7 +59,8 @@ Status Scheduler::CheckAdmission(int num_prompt_tokens, int max_tokens) const {
 }
 
 Status Scheduler::Add(SeqSpec spec) {
-  KV_RETURN_IF_ERROR(CheckAdmission(static_cast<int>(spec.prompt.size()), spec.max_tokens));
+  KV_RETURN_IF_ERROR(
+      CheckAdmission(static_cast<int>(spec.prompt.size()), spec.max_tokens, spec.eviction));
   KV_CHECK(!seqs_.count(spec.id), "sequence {} added twice", spec.id.value());
   Record r;
   r.tokens = spec.prompt;
@@ -105,7 +116,8 @@ void Scheduler::ScheduleDrafts(ScheduleOutput& out, int& budget) {
   for (ScheduledSeq& s : out.seqs) {
     Record& r = Get(s.seq);
     if (r.draft.empty()) continue;
-    const int nd = std::min(static_cast<int>(r.draft.size()), left);
+    // Drafts stay within an eviction budget (the decode token already fits).
+    const int nd = std::min({static_cast<int>(r.draft.size()), left, FreeSlots(r) - 1});
     if (nd <= 0 || s.num_new_tokens != 1 || !kv_->Allocate(s.seq, r.num_computed + 1 + nd)) {
       r.draft.clear();
       continue;
@@ -122,10 +134,31 @@ void Scheduler::ScheduleDrafts(ScheduleOutput& out, int& budget) {
 
 void Scheduler::Push(ScheduleOutput& out, Record& r, int n, int& budget) {
   const bool last = r.num_computed + n == static_cast<int>(r.tokens.size());
-  out.seqs.push_back(ScheduledSeq{r.spec.id, r.num_computed, n, last});
+  out.seqs.push_back(ScheduledSeq{.seq = r.spec.id,
+                                  .num_computed = r.num_computed,
+                                  .num_new_tokens = n,
+                                  .wants_logits = last,
+                                  .num_evicted = kv_->evicted_tokens(r.spec.id)});
   out.num_batched_tokens += n;
   budget -= n;
   r.scheduled_step = step_;
+}
+
+int Scheduler::FreeSlots(const Record& r) const {
+  const KvEvictionPlan& p = r.spec.eviction;
+  if (p.budget_blocks == 0) return std::numeric_limits<int>::max();
+  const int slots = r.num_computed - kv_->evicted_tokens(r.spec.id);
+  return p.budget_slots(kv_->block_size()) - slots;
+}
+
+int Scheduler::Room(Record& r, ScheduleOutput& out) {
+  const int room = FreeSlots(r);
+  if (room > 0) return room;
+  const KvEvictionPlan& p = r.spec.eviction;
+  std::optional<BlockEviction> e = kv_->EvictBlocks(r.spec.id, p.keep_blocks, p.drop_blocks);
+  if (!e) return -1;
+  out.evictions.push_back(KvEvictionEdit{r.spec.id, std::move(*e)});
+  return FreeSlots(r);
 }
 
 size_t Scheduler::PickVictim() const {
@@ -146,6 +179,8 @@ void Scheduler::Preempt(size_t index, ScheduleOutput& out, int& budget) {
   const SeqId id = running_[index];
   Record& r = Get(id);
   kv_->EndSequence(id);
+  // An eviction it made this step is void: its blocks went back to the pool.
+  std::erase_if(out.evictions, [&](const KvEvictionEdit& e) { return e.seq == id; });
   auto it = std::find_if(out.seqs.begin(), out.seqs.end(),
                          [&](const ScheduledSeq& s) { return s.seq == id; });
   if (it != out.seqs.end()) {  // it had tokens this step already: give them back
@@ -169,8 +204,17 @@ void Scheduler::ScheduleRunning(ScheduleOutput& out, int& budget, bool prefills)
       ++i;
       continue;
     }
-    const int n = std::min(pending, budget);
     bool preempted_self = false;
+    int room;
+    while ((room = Room(r, out)) < 0) {  // an eviction that needs blocks for its copies
+      const size_t v = PickVictim();
+      preempted_self = v == i;
+      Preempt(v, out, budget);
+      if (preempted_self) break;
+      if (v < i) --i;
+    }
+    if (preempted_self) continue;
+    const int n = std::min({pending, budget, room});
     while (!kv_->Allocate(r.spec.id, r.num_computed + n)) {
       const size_t v = PickVictim();
       preempted_self = v == i;
@@ -186,14 +230,20 @@ void Scheduler::ScheduleRunning(ScheduleOutput& out, int& budget, bool prefills)
 
 bool Scheduler::Admit(Record& r, ScheduleOutput& out, int& budget) {
   const SeqId id = r.spec.id;
-  const int cached = kv_->BeginSequence(id, r.spec.ns, r.tokens, r.spec.priority);
-  const int n = std::min(static_cast<int>(r.tokens.size()) - cached, budget);
-  if (!kv_->Allocate(id, cached + n)) {
+  const bool evicts = r.spec.eviction.budget_blocks > 0;
+  const int cached = kv_->BeginSequence(
+      id, r.spec.ns, r.tokens, r.spec.priority, /*count_tokens=*/true, /*partial_block=*/true,
+      evicts ? r.spec.eviction.budget_slots(kv_->block_size()) : std::numeric_limits<int>::max());
+  r.num_computed = cached;
+  const int room = Room(r, out);
+  const int n = std::min({static_cast<int>(r.tokens.size()) - cached, budget, room});
+  if (room < 0 || !kv_->Allocate(id, cached + n)) {
+    std::erase_if(out.evictions, [&](const KvEvictionEdit& e) { return e.seq == id; });
     kv_->EndSequence(id);
+    r.num_computed = 0;
     return false;
   }
   if (r.num_cached_first < 0) r.num_cached_first = cached;
-  r.num_computed = cached;
   r.state = SeqState::kRunning;
   running_.push_back(id);
   Push(out, r, n, budget);

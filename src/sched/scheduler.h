@@ -25,6 +25,8 @@
 //      while budget, max_num_seqs and blocks last. A waiting sequence that shares more full
 //      blocks with a running sequence's unfinished prompt than the cache holds now is deferred
 //      (it will find that prefix cached in a step or two instead of computing it twice).
+//   (Eviction inside a sequence, kv_eviction.h) a sequence with a plan takes at most the tokens
+//   that fit in its budget; one that holds its whole budget evicts first, in the same step.
 //   3. A sequence that cannot be allocated even with nothing else running, and no other
 //      sequence of the KvCacheManager holding blocks (a lower-tier load holds its request's
 //      prefix for a moment), is failed.
@@ -40,6 +42,7 @@
 
 #include "kvserve/status.h"
 #include "prefix/kv_cache_manager.h"
+#include "sched/kv_eviction.h"
 #include "sched/schedule_output.h"
 #include "sched/step_cost_model.h"
 
@@ -69,6 +72,9 @@ struct SeqSpec {
   std::vector<TokenId> prompt;
   int max_tokens = 0;
   int32_t priority = 0;  // higher = more important (admitted first, preempted last)
+  // Eviction inside the sequence (kv_eviction.h); budget_blocks 0 = none. With a plan the
+  // sequence holds at most its budget and may run past max_model_len.
+  KvEvictionPlan eviction;
 };
 
 class Scheduler {
@@ -79,7 +85,9 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   // Whether a request could ever run: OutOfRange above max_model_len, ResourceExhausted when
   // it needs more blocks than the cache can give one sequence, InvalidArgument when empty.
-  Status CheckAdmission(int num_prompt_tokens, int max_tokens) const;
+  // With an eviction plan only the budget has to fit.
+  Status CheckAdmission(int num_prompt_tokens, int max_tokens,
+                        const KvEvictionPlan& eviction = {}) const;
   // Queues a sequence (after CheckAdmission). REQUIRES: id unused.
   Status Add(SeqSpec spec);
   ScheduleOutput Schedule();
@@ -152,6 +160,11 @@ class Scheduler {
   size_t PickVictim() const;  // index into running_
   void Preempt(size_t index, ScheduleOutput& out, int& budget);
   void Push(ScheduleOutput& out, Record& r, int n, int& budget);
+  // A sequence with an eviction plan: the tokens that fit in its budget now (INT_MAX without a
+  // plan). Room() evicts first when none fit (recorded in out.evictions); -1 when the
+  // eviction's copies could not be had.
+  int FreeSlots(const Record& r) const;
+  int Room(Record& r, ScheduleOutput& out);
 
   SchedulerConfig config_;
   KvCacheManager* kv_;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -323,6 +324,115 @@ TEST_F(NoPrefixCachingTest, SameFacadeButNothingIsMatchedOrKept) {
   kv_.EndSequence(SeqId(3));
   kv_.EndSequence(SeqId(4));
   EXPECT_EQ(kv_.stats().num_free, 8);
+}
+
+// Eviction inside a sequence (EvictBlocks): blocks of 4, a cache of 8.
+TEST(KvCacheManagerEvict, DropsBlocksFromTheMiddleAndMovesTheRestDown) {
+  KvCacheManager kv(KvCacheConfig{8, 4, /*prefix caching=*/false});
+  const std::vector<TokenId> tokens = Range(0, 16);
+  kv.BeginSequence(SeqId(1), kNs, tokens, 0);
+  ASSERT_TRUE(kv.Allocate(SeqId(1), 16));
+  const std::vector<int> before = Ids(kv.block_table(SeqId(1)));
+  const std::optional<BlockEviction> e = kv.EvictBlocks(SeqId(1), 1, 2);
+  ASSERT_TRUE(e.has_value());
+  kv.CheckInvariants();
+  EXPECT_TRUE(e->copies.empty());  // nothing shared
+  EXPECT_EQ(e->evicted_tokens, 8);
+  EXPECT_EQ(Ids(e->moved), (std::vector<int>{before[3]}));
+  EXPECT_EQ(Ids(kv.block_table(SeqId(1))), (std::vector<int>{before[0], before[3]}));
+  EXPECT_EQ(kv.evicted_tokens(SeqId(1)), 8);
+  EXPECT_EQ(kv.stats().num_free, 6);
+  // Token counts go on from the first token: 20 tokens are 12 slots, three blocks.
+  ASSERT_TRUE(kv.Allocate(SeqId(1), 20));
+  EXPECT_EQ(kv.block_table(SeqId(1)).size(), 3u);
+  kv.Shrink(SeqId(1), 16);  // 8 slots: two blocks
+  EXPECT_EQ(kv.block_table(SeqId(1)).size(), 2u);
+  kv.EndSequence(SeqId(1));
+  kv.CheckInvariants();
+  EXPECT_EQ(kv.stats().num_free, 8);
+}
+
+TEST(KvCacheManagerEvict, CommittedBlocksAreCopiedBeforeTheyMoveAndStayValidInTheTree) {
+  KvCacheManager kv(KvCacheConfig{8, 4, true});
+  std::vector<std::pair<int, int>> copied;
+  kv.set_block_copier([&](BlockId s, BlockId d) { copied.push_back({s.value(), d.value()}); });
+  const std::vector<TokenId> tokens = Range(0, 16);
+  kv.BeginSequence(SeqId(1), kNs, tokens, 0);
+  ASSERT_TRUE(kv.Allocate(SeqId(1), 16));
+  kv.Commit(SeqId(1), tokens, 16);  // all four blocks in the tree
+  const std::vector<int> before = Ids(kv.block_table(SeqId(1)));
+  const std::optional<BlockEviction> e = kv.EvictBlocks(SeqId(1), 1, 2);
+  ASSERT_TRUE(e.has_value());
+  kv.CheckInvariants();
+  // Block 3 moves and the tree holds it: the sequence now has a private copy of it.
+  ASSERT_EQ(e->copies.size(), 1u);
+  EXPECT_EQ(e->copies[0].src.value(), before[3]);
+  const int copy = e->copies[0].dst.value();
+  EXPECT_EQ(Ids(e->moved), (std::vector<int>{copy}));
+  EXPECT_EQ(Ids(kv.block_table(SeqId(1))), (std::vector<int>{before[0], copy}));
+  KvCacheStats st = kv.stats();
+  EXPECT_EQ(st.num_in_use, 2);   // block 0 (shared with the tree) and the copy
+  EXPECT_EQ(st.num_cached, 3);   // blocks 1-3 stay cached: what was computed before is valid
+  // Nothing more is committed, even when the sequence goes on.
+  std::vector<TokenId> longer = Concat(tokens, Range(16, 8));
+  ASSERT_TRUE(kv.Allocate(SeqId(1), 24));
+  kv.Commit(SeqId(1), longer, 24);
+  kv.CheckInvariants();
+  EXPECT_EQ(kv.tree()->num_nodes(), 4);
+  // Another request over the same tokens still hits the blocks computed before the eviction.
+  EXPECT_EQ(kv.BeginSequence(SeqId(2), kNs, Concat(tokens, {99}), 0), 16);
+  EXPECT_EQ(Ids(kv.block_table(SeqId(2))), before);
+  kv.EndSequence(SeqId(2));
+  kv.EndSequence(SeqId(1));
+  kv.CheckInvariants();
+  EXPECT_EQ(kv.stats().num_in_use, 0);
+  EXPECT_TRUE(copied.empty());  // the engine copies eviction's bytes, not the copier
+}
+
+TEST(KvCacheManagerEvict, BlocksSharedWithAParallelSampleAreCopiedAndTheSampleKeepsItsOwn) {
+  KvCacheManager kv(KvCacheConfig{8, 4, false});
+  kv.BeginSequence(SeqId(1), kNs, Range(0, 12), 0);
+  ASSERT_TRUE(kv.Allocate(SeqId(1), 12));
+  ASSERT_TRUE(kv.Fork(SeqId(1), SeqId(2), 12).ok());  // shares all three full blocks
+  const std::vector<int> shared = Ids(kv.block_table(SeqId(2)));
+  const std::optional<BlockEviction> e = kv.EvictBlocks(SeqId(1), 0, 1);
+  ASSERT_TRUE(e.has_value());
+  kv.CheckInvariants();
+  EXPECT_EQ(e->copies.size(), 2u);  // blocks 1 and 2 move: both are the sample's too
+  EXPECT_EQ(Ids(kv.block_table(SeqId(2))), shared);
+  for (int b : Ids(kv.block_table(SeqId(1)))) {
+    EXPECT_EQ(std::count(shared.begin(), shared.end(), b), 0);
+  }
+  kv.EndSequence(SeqId(1));
+  kv.EndSequence(SeqId(2));
+  kv.CheckInvariants();
+  EXPECT_EQ(kv.stats().num_free, 8);
+}
+
+TEST(KvCacheManagerEvict, WithoutBlocksForTheCopiesNothingChanges) {
+  KvCacheManager kv(KvCacheConfig{4, 4, false});
+  kv.BeginSequence(SeqId(1), kNs, Range(0, 12), 0);
+  ASSERT_TRUE(kv.Allocate(SeqId(1), 12));
+  ASSERT_TRUE(kv.Fork(SeqId(1), SeqId(2), 12).ok());
+  ASSERT_TRUE(kv.Allocate(SeqId(2), 13));  // the last free block
+  const std::vector<int> before = Ids(kv.block_table(SeqId(1)));
+  EXPECT_FALSE(kv.EvictBlocks(SeqId(1), 0, 1).has_value());
+  EXPECT_EQ(Ids(kv.block_table(SeqId(1))), before);
+  EXPECT_EQ(kv.evicted_tokens(SeqId(1)), 0);
+  kv.CheckInvariants();
+}
+
+TEST(KvCacheManagerEvict, AHitIsCappedAtTheBudget) {
+  KvCacheManager kv(KvCacheConfig{8, 4, true});
+  const std::vector<TokenId> tokens = Range(0, 20);
+  EXPECT_EQ(kv.BeginSequence(SeqId(1), kNs, tokens, 0), 0);
+  ASSERT_TRUE(kv.Allocate(SeqId(1), 20));
+  kv.Commit(SeqId(1), tokens, 20);
+  kv.EndSequence(SeqId(1));
+  EXPECT_EQ(kv.BeginSequence(SeqId(2), kNs, tokens, 0, true, true, /*max_hit_tokens=*/8), 8);
+  EXPECT_EQ(kv.block_table(SeqId(2)).size(), 2u);
+  kv.EndSequence(SeqId(2));
+  kv.CheckInvariants();
 }
 
 }  // namespace

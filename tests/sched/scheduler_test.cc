@@ -238,5 +238,127 @@ TEST_F(SchedulerTest, ALatencyTargetHoldsPrefillToWhatTheCostModelFits) {
   EXPECT_EQ(last_.prefill_cap, 4);
 }
 
+// Eviction inside a sequence: blocks of 4; a budget of 16 tokens keeping one sink block and
+// dropping two blocks at a time.
+class SchedulerEvictionTest : public SchedulerTest {
+ protected:
+  static KvEvictionPlan Sinks() {
+    KvEvictionConfig c{.policy = KvEvictionPolicy::kSinks, .budget_tokens = 16, .sink_tokens = 4,
+                       .evict_batch_tokens = 8};
+    return *PlanKvEviction(c, 4, 1024);
+  }
+  void AddEvicting(int64_t id, std::vector<TokenId> prompt, int max_tokens) {
+    ASSERT_TRUE(sched_->Add(SeqSpec{SeqId(id), kNs, std::move(prompt), max_tokens, 0, Sinks()})
+                    .ok());
+  }
+  // (evicted tokens, moved block count) of the last step's evictions.
+  std::vector<std::pair<int, int>> Evictions() const {
+    std::vector<std::pair<int, int>> out;
+    for (const KvEvictionEdit& e : last_.evictions) {
+      out.push_back({e.blocks.evicted_tokens, static_cast<int>(e.blocks.moved.size())});
+    }
+    return out;
+  }
+};
+
+TEST_F(SchedulerEvictionTest, PlanRoundsToBlocksAndRefusesBudgetsWithoutRoom) {
+  const KvEvictionPlan p = Sinks();
+  EXPECT_EQ(p.budget_blocks, 4);
+  EXPECT_EQ(p.keep_blocks, 1);
+  EXPECT_EQ(p.drop_blocks, 2);
+  KvEvictionConfig window{.policy = KvEvictionPolicy::kWindow, .budget_tokens = 64};
+  EXPECT_EQ(PlanKvEviction(window, 16, 1024)->keep_blocks, 0);
+  EXPECT_EQ(PlanKvEviction(window, 16, 1024)->drop_blocks, 1);  // budget / 8, one block at least
+  KvEvictionConfig none_left{.policy = KvEvictionPolicy::kSinks, .budget_tokens = 16,
+                             .sink_tokens = 16};
+  EXPECT_FALSE(PlanKvEviction(none_left, 16, 1024).ok());
+  EXPECT_FALSE(PlanKvEviction(KvEvictionConfig{.policy = KvEvictionPolicy::kWindow}, 16, 1024).ok());
+  EXPECT_FALSE(PlanKvEviction(window, 16, 32).ok());  // more than a sequence may hold
+  EXPECT_FALSE(ParseKvEvictionPolicy("h2o", "--kv-eviction").ok());
+  EXPECT_EQ(*ParseKvEvictionPolicy("Sinks", "--kv-eviction"), KvEvictionPolicy::kSinks);
+}
+
+TEST_F(SchedulerEvictionTest, APromptLongerThanTheBudgetIsChunkedAtTheBudgetAndEvictsBetween) {
+  Init(16, 64, 8, true, /*max_model_len=*/32);
+  AddEvicting(1, Range(0, 30), 40);  // 70 tokens past a model length of 32: allowed
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 16, false}}));  // up to the budget
+  EXPECT_TRUE(Evictions().empty());
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 8, false}}));   // blocks 1-2 go, 8 slots free
+  EXPECT_EQ(Evictions(), (std::vector<std::pair<int, int>>{{8, 1}}));
+  EXPECT_EQ(last_.seqs[0].num_evicted, 8);
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 6, true}}));    // evicts again, then the rest
+  EXPECT_EQ(Evictions(), (std::vector<std::pair<int, int>>{{8, 1}}));
+  EXPECT_EQ(last_.seqs[0].num_evicted, 16);
+  EXPECT_EQ(kv_->evicted_tokens(SeqId(1)), 16);
+  // Decodes: 14 slots held, two more fit, then the next eviction.
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}}));
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}}));
+  EXPECT_TRUE(Evictions().empty());
+  EXPECT_EQ(Step(), (std::vector<Planned>{{1, 1, true}}));
+  EXPECT_EQ(Evictions(), (std::vector<std::pair<int, int>>{{8, 1}}));
+  EXPECT_LE(kv_->block_table(SeqId(1)).size(), 4u);
+}
+
+TEST_F(SchedulerEvictionTest, EvictionPointsDoNotDependOnTheChunkSize) {
+  // The same sequence with token budgets of 3 and 64 per step evicts at the same token counts.
+  std::vector<std::vector<int>> points;
+  for (int budget : {3, 64}) {
+    Init(16, budget, 8, false, 32);
+    AddEvicting(1, Range(0, 40), 30);
+    std::vector<int> at;
+    while (sched_->HasWork() && sched_->num_computed(SeqId(1)) < 69) {
+      const int before = sched_->num_computed(SeqId(1));
+      Step();
+      if (!last_.evictions.empty()) at.push_back(before);
+      EXPECT_LE(static_cast<int>(kv_->block_table(SeqId(1)).size()), 4);
+    }
+    points.push_back(at);
+  }
+  EXPECT_EQ(points[0], points[1]);
+  EXPECT_EQ(points[0], (std::vector<int>{16, 24, 32, 40, 48, 56, 64}));
+}
+
+TEST_F(SchedulerEvictionTest, APreemptedSequenceRecomputesThroughTheSameEvictions) {
+  // Sequence 1 evicts (priority 0); sequence 2 (priority 5) grows until sequence 1 must go.
+  Init(6, 64, 8, true, 32);
+  AddEvicting(1, Range(0, 20), 30);
+  Add(2, Range(500, 7), 5, 12);
+  // Whenever sequence 1 holds KV, its evictions are those of its computed count alone:
+  // none up to 16 tokens, then 8 more for every 8 tokens past 16.
+  const auto expected_evicted = [](int n) { return n <= 16 ? 0 : 8 * ((n - 16 + 7) / 8); };
+  bool resumed = false;
+  for (int i = 0; i < 200 && sched_->HasWork(); ++i) {
+    const int64_t preemptions = sched_->num_preemptions();
+    Step();
+    if (sched_->num_preemptions() > preemptions) resumed = true;
+    if (kv_->is_live(SeqId(1))) {
+      EXPECT_EQ(kv_->evicted_tokens(SeqId(1)), expected_evicted(sched_->num_computed(SeqId(1))));
+      EXPECT_LE(kv_->block_table(SeqId(1)).size(), 4u);
+    }
+    for (auto [id, total] : {std::pair{1, 50}, std::pair{2, 19}}) {
+      if (sched_->Contains(SeqId(id)) && static_cast<int>(sched_->tokens(SeqId(id)).size()) >= total) {
+        sched_->Remove(SeqId(id));
+      }
+    }
+  }
+  EXPECT_TRUE(resumed);
+  EXPECT_FALSE(sched_->HasWork());
+  kv_->CheckInvariants();
+  EXPECT_EQ(kv_->stats().num_in_use, 0);
+}
+
+TEST_F(SchedulerEvictionTest, DraftsStayWithinTheBudget) {
+  Init(16, 64, 8, false, 32);
+  AddEvicting(1, Range(0, 12), 20);
+  Step();  // 12 slots computed, a token sampled: 13 tokens, 12 slots
+  sched_->SetDraft(SeqId(1), {1, 2, 3, 4, 5});
+  Step();
+  // The decode token and 3 drafts fill slots 12..15; the other drafts are dropped.
+  ASSERT_EQ(last_.seqs.size(), 1u);
+  EXPECT_EQ(last_.seqs[0].num_draft, 3);
+  sched_->FinishVerify(SeqId(1), 0);
+  kv_->CheckInvariants();
+}
+
 }  // namespace
 }  // namespace kvserve
