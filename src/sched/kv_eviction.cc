@@ -37,22 +37,22 @@ Result<KvEvictionPlan> PlanKvEviction(const KvEvictionConfig& c, int block_size,
   if (!c.enabled()) return plan;
   const std::string_view name = KvEvictionPolicyName(c.policy);
   if (c.budget_tokens <= 0) {
-    return InvalidArgument(fmt::format("--kv-eviction {} needs --kv-budget TOKENS", name));
+    return InvalidArgument(fmt::format("kv eviction '{}' needs a budget (--kv-budget TOKENS, or kv_eviction.budget)", name));
   }
-  if (c.sink_tokens < 0) return InvalidArgument("--kv-sink-tokens must not be negative");
-  if (c.evict_batch_tokens < 0) return InvalidArgument("--kv-evict-batch must not be negative");
+  if (c.sink_tokens < 0) return InvalidArgument("kv sink tokens must not be negative");
+  if (c.evict_batch_tokens < 0) return InvalidArgument("the kv evict batch must not be negative");
   plan.budget_blocks = c.budget_tokens / block_size;
   plan.keep_blocks =
       c.policy == KvEvictionPolicy::kSinks ? (c.sink_tokens + block_size - 1) / block_size : 0;
   if (plan.budget_blocks <= plan.keep_blocks) {
     return InvalidArgument(fmt::format(
-        "--kv-budget {} leaves no room past the sinks: with blocks of {} tokens it must be at "
+        "a kv budget of {} leaves no room past the sinks: with blocks of {} tokens it must be at "
         "least {}",
         c.budget_tokens, block_size, (plan.keep_blocks + 1) * block_size));
   }
   if (plan.budget_blocks * block_size > max_slots) {
     return InvalidArgument(fmt::format(
-        "--kv-budget {} is more than one sequence can hold ({} tokens)", c.budget_tokens,
+        "a kv budget of {} is more than one sequence can hold ({} tokens)", c.budget_tokens,
         max_slots));
   }
   const int batch = c.evict_batch_tokens > 0 ? c.evict_batch_tokens

@@ -248,6 +248,14 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     r.cache_salt = p.cache_salt;
     r.speculative = p.speculative;
     r.constraint = constraint;
+    if (p.kv_eviction) {
+      KvEvictionConfig c = engine_->config().kv_eviction;
+      c.policy = p.kv_eviction->policy;
+      if (p.kv_eviction->budget) c.budget_tokens = *p.kv_eviction->budget;
+      if (p.kv_eviction->sink_tokens) c.sink_tokens = *p.kv_eviction->sink_tokens;
+      if (p.kv_eviction->evict_batch) c.evict_batch_tokens = *p.kv_eviction->evict_batch;
+      r.kv_eviction = c;
+    }
     Result<std::shared_ptr<RequestStream>> stream = engine_->AddRequest(std::move(r));
     if (!stream.ok()) {
       in_flight_.fetch_sub(k - i);  // the started ones are released by ~Generation

@@ -275,6 +275,23 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
   }
   w.Counter("kvserve:num_preemptions_total", "Requests preempted for lack of KV blocks.",
             static_cast<double>(stats.num_preemptions));
+  for (KvEvictionPolicy policy : {KvEvictionPolicy::kWindow, KvEvictionPolicy::kSinks}) {
+    w.Counter("kvserve:kv_evicted_tokens_total",
+              "Tokens evicted inside sequences (--kv-eviction), by policy; recomputation after a "
+              "preemption counts again.",
+              static_cast<double>(stats.kv_eviction.evicted_tokens[static_cast<int>(policy)]),
+              fmt::format("policy=\"{}\"", KvEvictionPolicyName(policy)));
+  }
+  w.Counter("kvserve:kv_shifts_total",
+            "Evictions inside sequences, each re-rotating the keys after what it dropped.",
+            static_cast<double>(stats.kv_eviction.num_shifts));
+  w.Counter("kvserve:kv_shifted_blocks_total", "KV blocks whose keys a shift re-rotated.",
+            static_cast<double>(stats.kv_eviction.shifted_blocks));
+  w.Counter("kvserve:kv_shift_copied_blocks_total",
+            "Shared KV blocks copied before a shift edited them (copy-on-write).",
+            static_cast<double>(stats.kv_eviction.copied_blocks));
+  w.Counter("kvserve:kv_shift_seconds_total", "Time spent on evictions inside sequences.",
+            stats.kv_eviction.shift_seconds);
   if (stats.spec.enabled) {
     w.Counter("kvserve:spec_decode_num_drafts_total",
               "Speculative verifications: one per sequence and step that carried drafts.",

@@ -113,6 +113,43 @@ class Reader {
   const json& body_;
 };
 
+// kv_eviction: a policy name, or an object with the policy and any of budget, sink_tokens and
+// evict_batch.
+std::optional<ApiError> ParseKvEviction(const json& v, GenerationParams* p) {
+  GenerationParams::KvEvictionRequest req;
+  const json* name = &v;
+  if (v.is_object()) {
+    for (const auto& [key, value] : v.items()) {
+      if (key != "policy" && key != "budget" && key != "sink_tokens" && key != "evict_batch") {
+        return BadRequest(fmt::format("'kv_eviction' has an unknown field '{}'", key),
+                          "kv_eviction." + key);
+      }
+    }
+    name = v.contains("policy") ? &v["policy"] : nullptr;
+    if (!name) return BadRequest("'kv_eviction' needs a 'policy'", "kv_eviction.policy");
+    const Reader r(v);
+    int64_t i = 0;
+    for (auto [key, out] : {std::pair{"budget", &req.budget},
+                            std::pair{"sink_tokens", &req.sink_tokens},
+                            std::pair{"evict_batch", &req.evict_batch}}) {
+      if (!r.Find(key)) continue;
+      if (auto e = r.Int(key, key == std::string_view("budget") ? 1 : 0, 1 << 30, &i)) {
+        e->param = std::string("kv_eviction.") + key;
+        return e;
+      }
+      *out = static_cast<int>(i);
+    }
+  }
+  if (!name->is_string()) {
+    return Reader::WrongType("kv_eviction", "a policy name or an object", *name);
+  }
+  Result<KvEvictionPolicy> policy = ParseKvEvictionPolicy(name->get<std::string>(), "kv_eviction");
+  if (!policy.ok()) return BadRequest(policy.status().message(), "kv_eviction");
+  req.policy = *policy;
+  p->kv_eviction = req;
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadIdArray(const json& v, const char* param, std::vector<int32_t>* out) {
   out->clear();
   for (const json& e : v) {
@@ -684,6 +721,9 @@ std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoin
   }
   KV_TRY(r.String("cache_salt", &p.cache_salt));
   KV_TRY(r.Bool("speculative", &p.speculative));
+  if (const json* ev = r.Find("kv_eviction")) {
+    if (auto bad = ParseKvEviction(*ev, &p)) return bad;
+  }
   KV_TRY(r.Bool("ignore_eos", &p.ignore_eos));
   std::string user;
   KV_TRY(r.String("user", &user));

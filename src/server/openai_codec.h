@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sample/sampling_params.h"
+#include "sched/kv_eviction.h"
 #include "structured/constraint.h"
 #include "tokenizer/chat_template.h"
 #include "util/strong_id.h"
@@ -59,6 +60,13 @@ struct GenerationParams {
   int32_t priority = 0;
   std::string cache_salt;
   bool speculative = true;  // extension: false turns speculative decoding off for the request
+  // Extension kv_eviction: "none" | "window" | "sinks", or {"policy", "budget", "sink_tokens",
+  // "evict_batch"}; what is left out comes from the server's --kv-* flags.
+  struct KvEvictionRequest {
+    KvEvictionPolicy policy = KvEvictionPolicy::kNone;
+    std::optional<int> budget, sink_tokens, evict_batch;
+  };
+  std::optional<KvEvictionRequest> kv_eviction;
   // Structured output from response_format, structured_outputs or guided_*; `constraint_param`
   // names the field it came from (for compile errors).
   std::optional<structured::ConstraintSpec> constraint;

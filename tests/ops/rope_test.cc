@@ -94,7 +94,7 @@ TEST(Rope, RotateByDeltaEqualsApplyingAtTheNewPosition) {
   std::normal_distribution<float> normal;
   for (const auto& [name, config] : RopeTypes()) {
     Rope rope(config);
-    for (const auto [pos, delta] : {std::pair{300, -200}, std::pair{4000, -3968}, std::pair{17, 40},
+    for (const auto& [pos, delta] : {std::pair{300, -200}, std::pair{4000, -3968}, std::pair{17, 40},
                                     std::pair{2047, -2047}}) {
       std::vector<float> x(kDim);
       for (float& v : x) v = normal(rng);

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "engine/engine_core.h"
 #include "engine_options.h"
 
 namespace kvserve::cli {
@@ -30,6 +31,9 @@ struct PerplexityOptions {
   std::string file;
   bool json = false;
   bool parse_special = false;
+  bool stream = false;
+  int segment_tokens = 4096;
+  KvEvictionOptions kv_eviction;
 };
 
 // log-softmax of one logits row into out (double, for the sums over many tokens).
@@ -66,11 +70,155 @@ std::vector<float> WindowLogits(Generator& gen, std::span<const TokenId> window,
   return std::move(logits).value();
 }
 
-void RunPerplexity(PerplexityOptions& o) {
-  std::ifstream in(o.file, std::ios::binary);
-  if (!in) Fail(fmt::format("cannot read '{}'", o.file));
+std::string ReadText(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) Fail(fmt::format("cannot read '{}'", file));
   std::stringstream ss;
   ss << in.rdbuf();
+  return ss.str();
+}
+
+// One segment of a streamed text: its scored tokens, their summed NLL, the time from the first
+// to the last of its scores arriving, and the most KV blocks in use while it was computed.
+struct Segment {
+  int64_t first = 0;  // index of its first scored token in the text
+  int64_t tokens = 0;
+  double nll = 0;
+  double seconds = 0;
+  int peak_blocks = 0;
+};
+
+// --stream: the whole text is one request on the serving engine, scored token by token as its
+// chunks are computed (each chunk sees only the KV the eviction policy kept), as StreamingLLM
+// evaluates. Per segment of --segment-tokens: perplexity, tokens/s and peak KV blocks.
+void RunStreamPerplexity(const PerplexityOptions& o) {
+  if (o.segment_tokens < 1) Fail("--segment-tokens must be at least 1");
+  const std::string text = ReadText(o.file);
+  LoadedModel m = LoadModel(o.engine, /*need_tokenizer=*/true);
+  EngineConfig c;
+  c.num_threads = o.engine.threads;
+  c.poll_us = o.engine.poll_us;
+  c.block_size = o.engine.block_size;
+  const KvOptions kv = ParseKvOptions(o.engine);
+  c.k_dtype = kv.k_dtype;
+  c.v_dtype = kv.v_dtype;
+  c.kv_cache_memory_bytes = kv.kv_cache_bytes;
+  c.max_model_len = o.engine.ctx;
+  c.max_num_seqs = 1;
+  c.max_num_batched_tokens = o.engine.batch;
+  c.enable_prefix_caching = false;
+  c.kv_eviction = KvEvictionFromOptions(o.kv_eviction);
+  auto core = EngineCore::Create(std::move(m.model), c, &*m.tokenizer);
+  if (!core.ok()) Fail(core.status().ToString());
+  EngineRequest req;
+  req.prompt = m.tokenizer->Encode(text, /*add_special=*/true, o.parse_special);
+  if (req.prompt.size() < 2) Fail(fmt::format("'{}' has fewer than 2 tokens to score", o.file));
+  req.max_tokens = 1;
+  req.ignore_eos = true;
+  req.score_prompt = true;
+  req.sampling.temperature = 0.f;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  if (Status st = (*core)->Add(RequestId(0), req, start); !st.ok()) Fail(st.ToString());
+  std::vector<Segment> segments;
+  Clock::time_point last = start;
+  int64_t scored = 0, evicted = 0;
+  int peak_blocks = 0;
+  std::vector<RequestOutput> events;
+  while ((*core)->HasWork()) {
+    if (Status st = (*core)->Step(&events); !st.ok()) Fail(st.ToString());
+    const int in_use = (*core)->stats().kv.num_in_use;
+    peak_blocks = std::max(peak_blocks, in_use);
+    const Clock::time_point now = Clock::now();
+    for (RequestOutput& e : events) {
+      if (e.finished && e.finish_reason == FinishReason::kError) Fail(e.error.ToString());
+      if (e.finished) {
+        // Its KV just before it was released: the prompt's slots that were not evicted.
+        evicted = e.metrics.evicted_tokens;
+        const int64_t slots = static_cast<int64_t>(req.prompt.size()) - evicted;
+        const int blocks = static_cast<int>((slots + c.block_size - 1) / c.block_size);
+        peak_blocks = std::max(peak_blocks, blocks);
+        if (!segments.empty()) {
+          segments.back().peak_blocks = std::max(segments.back().peak_blocks, blocks);
+        }
+      }
+      if (e.prompt_logprobs.empty()) continue;
+      // A step's scores are timed together: its time goes to the segment of its first score.
+      bool timed = false;
+      for (float lp : e.prompt_logprobs) {
+        if (segments.empty() || segments.back().tokens == o.segment_tokens) {
+          segments.push_back(Segment{.first = scored + 1});
+        }
+        Segment& seg = segments.back();
+        if (!timed) {
+          seg.seconds += std::chrono::duration<double>(now - last).count();
+          timed = true;
+        }
+        seg.nll -= lp;
+        ++seg.tokens;
+        seg.peak_blocks = std::max(seg.peak_blocks, in_use);
+        ++scored;
+      }
+    }
+    events.clear();
+    last = now;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  double nll = 0;
+  for (const Segment& seg : segments) nll += seg.nll;
+  const std::string policy(KvEvictionPolicyName(c.kv_eviction.policy));
+  const KvLayout layout = (*core)->model().MakeKvLayout(c.block_size, c.k_dtype, c.v_dtype);
+  const EngineStats stats = (*core)->stats();
+  if (o.json) {
+    nlohmann::json segs = nlohmann::json::array();
+    for (const Segment& seg : segments) {
+      segs.push_back({{"first_token", seg.first},
+                      {"tokens", seg.tokens},
+                      {"perplexity", std::exp(seg.nll / static_cast<double>(seg.tokens))},
+                      {"tokens_per_second", seg.seconds > 0 ? seg.tokens / seg.seconds : 0.0},
+                      {"peak_kv_blocks", seg.peak_blocks}});
+    }
+    const nlohmann::json j = {
+        {"stream", true},
+        {"tokens", scored},
+        {"perplexity", std::exp(nll / static_cast<double>(scored))},
+        {"seconds", seconds},
+        {"tokens_per_second", scored / seconds},
+        {"kv_eviction", policy},
+        {"kv_budget", c.kv_eviction.budget_tokens},
+        {"kv_sink_tokens", c.kv_eviction.sink_tokens},
+        {"block_size", c.block_size},
+        {"evicted_tokens", evicted},
+        {"kv_shifts", stats.kv_eviction.num_shifts},
+        {"kv_shift_seconds", stats.kv_eviction.shift_seconds},
+        {"peak_kv_blocks", peak_blocks},
+        {"peak_kv_bytes", static_cast<uint64_t>(peak_blocks) * layout.bytes_per_block()},
+        {"segment_tokens", o.segment_tokens},
+        {"segments", segs},
+    };
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("{:>10} {:>8} {:>12} {:>10} {:>10}\n", "first", "tokens", "perplexity", "tok/s",
+             "KV blocks");
+  for (const Segment& seg : segments) {
+    fmt::print("{:>10} {:>8} {:>12.4f} {:>10.1f} {:>10}\n", seg.first, seg.tokens,
+               std::exp(seg.nll / static_cast<double>(seg.tokens)),
+               seg.seconds > 0 ? seg.tokens / seg.seconds : 0.0, seg.peak_blocks);
+  }
+  fmt::print("{} tokens streamed with --kv-eviction {}: perplexity {:.4f}, {} evicted in {} "
+             "shifts, peak {} KV blocks ({:.1f} MiB), {:.1f} s ({:.1f} tok/s)\n",
+             scored, policy, std::exp(nll / static_cast<double>(scored)), evicted,
+             stats.kv_eviction.num_shifts, peak_blocks,
+             static_cast<double>(peak_blocks) * layout.bytes_per_block() / (1 << 20), seconds,
+             scored / seconds);
+}
+
+void RunPerplexity(PerplexityOptions& o) {
+  if (o.stream) return RunStreamPerplexity(o);
+  if (o.kv_eviction.policy != "none") Fail("--kv-eviction needs --stream");
+  std::stringstream ss;
+  ss << ReadText(o.file);
   if (o.engine.ctx < 2) Fail("--ctx must be at least 2");
   Loaded l = Load(o.engine, true);
   const KvLayout& layout = l.generator->kv_storage().layout();
@@ -174,6 +322,13 @@ void AddPerplexityCommand(CLI::App& app) {
   cmd->add_flag("--json", o->json,
                 "Print one JSON object (perplexity, tokens, kl_divergence, top1_agreement, "
                 "reference_perplexity, ...)");
+  cmd->add_flag("--stream", o->stream,
+                "Score the whole text as one stream through the serving engine (with "
+                "--kv-eviction, past the context in constant memory) instead of in windows");
+  cmd->add_option("--segment-tokens", o->segment_tokens,
+                  "--stream: report perplexity, tokens/s and peak KV blocks per segment of this "
+                  "many tokens (default 4096)");
+  AddKvEvictionOptions(cmd, o->kv_eviction);
   cmd->add_flag("--parse-special", o->parse_special,
                 "Tokenize special-token text such as <s> or <|im_end|> as those tokens (off: as "
                 "plain text, like llama.cpp's perplexity)");

@@ -37,6 +37,7 @@ struct RunOptions {
   bool flexible_whitespace = false;
   int compile_timeout_ms = 10000;
   JumpForwardOptions jump_forward;
+  KvEvictionOptions kv_eviction;
 };
 
 
@@ -189,6 +190,7 @@ void RunOnEngine(const RunOptions& o) {
   c.max_num_batched_tokens = o.engine.batch;
   c.spec = *spec;
   ApplyJumpForwardOptions(o.jump_forward, &c);
+  c.kv_eviction = KvEvictionFromOptions(o.kv_eviction);
   auto core = EngineCore::Create(std::move(m.model), c, &tok);
   if (!core.ok()) Fail(core.status().ToString());
   EngineRequest req;
@@ -246,6 +248,9 @@ void RunOnEngine(const RunOptions& o) {
     j["speculative_method"] = spec->enabled() ? SpecMethodName(spec->method) : "off";
     j["jump_forward_tokens"] = stats.jump_forward.num_forced_tokens;
     j["jump_forward_accepted"] = stats.jump_forward.num_accepted_tokens;
+    j["kv_eviction"] = KvEvictionPolicyName(c.kv_eviction.policy);
+    j["evicted_tokens"] = metrics.evicted_tokens;
+    j["kv_shifts"] = stats.kv_eviction.num_shifts;
     j["draft_tokens"] = metrics.draft_tokens;
     j["accepted_tokens"] = metrics.accepted_tokens;
     j["acceptance_rate"] = rate;
@@ -271,7 +276,8 @@ void RunOnEngine(const RunOptions& o) {
 }
 
 void RunGenerate(const RunOptions& o) {
-  if (!o.speculative_config.empty() || (HasConstraint(o) && !o.jump_forward.off)) {
+  if (!o.speculative_config.empty() || (HasConstraint(o) && !o.jump_forward.off) ||
+      o.kv_eviction.policy != "none") {
     return RunOnEngine(o);
   }
   Loaded l = Load(o.engine, true);
@@ -364,6 +370,7 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--choice", o->choices,
                   "Constrain the output to one of these strings (repeat the flag)");
   AddJumpForwardOptions(cmd, o->jump_forward);
+  AddKvEvictionOptions(cmd, o->kv_eviction);
   cmd->add_option("--structured-compile-timeout-ms", o->compile_timeout_ms,
                   "Time limit for compiling the constraint (default 10000)")
       ->check(CLI::Range(1, 600000));

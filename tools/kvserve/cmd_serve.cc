@@ -29,6 +29,7 @@ struct ServeOptions {
   bool no_prefix_caching = false;
   bool no_partial_block_hits = false;
   JumpForwardOptions jump_forward;
+  KvEvictionOptions kv_eviction;
   std::string log_level = "info";
   std::string log_format = "text";
   std::string kv_disk_size;
@@ -94,6 +95,7 @@ void RunServe(ServeOptions& o) {
   c.engine.enable_prefix_caching = !o.no_prefix_caching;
   c.engine.partial_block_hits = !o.no_partial_block_hits;
   ApplyJumpForwardOptions(o.jump_forward, &c.engine);
+  c.engine.kv_eviction = KvEvictionFromOptions(o.kv_eviction);
   const std::optional<LogLevel> level = ParseLogLevel(o.log_level);
   if (!level) Fail("--log-level must be debug, info, warning, error or off");
   SetLogLevel(*level);
@@ -199,6 +201,7 @@ void AddServeCommand(CLI::App& app) {
                   "Requests that may wait beyond the running ones; more get 503 (default 256)");
   cmd->add_option("--max-body-bytes", o->max_body, "Largest request body (default 8MiB)");
   AddJumpForwardOptions(cmd, o->jump_forward);
+  AddKvEvictionOptions(cmd, o->kv_eviction);
   cmd->add_option("--structured-compile-timeout-ms", c.structured_compile_timeout_ms,
                   "Time limit for compiling one structured-output constraint (JSON schema, "
                   "regex, grammar); over it the request gets a 400 (default 10000)")

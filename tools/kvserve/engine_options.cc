@@ -100,6 +100,33 @@ void ApplyJumpForwardOptions(const JumpForwardOptions& o, EngineConfig* config) 
                                                  : EngineConfig::JumpForwardMode::kForce;
 }
 
+void AddKvEvictionOptions(CLI::App* cmd, KvEvictionOptions& o) {
+  cmd->add_option("--kv-eviction", o.policy,
+                  "Eviction inside a sequence: none (default), window (the oldest tokens go) or "
+                  "sinks (the first --kv-sink-tokens stay, then the oldest go); with a policy a "
+                  "sequence holds at most --kv-budget tokens of KV and may run past the context");
+  cmd->add_option("--kv-budget", o.budget,
+                  "KV tokens one sequence holds at most with --kv-eviction (whole blocks)")
+      ->check(CLI::Range(1, 1 << 30));
+  cmd->add_option("--kv-sink-tokens", o.sink_tokens,
+                  "Attention sinks kept for good with --kv-eviction sinks (default 4, rounded up "
+                  "to a whole block)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--kv-evict-batch", o.evict_batch,
+                  "Tokens dropped at once, rounded up to whole blocks (default: an eighth of the "
+                  "budget); larger batches shift keys less often")
+      ->check(CLI::Range(0, 1 << 30));
+}
+
+KvEvictionConfig KvEvictionFromOptions(const KvEvictionOptions& o) {
+  Result<KvEvictionPolicy> policy = ParseKvEvictionPolicy(o.policy, "--kv-eviction");
+  if (!policy.ok()) Fail(policy.status().message());
+  return KvEvictionConfig{.policy = *policy,
+                          .budget_tokens = o.budget,
+                          .sink_tokens = o.sink_tokens,
+                          .evict_batch_tokens = o.evict_batch};
+}
+
 std::string KvCacheTypeHelp(std::string_view what) {
   return fmt::format("KV cache type of {}: {} (default f16; see docs/kv_dtypes.md)", what,
                      KvDtypeNames());
