@@ -144,6 +144,17 @@ void Scheduler::Push(ScheduleOutput& out, Record& r, int n, int& budget) {
   r.scheduled_step = step_;
 }
 
+// NOTE (what an evicting sequence commits): only its blocks up to the end of the first dropped
+// range. The blocks after that are the ones its first eviction moves and re-rotates; had they
+// been committed, the eviction would have to copy every one of them first (the tree's copy must
+// stay as computed), doubling the sequence's memory for a moment, which a cache sized for the
+// budget does not have. Prompts that share a prefix with it still hit those first blocks.
+int Scheduler::CommitLimit(const Record& r) const {
+  const KvEvictionPlan& p = r.spec.eviction;
+  if (p.budget_blocks == 0) return r.num_computed;
+  return std::min(r.num_computed, (p.keep_blocks + p.drop_blocks) * kv_->block_size());
+}
+
 int Scheduler::FreeSlots(const Record& r) const {
   const KvEvictionPlan& p = r.spec.eviction;
   if (p.budget_blocks == 0) return std::numeric_limits<int>::max();
@@ -319,7 +330,7 @@ void Scheduler::OnStepDone(const ScheduleOutput& out) {
     KV_CHECK_EQ(r.num_computed, s.num_computed);
     r.num_computed += s.num_new_tokens - s.num_draft;
     r.num_computed_total += s.num_new_tokens;
-    kv_->Commit(s.seq, r.tokens, r.num_computed);
+    kv_->Commit(s.seq, r.tokens, CommitLimit(r));
   }
 }
 
@@ -342,7 +353,7 @@ void Scheduler::FinishVerify(SeqId seq, int accepted) {
   r.draft.clear();
   r.num_computed += accepted;
   KV_CHECK_LE(r.num_computed, static_cast<int>(r.tokens.size()));
-  kv_->Commit(seq, r.tokens, r.num_computed);
+  kv_->Commit(seq, r.tokens, CommitLimit(r));
   kv_->Shrink(seq, static_cast<int>(r.tokens.size()));
 }
 

@@ -164,6 +164,8 @@ class Scheduler {
   // plan). Room() evicts first when none fit (recorded in out.evictions); -1 when the
   // eviction's copies could not be had.
   int FreeSlots(const Record& r) const;
+  // The tokens whose full blocks may be committed to the prefix tree (see the .cc).
+  int CommitLimit(const Record& r) const;
   int Room(Record& r, ScheduleOutput& out);
 
   SchedulerConfig config_;

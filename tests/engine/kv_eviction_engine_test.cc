@@ -158,6 +158,14 @@ TEST(KvEviction, RequestsSharingBlocksWithAnEvictingSequenceAreUnaffected) {
   EXPECT_GT(run.finals.at({4, 0}).metrics.cached_tokens, 0);
 }
 
+TEST(KvEviction, ACacheOfExactlyTheBudgetIsEnoughWithThePrefixCacheOn) {
+  // The blocks an eviction moves were never committed, so it copies nothing.
+  EngineConfig exact = SmallConfig();
+  exact.num_blocks = 4;
+  const EngineRequest r = Evicting(Prompt(10, 100), 120, Policy(KvEvictionPolicy::kSinks));
+  EXPECT_EQ(RunOne(exact, r), RunOne(SmallConfig(), r));
+}
+
 TEST(KvEviction, APreemptedEvictingSequenceResumesWithTheSameOutput) {
   const EngineRequest r = Evicting(Prompt(7, 100), 150, Policy(KvEvictionPolicy::kSinks));
   const std::vector<TokenId> alone = RunOne(SmallConfig(), r);

@@ -251,6 +251,9 @@ void RunOnEngine(const RunOptions& o) {
     j["kv_eviction"] = KvEvictionPolicyName(c.kv_eviction.policy);
     j["evicted_tokens"] = metrics.evicted_tokens;
     j["kv_shifts"] = stats.kv_eviction.num_shifts;
+    j["kv_shift_ms"] = stats.kv_eviction.num_shifts > 0
+                           ? 1e3 * stats.kv_eviction.shift_seconds / stats.kv_eviction.num_shifts
+                           : 0.0;
     j["draft_tokens"] = metrics.draft_tokens;
     j["accepted_tokens"] = metrics.accepted_tokens;
     j["acceptance_rate"] = rate;
