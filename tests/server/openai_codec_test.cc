@@ -50,6 +50,31 @@ TEST(OpenAiCodec, ReadsEveryCompletionParameter) {
   EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{4}));
 }
 
+TEST(OpenAiCodec, ReadsKvEvictionAsANameOrAnObject) {
+  GenerationParams p;
+  ASSERT_FALSE(Parse(R"({"prompt":"hi","kv_eviction":"sinks"})", Endpoint::kCompletions, &p));
+  ASSERT_TRUE(p.kv_eviction.has_value());
+  EXPECT_EQ(p.kv_eviction->policy, KvEvictionPolicy::kSinks);
+  EXPECT_FALSE(p.kv_eviction->budget.has_value());
+  GenerationParams q;
+  ASSERT_FALSE(Parse(R"({"prompt":"hi","kv_eviction":{"policy":"window","budget":512,
+                        "sink_tokens":0,"evict_batch":64}})",
+                     Endpoint::kCompletions, &q));
+  EXPECT_EQ(q.kv_eviction->policy, KvEvictionPolicy::kWindow);
+  EXPECT_EQ(q.kv_eviction->budget, 512);
+  EXPECT_EQ(q.kv_eviction->sink_tokens, 0);
+  EXPECT_EQ(q.kv_eviction->evict_batch, 64);
+  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":"h2o"})").param, "kv_eviction");
+  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":"fifo"})").param, "kv_eviction");
+  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":7})").param, "kv_eviction");
+  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":{"budget":5}})").param,
+            "kv_eviction.policy");
+  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":{"policy":"sinks","budget":0}})").param,
+            "kv_eviction.budget");
+  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":{"policy":"sinks","size":5}})").param,
+            "kv_eviction.size");
+}
+
 TEST(OpenAiCodec, ReadsEveryPromptForm) {
   GenerationParams p;
   ASSERT_FALSE(Parse(R"({"prompt":["a","b"]})", Endpoint::kCompletions, &p));
