@@ -95,17 +95,7 @@ void RunStreamPerplexity(const PerplexityOptions& o) {
   if (o.segment_tokens < 1) Fail("--segment-tokens must be at least 1");
   const std::string text = ReadText(o.file);
   LoadedModel m = LoadModel(o.engine, /*need_tokenizer=*/true);
-  EngineConfig c;
-  c.num_threads = o.engine.threads;
-  c.poll_us = o.engine.poll_us;
-  c.block_size = o.engine.block_size;
-  const KvOptions kv = ParseKvOptions(o.engine);
-  c.k_dtype = kv.k_dtype;
-  c.v_dtype = kv.v_dtype;
-  c.kv_cache_memory_bytes = kv.kv_cache_bytes;
-  c.max_model_len = o.engine.ctx;
-  c.max_num_seqs = 1;
-  c.max_num_batched_tokens = o.engine.batch;
+  EngineConfig c = OneSequenceEngineConfig(o.engine);
   c.enable_prefix_caching = false;
   c.kv_eviction = KvEvictionFromOptions(o.kv_eviction);
   auto core = EngineCore::Create(std::move(m.model), c, &*m.tokenizer);

@@ -177,17 +177,7 @@ void RunOnEngine(const RunOptions& o) {
   if (!spec.ok()) Fail("--speculative-config: " + spec.status().message());
   LoadedModel m = LoadModel(o.engine, /*need_tokenizer=*/true);
   const Tokenizer& tok = *m.tokenizer;
-  EngineConfig c;
-  c.num_threads = o.engine.threads;
-  c.poll_us = o.engine.poll_us;
-  c.block_size = o.engine.block_size;
-  const KvOptions kv = ParseKvOptions(o.engine);
-  c.k_dtype = kv.k_dtype;
-  c.v_dtype = kv.v_dtype;
-  c.kv_cache_memory_bytes = kv.kv_cache_bytes;
-  c.max_model_len = o.engine.ctx;
-  c.max_num_seqs = 1;
-  c.max_num_batched_tokens = o.engine.batch;
+  EngineConfig c = OneSequenceEngineConfig(o.engine);
   c.spec = *spec;
   ApplyJumpForwardOptions(o.jump_forward, &c);
   c.kv_eviction = KvEvictionFromOptions(o.kv_eviction);

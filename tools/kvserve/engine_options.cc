@@ -100,6 +100,21 @@ void ApplyJumpForwardOptions(const JumpForwardOptions& o, EngineConfig* config) 
                                                  : EngineConfig::JumpForwardMode::kForce;
 }
 
+EngineConfig OneSequenceEngineConfig(const EngineOptions& o) {
+  EngineConfig c;
+  c.num_threads = o.threads;
+  c.poll_us = o.poll_us;
+  c.block_size = o.block_size;
+  const KvOptions kv = ParseKvOptions(o);
+  c.k_dtype = kv.k_dtype;
+  c.v_dtype = kv.v_dtype;
+  c.kv_cache_memory_bytes = kv.kv_cache_bytes;
+  c.max_model_len = o.ctx;
+  c.max_num_seqs = 1;
+  c.max_num_batched_tokens = o.batch;
+  return c;
+}
+
 void AddKvEvictionOptions(CLI::App* cmd, KvEvictionOptions& o) {
   cmd->add_option("--kv-eviction", o.policy,
                   "Eviction inside a sequence: none (default), window (the oldest tokens go) or "

@@ -54,6 +54,10 @@ LoadedModel LoadModel(const EngineOptions& o, bool need_tokenizer);
 // the KV cache's start-up line (types, bytes per token, capacity) to stderr unless `quiet`.
 Loaded Load(const EngineOptions& o, bool need_tokenizer, bool quiet = false);
 
+// The serving engine's config for one request at a time (run's and perplexity --stream's engine
+// path): threads, block size, KV types and memory, context and batch from the flags.
+EngineConfig OneSequenceEngineConfig(const EngineOptions& o);
+
 // --poll-us: how long compute threads spin before sleeping (run, serve, bench's in-process side).
 void AddPollOption(CLI::App* cmd, int& poll_us);
 
