@@ -176,9 +176,12 @@ Status EngineCore::Validate(const EngineRequest& r) const {
   return Status::Ok();
 }
 
+const KvEvictionConfig& EngineCore::EvictionConfigFor(const EngineRequest& r) const {
+  return r.kv_eviction ? *r.kv_eviction : config_.kv_eviction;
+}
+
 Result<KvEvictionPlan> EngineCore::EvictionPlanFor(const EngineRequest& r) const {
-  const KvEvictionConfig& c = r.kv_eviction ? *r.kv_eviction : config_.kv_eviction;
-  return PlanKvEviction(c, config_.block_size,
+  return PlanKvEviction(EvictionConfigFor(r), config_.block_size,
                         std::min<int>(config_.max_model_len,
                                       kv_manager_->num_blocks() * config_.block_size));
 }
@@ -211,11 +214,8 @@ Status EngineCore::Add(RequestId id, EngineRequest request, Clock::time_point ar
   const SeqId sid = NewSeqId();
   const CacheNamespace ns = NamespaceFor(request.cache_salt);
   seqs_.emplace(sid, std::move(seq));
-  const KvEvictionPolicy policy =
-      request.kv_eviction ? request.kv_eviction->policy : config_.kv_eviction.policy;
   RequestCtx ctx{std::move(request), ns, arrival, {sid}};
   ctx.eviction = plan;
-  ctx.eviction_policy = policy;
   requests_.emplace(id, std::move(ctx));
   if (!StartTierLoad(id)) Schedule(id);
   return Status::Ok();
@@ -450,13 +450,10 @@ void EngineCore::ScorePrompt(const ScheduledSeq& s, const float* rows, int num_r
   for (int j = 0; j < num_rows; ++j) {
     const int next = s.num_computed + j + 1;  // the prompt token row j predicts
     if (next <= c.prompt_scored) continue;   // recomputed after a preemption: sent already
-    const float* row = rows + static_cast<size_t>(j) * vocab;
-    float max = row[0];
-    for (size_t v = 1; v < vocab; ++v) max = std::max(max, row[v]);
-    double sum = 0;
-    for (size_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v] - max));
-    e.prompt_logprobs.push_back(
-        static_cast<float>(row[tokens[static_cast<size_t>(next)]] - max - std::log(sum)));
+    const std::span<const float> row(rows + static_cast<size_t>(j) * vocab, vocab);
+    e.prompt_logprobs.push_back(static_cast<float>(
+        static_cast<double>(row[static_cast<size_t>(tokens[static_cast<size_t>(next)])]) -
+        LogSumExp(row)));
     c.prompt_scored = next;
   }
   if (!e.prompt_logprobs.empty()) out->push_back(std::move(e));
@@ -471,7 +468,8 @@ void EngineCore::ApplyEvictions(const ScheduleOutput& so) {
     model_->ShiftKeys(kv_, e.blocks.moved, -e.blocks.evicted_tokens, *pool_);
     SeqCtx& c = seqs_.at(e.seq);
     const RequestCtx& r = requests_.at(c.request);
-    st.evicted_tokens[static_cast<int>(r.eviction_policy)] += e.blocks.evicted_tokens;
+    st.evicted_tokens[static_cast<int>(EvictionConfigFor(r.request).policy)] +=
+        e.blocks.evicted_tokens;
     ++st.num_shifts;
     st.shifted_blocks += static_cast<int64_t>(e.blocks.moved.size());
     st.copied_blocks += static_cast<int64_t>(e.blocks.copies.size());

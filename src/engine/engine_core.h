@@ -167,7 +167,6 @@ class EngineCore {
     int tier_first_block = 0;
     std::vector<int> tier_of_block;
     KvEvictionPlan eviction;  // of its sequences (budget_blocks 0 = none)
-    KvEvictionPolicy eviction_policy = KvEvictionPolicy::kNone;
   };
   struct TierLoading {
     RequestId request;  // invalid once the request left
@@ -180,7 +179,9 @@ class EngineCore {
              const Tokenizer* tokenizer);
   Result<SeqCtx> MakeSeq(RequestId id, const EngineRequest& request, int index) const;
   ForwardBatch BuildBatch(const ScheduleOutput& so) const;
-  // The request's eviction config (its own, else the engine's) checked and planned.
+  // The request's eviction config: its own, else the engine's; and that config checked and
+  // planned.
+  const KvEvictionConfig& EvictionConfigFor(const EngineRequest& r) const;
   Result<KvEvictionPlan> EvictionPlanFor(const EngineRequest& r) const;
   // Copies shared blocks and re-rotates the moved keys of this step's evictions.
   void ApplyEvictions(const ScheduleOutput& so);

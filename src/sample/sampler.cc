@@ -31,6 +31,15 @@ uint64_t OsSeed() {
 
 }  // namespace
 
+double LogSumExp(std::span<const float> logits) {
+  KV_CHECK(!logits.empty());
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  if (max_logit == kNegInf) return -std::numeric_limits<double>::infinity();
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - max_logit);
+  return static_cast<double>(max_logit) + std::log(sum);
+}
+
 TokenId Argmax(std::span<const float> logits) {
   KV_CHECK(!logits.empty());
   size_t best = 0;
@@ -143,16 +152,10 @@ TokenId Sampler::Draw(size_t num_candidates) {
 
 void Sampler::FillLogprobs(TokenId token, SampleOutput* out) const {
   const std::span<const float> raw(raw_logits_);
-  const float max_logit = *std::max_element(raw.begin(), raw.end());
-  double log_sum = -std::numeric_limits<double>::infinity();
-  if (max_logit > kNegInf) {
-    double sum = 0.0;
-    for (float x : raw) sum += std::exp(static_cast<double>(x) - max_logit);
-    log_sum = static_cast<double>(max_logit) + std::log(sum);
-  }
+  const double log_sum = LogSumExp(raw);
   auto logprob = [&](TokenId id) {
     const float x = raw[static_cast<size_t>(id)];
-    if (x == kNegInf || max_logit == kNegInf) return kNegInf;
+    if (x == kNegInf || log_sum == -std::numeric_limits<double>::infinity()) return kNegInf;
     return static_cast<float>(static_cast<double>(x) - log_sum);
   };
   out->logprob = logprob(token);

@@ -95,6 +95,10 @@ class Sampler {
   std::vector<float> raw_logits_;      // [vocab_size] raw row copy; empty unless logprobs wanted
 };
 
+// log(sum(exp(x))) over the row, in double; -inf for an all -inf row. REQUIRES: no NaN,
+// non-empty.
+double LogSumExp(std::span<const float> logits);
+
 // Index of the largest value, ties -> lowest index; 0 for an all -inf row. REQUIRES: no NaN,
 // non-empty.
 TokenId Argmax(std::span<const float> logits);

@@ -186,12 +186,24 @@ size_t Scheduler::PickVictim() const {
   return best;
 }
 
-void Scheduler::Preempt(size_t index, ScheduleOutput& out, int& budget) {
-  const SeqId id = running_[index];
-  Record& r = Get(id);
+bool Scheduler::PreemptVictim(size_t& i, ScheduleOutput& out, int& budget) {
+  const size_t v = PickVictim();
+  Preempt(v, out, budget);
+  if (v == i) return true;
+  if (v < i) --i;
+  return false;
+}
+
+void Scheduler::EndKv(SeqId id, ScheduleOutput& out) {
   kv_->EndSequence(id);
   // An eviction it made this step is void: its blocks went back to the pool.
   std::erase_if(out.evictions, [&](const KvEvictionEdit& e) { return e.seq == id; });
+}
+
+void Scheduler::Preempt(size_t index, ScheduleOutput& out, int& budget) {
+  const SeqId id = running_[index];
+  Record& r = Get(id);
+  EndKv(id, out);
   auto it = std::find_if(out.seqs.begin(), out.seqs.end(),
                          [&](const ScheduledSeq& s) { return s.seq == id; });
   if (it != out.seqs.end()) {  // it had tokens this step already: give them back
@@ -216,24 +228,17 @@ void Scheduler::ScheduleRunning(ScheduleOutput& out, int& budget, bool prefills)
       continue;
     }
     bool preempted_self = false;
-    int room;
-    while ((room = Room(r, out)) < 0) {  // an eviction that needs blocks for its copies
-      const size_t v = PickVictim();
-      preempted_self = v == i;
-      Preempt(v, out, budget);
-      if (preempted_self) break;
-      if (v < i) --i;
-    }
-    if (preempted_self) continue;
-    const int n = std::min({pending, budget, room});
-    while (!kv_->Allocate(r.spec.id, r.num_computed + n)) {
-      const size_t v = PickVictim();
-      preempted_self = v == i;
-      Preempt(v, out, budget);
-      if (preempted_self) break;
-      if (v < i) --i;
+    int room = 0;
+    // An eviction that needs blocks for its copies, then the allocation, may preempt others.
+    while (!preempted_self && (room = Room(r, out)) < 0) {
+      preempted_self = PreemptVictim(i, out, budget);
     }
     if (preempted_self) continue;  // running_[i] is now the next sequence
+    const int n = std::min({pending, budget, room});
+    while (!preempted_self && !kv_->Allocate(r.spec.id, r.num_computed + n)) {
+      preempted_self = PreemptVictim(i, out, budget);
+    }
+    if (preempted_self) continue;
     Push(out, r, n, budget);
     ++i;
   }
@@ -249,8 +254,7 @@ bool Scheduler::Admit(Record& r, ScheduleOutput& out, int& budget) {
   const int room = Room(r, out);
   const int n = std::min({static_cast<int>(r.tokens.size()) - cached, budget, room});
   if (room < 0 || !kv_->Allocate(id, cached + n)) {
-    std::erase_if(out.evictions, [&](const KvEvictionEdit& e) { return e.seq == id; });
-    kv_->EndSequence(id);
+    EndKv(id, out);
     r.num_computed = 0;
     return false;
   }

@@ -159,6 +159,11 @@ class Scheduler {
   bool ShouldDefer(const Record& r) const;
   size_t PickVictim() const;  // index into running_
   void Preempt(size_t index, ScheduleOutput& out, int& budget);
+  // Preempts PickVictim() for running_[i], keeping i on the same sequence; true when that
+  // victim was running_[i] itself (i is then the next sequence).
+  bool PreemptVictim(size_t& i, ScheduleOutput& out, int& budget);
+  // Ends a sequence's KV (EndSequence) and drops the evictions it made this step.
+  void EndKv(SeqId id, ScheduleOutput& out);
   void Push(ScheduleOutput& out, Record& r, int n, int& budget);
   // A sequence with an eviction plan: the tokens that fit in its budget now (INT_MAX without a
   // plan). Room() evicts first when none fit (recorded in out.evictions); -1 when the
