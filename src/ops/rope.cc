@@ -80,18 +80,19 @@ void Rope::RotatePairs(float* x, int num_heads, int head_dim, const float* c,
   }
 }
 
-void Rope::Apply(float* x, int num_heads, int head_dim, int32_t pos) const {
+void Rope::Turn(float* x, int num_heads, int head_dim, int32_t pos, bool magnitude) const {
   constexpr int kMaxPairs = 512;
   float c[kMaxPairs], s[kMaxPairs];
-  Angles(pos, /*magnitude=*/true, c, s);
+  Angles(pos, magnitude, c, s);
   RotatePairs(x, num_heads, head_dim, c, s);
 }
 
+void Rope::Apply(float* x, int num_heads, int head_dim, int32_t pos) const {
+  Turn(x, num_heads, head_dim, pos, /*magnitude=*/true);
+}
+
 void Rope::Rotate(float* x, int num_heads, int head_dim, int32_t delta) const {
-  constexpr int kMaxPairs = 512;
-  float c[kMaxPairs], s[kMaxPairs];
-  Angles(delta, /*magnitude=*/false, c, s);
-  RotatePairs(x, num_heads, head_dim, c, s);
+  Turn(x, num_heads, head_dim, delta, /*magnitude=*/false);
 }
 
 }  // namespace kvserve

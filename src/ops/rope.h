@@ -46,9 +46,12 @@ class Rope {
   std::vector<float> ramp_mix_;   // yarn: 1 = extrapolate, 0 = interpolate, per pair
   float mscale_ = 1.f;
 
-  // cos and sin of every pair's angle at position `pos`, times `mag`, into c and s.
+  // cos and sin of every pair's angle at position `pos` (times YaRN's magnitude factor when
+  // `magnitude`), into c and s.
   void Angles(int32_t pos, bool magnitude, float* c, float* s) const;
   void RotatePairs(float* x, int num_heads, int head_dim, const float* c, const float* s) const;
+  // Apply (with YaRN's magnitude) or Rotate (without) by the angles of `pos`.
+  void Turn(float* x, int num_heads, int head_dim, int32_t pos, bool magnitude) const;
 };
 
 }  // namespace kvserve
