@@ -327,7 +327,7 @@ void EngineCore::Cancel(RequestId id, std::vector<RequestOutput>* out) {
   for (SeqId s : seqs) FinishSeq(s, FinishReason::kCancelled, Status::Ok(), out, nullptr);
 }
 
-ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
+ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) {
   ForwardBatch batch;
   batch.tokens.reserve(static_cast<size_t>(so.num_batched_tokens));
   batch.positions.reserve(static_cast<size_t>(so.num_batched_tokens));
@@ -341,6 +341,17 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) const {
       batch.AddSequence(table, slots,
                         tokens.subspan(static_cast<size_t>(s.num_computed), s.num_new_tokens),
                         ScoredRows(s) + (s.wants_logits ? 1 : 0));
+      SeqCtx& c = seqs_.at(s.seq);
+      const KvEvictionPlan& plan = requests_.at(c.request).eviction;
+      if (plan.by_score) {
+        const ModelConfig& mc = model_->config();
+        const int budget = plan.budget_slots(config_.block_size);
+        c.scores.resize(static_cast<size_t>(mc.num_layers) * mc.num_kv_heads * budget);
+        ForwardSeq& f = batch.seqs.back();
+        f.scores = c.scores.data();
+        f.score_stride = budget;
+        f.score_from_slot = budget - plan.window_slots;  // h2o: window 0, every query
+      }
       continue;
     }
     // The last token, then its drafts; logits after each of them.
@@ -366,6 +377,9 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
   ++num_steps_;
   if (draft_) {
     for (SeqId p : so.preempted) draft_->Release(p);
+  }
+  for (SeqId p : so.preempted) {  // it starts over: so do its attention scores
+    if (auto it = seqs_.find(p); it != seqs_.end()) std::fill(it->second.scores.begin(), it->second.scores.end(), 0);
   }
   for (const ScheduledSeq& s : so.seqs) {
     RequestCtx& r = requests_.at(seqs_.at(s.seq).request);
@@ -465,9 +479,13 @@ void EngineCore::ApplyEvictions(const ScheduleOutput& so) {
   KvEvictionStats& st = eviction_stats_;
   for (const KvEvictionEdit& e : so.evictions) {
     for (const BlockCopy& c : e.blocks.copies) kv_.CopyBlock(c.src, c.dst);
-    model_->ShiftKeys(kv_, e.blocks.moved, -e.blocks.evicted_tokens, *pool_);
     SeqCtx& c = seqs_.at(e.seq);
     const RequestCtx& r = requests_.at(c.request);
+    if (r.eviction.by_score) {
+      CompactByScore(c, r.eviction, e.seq);
+    } else {
+      model_->ShiftKeys(kv_, e.blocks.moved, -e.blocks.evicted_tokens, *pool_);
+    }
     st.evicted_tokens[static_cast<int>(EvictionConfigFor(r.request).policy)] +=
         e.blocks.evicted_tokens;
     ++st.num_shifts;
@@ -477,6 +495,34 @@ void EngineCore::ApplyEvictions(const ScheduleOutput& so) {
     c.evicted_tokens = std::max<int64_t>(c.evicted_tokens, kv_manager_->evicted_tokens(e.seq));
   }
   st.shift_seconds += Seconds(start, Clock::now());
+}
+
+// NOTE (exactness): the scores are integer sums of each query row's probabilities, and a row's
+// probabilities depend only on its own slots (ops/attention.h), so the choice below does not
+// depend on how the tokens were batched, chunked or threaded, and a preempted sequence, which
+// recomputes from its first token with zeroed scores, evicts the same tokens again.
+void EngineCore::CompactByScore(SeqCtx& c, const KvEvictionPlan& plan, SeqId seq) {
+  const ModelConfig& mc = model_->config();
+  const int bs = config_.block_size;
+  const size_t budget = static_cast<size_t>(plan.budget_slots(bs));
+  const size_t heads = static_cast<size_t>(mc.num_layers) * mc.num_kv_heads;
+  KV_CHECK_EQ(c.scores.size(), heads * budget);
+  std::vector<std::vector<int32_t>> kept(heads);
+  int64_t moved = 0;
+  for (size_t i = 0; i < heads; ++i) {
+    const std::span<int64_t> sc(c.scores.data() + i * budget, budget);
+    SelectKeptSlots(plan, bs, sc, &kept[i]);
+    // h2o: a kept token keeps its accumulated score; snapkv: the next window starts afresh.
+    for (size_t j = 0; j < kept[i].size(); ++j) {
+      const size_t from = static_cast<size_t>(kept[i][j]);
+      moved += from != j ? 1 : 0;
+      sc[j] = plan.window_slots > 0 ? 0 : sc[from];
+    }
+    std::fill(sc.begin() + static_cast<std::ptrdiff_t>(kept[i].size()), sc.end(), 0);
+  }
+  model_->CompactKv(kv_, kv_manager_->block_table(seq), kept, *pool_);
+  ++eviction_stats_.num_compactions;
+  eviction_stats_.compacted_slots += moved;
 }
 
 void EngineCore::SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out) {
@@ -498,6 +544,7 @@ void EngineCore::ForkSamples(SeqId parent, const float* row, std::vector<Request
     const SeqId child = NewSeqId();
     const std::optional<BlockCopy> copy = scheduler_->Fork(parent, child);
     if (copy) kv_.CopyBlock(copy->src, copy->dst);
+    seq->scores = seqs_.at(parent).scores;  // h2o / snapkv: what the shared prompt scored
     seqs_.emplace(child, std::move(seq).value());
     requests_.at(id).seqs.push_back(child);
     std::memcpy(scratch_.data(), row, vocab * sizeof(float));

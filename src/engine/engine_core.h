@@ -150,6 +150,9 @@ class EngineCore {
     int jump_backoff = 0;
     int prompt_scored = 0;       // score_prompt: prompt tokens whose logprob was sent
     int64_t evicted_tokens = 0;  // evicted inside the sequence (the furthest it got)
+    // h2o / snapkv: attention scores per (layer, KV head, slot) in fixed point, filled by the
+    // attention kernel (ForwardSeq::scores); sized at the sequence's first step.
+    std::vector<int64_t> scores;
   };
   enum class Phase { kScheduled, kTierLoad, kTierWait };
   struct RequestCtx {
@@ -178,13 +181,15 @@ class EngineCore {
   EngineCore(std::unique_ptr<Model> model, KvStorage kv, const EngineConfig& config,
              const Tokenizer* tokenizer);
   Result<SeqCtx> MakeSeq(RequestId id, const EngineRequest& request, int index) const;
-  ForwardBatch BuildBatch(const ScheduleOutput& so) const;
+  ForwardBatch BuildBatch(const ScheduleOutput& so);
   // The request's eviction config: its own, else the engine's; and that config checked and
   // planned.
   const KvEvictionConfig& EvictionConfigFor(const EngineRequest& r) const;
   Result<KvEvictionPlan> EvictionPlanFor(const EngineRequest& r) const;
   // Copies shared blocks and re-rotates the moved keys of this step's evictions.
   void ApplyEvictions(const ScheduleOutput& so);
+  // h2o / snapkv: drops the tokens each (layer, KV head) scored lowest and compacts the rest.
+  void CompactByScore(SeqCtx& c, const KvEvictionPlan& plan, SeqId seq);
   // score_prompt: logits rows of the chunk that score prompt tokens (they come first), and the
   // event with their log-probabilities.
   int ScoredRows(const ScheduledSeq& s) const;

@@ -119,8 +119,10 @@ struct JumpForwardStats {
 
 // Eviction inside sequences (sched/kv_eviction.h) since start.
 struct KvEvictionStats {
-  int64_t evicted_tokens[3] = {0, 0, 0};  // by KvEvictionPolicy (none stays 0)
+  int64_t evicted_tokens[kNumKvEvictionPolicies] = {};  // by KvEvictionPolicy (none stays 0)
   int64_t num_shifts = 0;          // evictions that re-rotated the keys after them
+  int64_t num_compactions = 0;     // of those, h2o/snapkv evictions that compacted tokens
+  int64_t compacted_slots = 0;     // (layer, head, slot) key/value vectors those moved
   int64_t shifted_blocks = 0;      // blocks whose keys were re-rotated
   int64_t copied_blocks = 0;       // shared blocks copied before being re-rotated
   double shift_seconds = 0;        // time spent copying and re-rotating

@@ -21,6 +21,12 @@ struct ForwardSeq {
   int32_t num_cached = 0;                // slots already holding K/V before this batch
   int32_t num_new = 0;                   // tokens of this sequence in the batch
   int32_t first_token = 0;               // index of its first token in ForwardBatch::tokens
+  // Attention scores (h2o, snapkv: sched/kv_eviction.h): if set, the attention probabilities of
+  // its tokens at slots >= score_from_slot, summed over each KV head's query group, are added in
+  // fixed point to scores[(layer * num_kv_heads + kv_head) * score_stride + slot].
+  int64_t* scores = nullptr;
+  int32_t score_stride = 0;
+  int32_t score_from_slot = 0;
 };
 
 struct ForwardBatch {

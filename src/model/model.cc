@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "model/model_internal.h"
 #include "ops/attention.h"
@@ -188,6 +189,34 @@ void Model::ShiftKeys(KvStorage& kv, std::span<const BlockId> blocks, int32_t de
   });
 }
 
+void Model::CompactKv(KvStorage& kv, std::span<const BlockId> table,
+                      std::span<const std::vector<int32_t>> kept, ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const KvLayout& kl = kv.layout();
+  const int bs = kl.block_size;
+  pool.ParallelFor(static_cast<int64_t>(kept.size()), [&](int64_t b, int64_t e) {
+    std::vector<float> key(static_cast<size_t>(c.head_dim));
+    for (int64_t i = b; i < e; ++i) {
+      const int layer = static_cast<int>(i / c.num_kv_heads);
+      const int h = static_cast<int>(i % c.num_kv_heads);
+      const std::vector<int32_t>& k = kept[static_cast<size_t>(i)];
+      // kept is ascending and kept[j] >= j: slot j is written after every read of it.
+      for (size_t j = 0; j < k.size(); ++j) {
+        const int dst = static_cast<int>(j), src = k[j];
+        if (src == dst) continue;
+        uint8_t* kd = kv.KTile(layer, table[dst / bs], h) + (dst % bs) * kl.k_head_bytes();
+        const uint8_t* ks = kv.KTile(layer, table[src / bs], h) + (src % bs) * kl.k_head_bytes();
+        LoadKvVector(kl.k_dtype, ks, c.head_dim, key.data());
+        rope_->Rotate(key.data(), 1, c.head_dim, dst - src);
+        StoreKvVector(kl.k_dtype, key.data(), c.head_dim, kd);
+        std::memcpy(kv.VTile(layer, table[dst / bs], h) + (dst % bs) * kl.v_head_bytes(),
+                    kv.VTile(layer, table[src / bs], h) + (src % bs) * kl.v_head_bytes(),
+                    kl.v_head_bytes());
+      }
+    }
+  });
+}
+
 void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, ThreadPool& pool) {
   Scratch& s = *scratch_;
   const ModelConfig& c = config_;
@@ -203,8 +232,12 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
   const int tile_tokens = std::max(1, kTileRows / group);
   std::vector<AttentionTile>& tiles = s.attn_tiles;
   tiles.clear();
+  s.attn_tile_seq.clear();
+  s.attn_scored.clear();
+  size_t lse_rows = 0;
   int max_parts = 0;
-  for (const ForwardSeq& seq : batch.seqs) {
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const ForwardSeq& seq = batch.seqs[si];
     for (int j0 = 0; j0 < seq.num_new; j0 += tile_tokens) {
       const int64_t t0 = seq.first_token + j0;
       for (int h = 0; h < c.num_kv_heads; ++h) {
@@ -219,10 +252,22 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
         t.kv_head = h;
         t.first_slots = seq.num_cached + j0 + 1;
         t.block_table = seq.block_table;
+        // Scored tiles (a token at a slot >= score_from_slot): their rows' log-sum-exps.
+        if (seq.scores != nullptr && t.first_slots + t.num_tokens - 1 > seq.score_from_slot) {
+          s.attn_scored.push_back(static_cast<int32_t>(tiles.size()));
+          lse_rows += static_cast<size_t>(t.num_tokens) * group;
+        }
+        s.attn_tile_seq.push_back(static_cast<int32_t>(si));
         tiles.push_back(t);
         max_parts = std::max(max_parts, AttentionPartitions(t.first_slots + t.num_tokens - 1));
       }
     }
+  }
+  if (s.attn_lse.size() < lse_rows) s.attn_lse.resize(lse_rows);
+  lse_rows = 0;
+  for (int32_t ti : s.attn_scored) {
+    tiles[static_cast<size_t>(ti)].lse = s.attn_lse.data() + lse_rows;
+    lse_rows += static_cast<size_t>(tiles[static_cast<size_t>(ti)].num_tokens) * group;
   }
   // Few tiles over long contexts (decode): split them into partitions run in parallel, then
   // fold each row's partitions in order. Otherwise one item per tile.
@@ -259,18 +304,31 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
                           s.attn_partials.data() + s.attn_partial_offset[ti] + p * rows * pf);
     }
   });
-  if (partial_floats == 0) return;
-  pool.ForEach(static_cast<int64_t>(tiles.size()), [&](int64_t i) {
-    const AttentionTile& t = tiles[i];
-    if (AttentionPartitions(t.first_slots + t.num_tokens - 1) == 1) return;
-    const int rows = t.num_tokens * group;
-    const float* base = s.attn_partials.data() + s.attn_partial_offset[i];
-    for (int r = 0; r < rows; ++r) {
-      const int j = r / group, g = r % group;
-      MergeAttentionPartials(base + r * pf, AttentionPartitions(t.first_slots + j),
-                             static_cast<int64_t>(rows * pf), c.head_dim,
-                             t.out + j * t.out_stride + static_cast<int64_t>(g) * c.head_dim);
-    }
+  if (partial_floats > 0) {
+    pool.ForEach(static_cast<int64_t>(tiles.size()), [&](int64_t i) {
+      const AttentionTile& t = tiles[i];
+      if (AttentionPartitions(t.first_slots + t.num_tokens - 1) == 1) return;
+      const int rows = t.num_tokens * group;
+      const float* base = s.attn_partials.data() + s.attn_partial_offset[i];
+      for (int r = 0; r < rows; ++r) {
+        const int j = r / group, g = r % group;
+        MergeAttentionPartials(base + r * pf, AttentionPartitions(t.first_slots + j),
+                               static_cast<int64_t>(rows * pf), c.head_dim,
+                               t.out + j * t.out_stride + static_cast<int64_t>(g) * c.head_dim,
+                               t.lse != nullptr ? t.lse + r : nullptr);
+      }
+    });
+  }
+  // H2O / SnapKV scores: one more K pass per scored tile (integer sums: any order, same result).
+  pool.ForEach(static_cast<int64_t>(s.attn_scored.size()), [&](int64_t k) {
+    const int32_t ti = s.attn_scored[static_cast<size_t>(k)];
+    const AttentionTile& t = tiles[static_cast<size_t>(ti)];
+    const ForwardSeq& seq = batch.seqs[static_cast<size_t>(s.attn_tile_seq[static_cast<size_t>(ti)])];
+    // Token j of the tile is at slot first_slots - 1 + j.
+    const int first = std::max(0, seq.score_from_slot - (t.first_slots - 1));
+    int64_t* acc = seq.scores + (static_cast<int64_t>(li) * c.num_kv_heads + t.kv_head) *
+                                    seq.score_stride;
+    AccumulateAttentionScores(t, view, scale, first, acc);
   });
 }
 

@@ -67,6 +67,12 @@ class Model {
   // holds a key.
   void ShiftKeys(KvStorage& kv, std::span<const BlockId> blocks, int32_t delta,
                  ThreadPool& pool) const;
+  // Token-level eviction (h2o, snapkv): per layer and KV head, kept[layer * num_kv_heads + head]
+  // lists the slots of `table` that stay, ascending; slot j then holds what was at kept[j], its
+  // key re-rotated by j - kept[j] positions (as ShiftKeys does) and its value copied as stored.
+  // Slots past the kept ones are left as they were (free for the next tokens).
+  void CompactKv(KvStorage& kv, std::span<const BlockId> table,
+                 std::span<const std::vector<int32_t>> kept, ThreadPool& pool) const;
 
  private:
   struct Layer;

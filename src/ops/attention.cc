@@ -79,10 +79,37 @@ void AttendTilePartition(const AttentionTile& tile, const PagedKvLayerView& kv, 
 bool AttentionCanSplit(int head_dim) { return Table().kernels(head_dim).partition != nullptr; }
 
 void MergeAttentionPartials(const float* partials, int num_partitions, int64_t stride, int head_dim,
-                            float* out) {
+                            float* out, float* lse) {
   const attn::TileKernels k = Table().kernels(head_dim);
   KV_CHECK(k.merge != nullptr);
-  k.merge(partials, num_partitions, stride, out);
+  k.merge(partials, num_partitions, stride, out, lse);
+}
+
+void AccumulateAttentionScores(const AttentionTile& tile, const PagedKvLayerView& kv, float scale,
+                               int first_token, int64_t* acc) {
+  const attn::TileKernels k = Table().kernels(kv.head_dim);
+  if (k.scores != nullptr) {
+    KV_CHECK(tile.lse != nullptr);
+    k.scores(tile, kv, scale, first_token, acc);
+    return;
+  }
+  // Head dims without a fast kernel: the reference's probabilities, token by token.
+  thread_local std::vector<float> scratch;
+  for (int j = first_token; j < tile.num_tokens; ++j) {
+    const int n = tile.first_slots + j;
+    const size_t need = AttentionScratchFloats(n, tile.group, kv.head_dim);
+    if (scratch.size() < need) scratch.resize(need);
+    ReferenceProbabilities(tile.q + j * tile.q_stride, tile.group, tile.kv_head, kv,
+                           tile.block_table, n, scale, scratch.data());
+    for (int s = 0; s < n; ++s) {
+      int64_t sum = 0;
+      for (int g = 0; g < tile.group; ++g) {
+        sum += static_cast<int32_t>(scratch[static_cast<size_t>(g) * n + s] *
+                                    kAttentionScoreFixedOne);
+      }
+      if (sum != 0) __atomic_fetch_add(acc + s, sum, __ATOMIC_RELAXED);
+    }
+  }
 }
 
 void AttendGroup(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
@@ -98,11 +125,11 @@ void AttendGroup(const float* q, int group, int kv_head, const PagedKvLayerView&
   AttendTile(t, kv, scale);
 }
 
-void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
-                          std::span<const BlockId> block_table, int num_slots, float scale,
-                          float* scratch, float* out) {
+void ReferenceProbabilities(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
+                            std::span<const BlockId> block_table, int num_slots, float scale,
+                            float* scratch) {
   const int d = kv.head_dim;
-  float* scores = scratch;                                // [group, num_slots]
+  float* scores = scratch;                                        // [group, num_slots]
   float* vec = scratch + static_cast<size_t>(group) * num_slots;  // [head_dim]
   for (int s = 0; s < num_slots; ++s) {
     const BlockId b = block_table[s / kv.block_size];
@@ -119,6 +146,15 @@ void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvL
     }
   }
   for (int g = 0; g < group; ++g) Softmax(scores + static_cast<size_t>(g) * num_slots, num_slots);
+}
+
+void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
+                          std::span<const BlockId> block_table, int num_slots, float scale,
+                          float* scratch, float* out) {
+  const int d = kv.head_dim;
+  ReferenceProbabilities(q, group, kv_head, kv, block_table, num_slots, scale, scratch);
+  const float* scores = scratch;                                        // [group, num_slots]
+  float* vec = scratch + static_cast<size_t>(group) * num_slots;  // [head_dim]
   std::memset(out, 0, sizeof(float) * group * d);
   for (int s = 0; s < num_slots; ++s) {
     const BlockId b = block_table[s / kv.block_size];

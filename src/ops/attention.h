@@ -66,6 +66,9 @@ struct AttentionTile {
   int kv_head = 0;
   int first_slots = 1;
   std::span<const BlockId> block_table;
+  // If set, AttendTile (and MergeAttentionPartials, given lse + r) also write row r's
+  // log-sum-exp of its scaled scores (m + log l) to lse[r], for AccumulateAttentionScores.
+  float* lse = nullptr;
 };
 
 // Whole tile: every partition of every row, written to out. K/V chunks are converted once and
@@ -85,8 +88,19 @@ bool AttentionCanSplit(int head_dim);
 // Folds one row's `num_partitions` partial states (partition p at partials + p * stride floats)
 // in partition order and writes the row's head_dim outputs. AttendTilePartition followed by this
 // gives bit-identical results to AttendTile.
+// With lse, also writes the row's log-sum-exp there.
 void MergeAttentionPartials(const float* partials, int num_partitions, int64_t stride, int head_dim,
-                            float* out);
+                            float* out, float* lse = nullptr);
+
+// Attention probabilities gathered per slot (H2O and SnapKV scores, sched/kv_eviction.h): for
+// every row of tokens j >= first_token of the tile, p(row, slot) = exp(score - lse[row]) over
+// the slots the row sees, with the lse that AttendTile or MergeAttentionPartials wrote for the
+// tile, is added in fixed point (round down of p * 2^24) to acc[slot]. The additions are
+// integer and atomic, so tiles of one sequence and head may run on any threads in any order and
+// the sums come out the same. One K pass over the tile's slots (no V).
+void AccumulateAttentionScores(const AttentionTile& tile, const PagedKvLayerView& kv, float scale,
+                               int first_token, int64_t* acc);
+constexpr float kAttentionScoreFixedOne = 16777216.f;  // 2^24
 
 // The instruction set the attention kernel uses: "avx512", "avx2" or "generic" (capped by the
 // KVSERVE_ISA environment variable like the matmuls). Head dims the fast kernel does not cover
@@ -98,6 +112,12 @@ bool SetAttentionIsa(std::string_view isa);
 
 // Scratch floats AttendGroupReference needs for `num_slots` slots and `group` query heads.
 size_t AttentionScratchFloats(int num_slots, int group, int head_dim);
+
+// The reference's first half: scratch[g * num_slots + s] = query head g's softmax probability of
+// slot s (scratch as AttendGroupReference's).
+void ReferenceProbabilities(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
+                            std::span<const BlockId> block_table, int num_slots, float scale,
+                            float* scratch);
 
 // Reference kernel (two passes, plain softmax): attends the `group` query heads that share
 // kv_head (q: [group, head_dim]) over slots [0, num_slots), writing out: [group, head_dim].

@@ -11,7 +11,8 @@ namespace kvserve::attn {
 struct TileKernels {
   void (*all)(const AttentionTile&, const PagedKvLayerView&, float) = nullptr;
   void (*partition)(const AttentionTile&, const PagedKvLayerView&, float, int, float*) = nullptr;
-  void (*merge)(const float*, int, int64_t, float*) = nullptr;
+  void (*merge)(const float*, int, int64_t, float*, float*) = nullptr;
+  void (*scores)(const AttentionTile&, const PagedKvLayerView&, float, int, int64_t*) = nullptr;
 };
 
 // Kernels for a head dim (all null when the ISA's kernel does not cover it).

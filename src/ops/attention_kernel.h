@@ -409,9 +409,10 @@ inline void FoldPartial(float* merged, const float* part) {
 }
 
 template <int D>
-inline void FinishRow(const float* merged, float* out) {
+inline void FinishRow(const float* merged, float* out, float* lse) {
   const float l = merged[D + 1];
   for (int i = 0; i < D; i += W) StoreF(out + i, LoadF(merged + i) / l);
+  if (lse != nullptr) *lse = merged[D] + std::log(l);
 }
 
 // Per-thread buffers of the kernel.
@@ -781,7 +782,8 @@ void TileAll(const AttentionTile& t, const PagedKvLayerView& kv, float scale) {
   }
   for (int r = 0; r < rows; ++r) {
     float* out = t.out + (r / t.group) * t.out_stride + static_cast<int64_t>(r % t.group) * D;
-    FinishRow<D>(sc.merged.data() + static_cast<size_t>(r) * (D + 2), out);
+    FinishRow<D>(sc.merged.data() + static_cast<size_t>(r) * (D + 2), out,
+                 t.lse != nullptr ? t.lse + r : nullptr);
   }
 }
 
@@ -800,11 +802,63 @@ void TilePartition(const AttentionTile& t, const PagedKvLayerView& kv, float sca
 }
 
 template <int D>
-void MergeRow(const float* partials, int num_partitions, int64_t stride, float* out) {
+void MergeRow(const float* partials, int num_partitions, int64_t stride, float* out, float* lse) {
   float merged[D + 2];
   std::memcpy(merged, partials, sizeof(merged));
   for (int p = 1; p < num_partitions; ++p) FoldPartial<D>(merged, partials + p * stride);
-  FinishRow<D>(merged, out);
+  FinishRow<D>(merged, out, lse);
+}
+
+// AccumulateAttentionScores: the K side of RunPartition over all the tile's slots, then each
+// row's probabilities from its log-sum-exp, summed per slot over the rows in fixed point.
+template <int D>
+void TileScores(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int first_token,
+                int64_t* acc) {
+  TileScratch& sc = Scratch();
+  const int rows = t.num_tokens * t.group;
+  sc.Reserve(rows, D);
+  thread_local std::vector<const float*> q;
+  RowPointers<D>(t, kv, sc, q);
+  const int n_max = t.first_slots + t.num_tokens - 1;
+  const bool k_scaled = HasScale(kv.k_dtype), k_min = HasMin(kv.k_dtype);
+  const float k_factor = scale * RawFactor(kv.k_dtype);
+  const VI iota = Iota();
+  float* kt = sc.kt.data();
+  ChunkScales kcs;
+  for (int c0 = 0; c0 < n_max; c0 += W) {
+    const int nc = std::min(W, n_max - c0);
+    const int jc = std::max(first_token, c0 - t.first_slots + 1);
+    if (jc >= t.num_tokens) break;
+    const uint8_t* ptr[W] = {};
+    ForSlots<true>(kv, t.block_table, t.kv_head, c0, nc,
+                   [&](int i, const uint8_t* s) { ptr[i] = s; });
+    WithKvDtype(kv.k_dtype,
+                [&]<KvDtype DT>() { ConvertKChunkOutOfLine<D, DT>(ptr, nc, kt, &kcs); });
+    const int rc = jc * t.group;
+    const VF ks = k_scaled ? kcs.Scales() * k_factor : SplatF(scale);
+    const VF km = k_min ? kcs.Mins() * scale : VF{};
+    for (int r = rc; r < rows; r += 8) {
+      const int nr = std::min(8, rows - r);
+      float* out = sc.scores.data() + static_cast<size_t>(r) * W;
+      if (k_min) {
+        ScoreRowsN<D, true>(nr, q.data() + r, kt, ks, km, sc.qsum.data() + r, out);
+      } else {
+        ScoreRowsN<D, false>(nr, q.data() + r, kt, ks, km, nullptr, out);
+      }
+    }
+    int64_t sums[W] = {};
+    for (int r = rc; r < rows; ++r) {
+      const int v = std::min(W, t.first_slots + r / t.group - c0);
+      const VI valid = iota < (VI{} + v);
+      const VF p = Exp(LoadF(sc.scores.data() + static_cast<size_t>(r) * W) - t.lse[r]);
+      const VI fixed = __builtin_convertvector(p * kAttentionScoreFixedOne, VI);
+      const VI kept = valid ? fixed : VI{};
+      for (int k = 0; k < W; ++k) sums[k] += kept[k];
+    }
+    for (int k = 0; k < nc; ++k) {
+      if (sums[k] != 0) __atomic_fetch_add(acc + c0 + k, sums[k], __ATOMIC_RELAXED);
+    }
+  }
 }
 
 // The kernels of this TU: head dims that are a multiple of W (up to 256) take the fast path.
@@ -812,7 +866,7 @@ using attn::TileKernels;
 
 template <int D>
 TileKernels KernelsFor() {
-  return TileKernels{&TileAll<D>, &TilePartition<D>, &MergeRow<D>};
+  return TileKernels{&TileAll<D>, &TilePartition<D>, &MergeRow<D>, &TileScores<D>};
 }
 
 inline TileKernels KernelsForHeadDim(int d) {

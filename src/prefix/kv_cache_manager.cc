@@ -195,30 +195,26 @@ void KvCacheManager::Commit(SeqId seq, std::span<const TokenId> tokens, int num_
   s.num_committed = committed;
 }
 
-std::optional<BlockEviction> KvCacheManager::EvictBlocks(SeqId seq, int first, int count) {
-  Seq& s = Get(seq);
+bool KvCacheManager::PrivatizeBlocks(Seq& s, int from, int keep_committed, BlockEviction* e) {
   const int n = s.table.num_blocks();
-  KV_CHECK(first >= 0 && count >= 1 && first + count <= n, "evicting blocks [{}, {}) of {}",
-           first, first + count, n);
-  // The blocks that move and are shared: committed ones (the tree holds them) and ones another
+  // The blocks to edit that are shared: committed ones (the tree holds them) and ones another
   // table holds (a parallel sample's).
   std::vector<int> shared;
-  for (int i = first + count; i < n; ++i) {
+  for (int i = from; i < n; ++i) {
     if (i < s.num_committed || pool_.ref_count(s.table.blocks()[i]) > 1) shared.push_back(i);
   }
   // The sequence's own blocks are in use, so making room cannot evict them.
-  if (!MakeRoom(static_cast<int>(shared.size()))) return std::nullopt;
-  BlockEviction e;
+  if (!MakeRoom(static_cast<int>(shared.size()))) return false;
   std::vector<BlockId> release;
   for (int i : shared) {
     const BlockId dst = *pool_.Allocate();
-    e.copies.push_back(BlockCopy{s.table.blocks()[i], dst});
+    e->copies.push_back(BlockCopy{s.table.blocks()[i], dst});
     release.push_back(s.table.blocks()[i]);
     s.table.ReplaceBlock(i, dst);
   }
-  // Keep the locked path to the last block before `first` (lock first, so the shared part of
-  // the path never looks evictable in between).
-  const int keep_committed = std::min(s.num_committed, first);
+  // Keep the locked path to the last block before keep_committed (lock first, so the shared
+  // part of the path never looks evictable in between).
+  keep_committed = std::min(s.num_committed, keep_committed);
   RadixTree::Node* node = s.node;
   for (int d = s.num_committed; d > keep_committed; --d) node = RadixTree::parent(node);
   if (keep_committed == 0) node = nullptr;
@@ -229,8 +225,31 @@ std::optional<BlockEviction> KvCacheManager::EvictBlocks(SeqId seq, int first, i
   }
   s.num_committed = keep_committed;
   for (BlockId b : release) pool_.Release(b);
+  return true;
+}
+
+std::optional<BlockEviction> KvCacheManager::EvictBlocks(SeqId seq, int first, int count) {
+  Seq& s = Get(seq);
+  const int n = s.table.num_blocks();
+  KV_CHECK(first >= 0 && count >= 1 && first + count <= n, "evicting blocks [{}, {}) of {}",
+           first, first + count, n);
+  BlockEviction e;
+  if (!PrivatizeBlocks(s, first + count, first, &e)) return std::nullopt;
   for (BlockId b : s.table.Erase(first, count)) pool_.Release(b);
   e.moved.assign(s.table.blocks().begin() + first, s.table.blocks().end());
+  e.evicted_tokens = count * config_.block_size;
+  s.evicted += e.evicted_tokens;
+  s.edited = true;
+  return e;
+}
+
+std::optional<BlockEviction> KvCacheManager::CompactBlocks(SeqId seq, int count) {
+  Seq& s = Get(seq);
+  KV_CHECK(count >= 1 && count <= s.table.num_blocks(), "compacting away {} blocks of {}", count,
+           s.table.num_blocks());
+  BlockEviction e;
+  if (!PrivatizeBlocks(s, 0, 0, &e)) return std::nullopt;
+  e.moved.assign(s.table.blocks().begin(), s.table.blocks().end());
   e.evicted_tokens = count * config_.block_size;
   s.evicted += e.evicted_tokens;
   s.edited = true;

@@ -73,7 +73,7 @@ struct BlockCopy {
   BlockId dst;
 };
 
-// What EvictBlocks changed, for the engine to carry out on the bytes before the next forward
+// What EvictBlocks (or CompactBlocks) changed, for the engine to carry out on the bytes before the next forward
 // pass: first the copies, then the keys of `moved` (the blocks that followed the dropped ones, in
 // table order, copies included) re-rotated down by the evicted tokens' count.
 struct BlockEviction {
@@ -147,6 +147,14 @@ class KvCacheManager {
   // engine; nullopt, and no change, when the copies' blocks cannot be had.
   // REQUIRES: 0 <= first, count >= 1, first + count <= the table's blocks.
   std::optional<BlockEviction> EvictBlocks(SeqId seq, int first, int count);
+  // Token-level eviction (h2o, snapkv): the engine drops count blocks' worth of tokens chosen
+  // per layer and head, anywhere in the sequence, and compacts the rest to the front. Every
+  // block may be edited, so every shared one is first replaced by a private copy and the
+  // sequence gives up its tree path (the tree's blocks stay valid) and commits nothing more.
+  // The table keeps its blocks: the last count blocks' slots are free for the next tokens.
+  // Returns the copies and, as `moved`, the whole table (after the copies); nullopt, and no
+  // change, when the copies' blocks cannot be had. REQUIRES: 1 <= count <= the table's blocks.
+  std::optional<BlockEviction> CompactBlocks(SeqId seq, int count);
   // Tokens the sequence evicted inside itself (0 until EvictBlocks).
   int evicted_tokens(SeqId seq) const { return Get(seq).evicted; }
   // Releases the sequence's locks and blocks. Committed blocks stay cached.
@@ -191,6 +199,10 @@ class KvCacheManager {
                                                 std::span<const TokenId> tokens, int start) const;
   // Makes `n` free blocks available, evicting if needed. False (nothing evicted) if impossible.
   bool MakeRoom(int n);
+  // EvictBlocks and CompactBlocks: replaces the shared blocks from index `from` on by private
+  // copies (recorded in e) and keeps the tree path of the first keep_committed blocks only.
+  // False, and no change, when the copies' blocks cannot be had.
+  bool PrivatizeBlocks(Seq& s, int from, int keep_committed, BlockEviction* e);
   static uint64_t PinKey(CacheNamespace ns, std::span<const TokenId> tokens);
 
   KvCacheConfig config_;

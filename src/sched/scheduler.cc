@@ -149,9 +149,11 @@ void Scheduler::Push(ScheduleOutput& out, Record& r, int n, int& budget) {
 // been committed, the eviction would have to copy every one of them first (the tree's copy must
 // stay as computed), doubling the sequence's memory for a moment, which a cache sized for the
 // budget does not have. Prompts that share a prefix with it still hit those first blocks.
+// h2o and snapkv may drop tokens from any block, so they commit nothing.
 int Scheduler::CommitLimit(const Record& r) const {
   const KvEvictionPlan& p = r.spec.eviction;
   if (p.budget_blocks == 0) return r.num_computed;
+  if (p.by_score) return 0;
   return std::min(r.num_computed, (p.keep_blocks + p.drop_blocks) * kv_->block_size());
 }
 
@@ -166,7 +168,9 @@ int Scheduler::Room(Record& r, ScheduleOutput& out) {
   const int room = FreeSlots(r);
   if (room > 0) return room;
   const KvEvictionPlan& p = r.spec.eviction;
-  std::optional<BlockEviction> e = kv_->EvictBlocks(r.spec.id, p.keep_blocks, p.drop_blocks);
+  std::optional<BlockEviction> e = p.by_score
+                                       ? kv_->CompactBlocks(r.spec.id, p.drop_blocks)
+                                       : kv_->EvictBlocks(r.spec.id, p.keep_blocks, p.drop_blocks);
   if (!e) return -1;
   out.evictions.push_back(KvEvictionEdit{r.spec.id, std::move(*e)});
   return FreeSlots(r);

@@ -254,6 +254,11 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
       if (p.kv_eviction->budget) c.budget_tokens = *p.kv_eviction->budget;
       if (p.kv_eviction->sink_tokens) c.sink_tokens = *p.kv_eviction->sink_tokens;
       if (p.kv_eviction->evict_batch) c.evict_batch_tokens = *p.kv_eviction->evict_batch;
+      if (p.kv_eviction->h2o_recent_fraction) {
+        c.h2o_recent_fraction = *p.kv_eviction->h2o_recent_fraction;
+      }
+      if (p.kv_eviction->snapkv_window) c.snapkv_window = *p.kv_eviction->snapkv_window;
+      if (p.kv_eviction->snapkv_kernel) c.snapkv_kernel = *p.kv_eviction->snapkv_kernel;
       r.kv_eviction = c;
     }
     Result<std::shared_ptr<RequestStream>> stream = engine_->AddRequest(std::move(r));

@@ -275,7 +275,8 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
   }
   w.Counter("kvserve:num_preemptions_total", "Requests preempted for lack of KV blocks.",
             static_cast<double>(stats.num_preemptions));
-  for (KvEvictionPolicy policy : {KvEvictionPolicy::kWindow, KvEvictionPolicy::kSinks}) {
+  for (KvEvictionPolicy policy : {KvEvictionPolicy::kWindow, KvEvictionPolicy::kSinks,
+                                  KvEvictionPolicy::kH2O, KvEvictionPolicy::kSnapKV}) {
     w.Counter("kvserve:kv_evicted_tokens_total",
               "Tokens evicted inside sequences (--kv-eviction), by policy; recomputation after a "
               "preemption counts again.",
@@ -285,6 +286,13 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
   w.Counter("kvserve:kv_shifts_total",
             "Evictions inside sequences, each re-rotating the keys after what it dropped.",
             static_cast<double>(stats.kv_eviction.num_shifts));
+  w.Counter("kvserve:kv_compactions_total",
+            "Evictions inside sequences that chose tokens per layer and head by attention "
+            "(h2o, snapkv) and compacted the survivors.",
+            static_cast<double>(stats.kv_eviction.num_compactions));
+  w.Counter("kvserve:kv_compacted_vectors_total",
+            "Key/value vectors (one layer, head and token) a compaction moved.",
+            static_cast<double>(stats.kv_eviction.compacted_slots));
   w.Counter("kvserve:kv_shifted_blocks_total", "KV blocks whose keys a shift re-rotated.",
             static_cast<double>(stats.kv_eviction.shifted_blocks));
   w.Counter("kvserve:kv_shift_copied_blocks_total",

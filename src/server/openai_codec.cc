@@ -113,14 +113,15 @@ class Reader {
   const json& body_;
 };
 
-// kv_eviction: a policy name, or an object with the policy and any of budget, sink_tokens and
-// evict_batch.
+// kv_eviction: a policy name, or an object with the policy and any of budget, sink_tokens,
+// evict_batch, h2o_recent_fraction, snapkv_window and snapkv_kernel.
 std::optional<ApiError> ParseKvEviction(const json& v, GenerationParams* p) {
   GenerationParams::KvEvictionRequest req;
   const json* name = &v;
   if (v.is_object()) {
     for (const auto& [key, value] : v.items()) {
-      if (key != "policy" && key != "budget" && key != "sink_tokens" && key != "evict_batch") {
+      if (key != "policy" && key != "budget" && key != "sink_tokens" && key != "evict_batch" &&
+          key != "h2o_recent_fraction" && key != "snapkv_window" && key != "snapkv_kernel") {
         return BadRequest(fmt::format("'kv_eviction' has an unknown field '{}'", key),
                           "kv_eviction." + key);
       }
@@ -131,13 +132,25 @@ std::optional<ApiError> ParseKvEviction(const json& v, GenerationParams* p) {
     int64_t i = 0;
     for (auto [key, out] : {std::pair{"budget", &req.budget},
                             std::pair{"sink_tokens", &req.sink_tokens},
-                            std::pair{"evict_batch", &req.evict_batch}}) {
+                            std::pair{"evict_batch", &req.evict_batch},
+                            std::pair{"snapkv_window", &req.snapkv_window},
+                            std::pair{"snapkv_kernel", &req.snapkv_kernel}}) {
       if (!r.Find(key)) continue;
-      if (auto e = r.Int(key, key == std::string_view("budget") ? 1 : 0, 1 << 30, &i)) {
+      const std::string_view k(key);
+      const int lo = k == "budget" || k == "snapkv_window" || k == "snapkv_kernel" ? 1 : 0;
+      if (auto e = r.Int(key, lo, 1 << 30, &i)) {
         e->param = std::string("kv_eviction.") + key;
         return e;
       }
       *out = static_cast<int>(i);
+    }
+    float f = 0;
+    if (r.Find("h2o_recent_fraction")) {
+      if (auto e = r.Number("h2o_recent_fraction", 0, 0.99, false, &f, "[0, 0.99]")) {
+        e->param = "kv_eviction.h2o_recent_fraction";
+        return e;
+      }
+      req.h2o_recent_fraction = f;
     }
   }
   if (!name->is_string()) {

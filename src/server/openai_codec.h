@@ -64,7 +64,8 @@ struct GenerationParams {
   // "evict_batch"}; what is left out comes from the server's --kv-* flags.
   struct KvEvictionRequest {
     KvEvictionPolicy policy = KvEvictionPolicy::kNone;
-    std::optional<int> budget, sink_tokens, evict_batch;
+    std::optional<int> budget, sink_tokens, evict_batch, snapkv_window, snapkv_kernel;
+    std::optional<float> h2o_recent_fraction;
   };
   std::optional<KvEvictionRequest> kv_eviction;
   // Structured output from response_format, structured_outputs or guided_*; `constraint_param`

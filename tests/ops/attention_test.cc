@@ -341,3 +341,75 @@ TEST(AttentionFast, QuantizedTypesStayCloseToUnquantizedAttention) {
 
 }  // namespace
 }  // namespace kvserve
+
+namespace kvserve {
+namespace {
+
+// H2O / SnapKV scores: AccumulateAttentionScores gathers, per slot, the probabilities of a
+// tile's rows from first_token on, summed over the query group, in fixed point. Against the
+// reference's probabilities (double sums), for every K type and ISA, with the lse of AttendTile
+// and of the split path (partitions merged), and bit-identical however the tokens are tiled.
+TEST(AttentionScores, MatchReferenceProbabilitiesAndDoNotDependOnTiling) {
+  IsaGuard guard;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int d = 64, group = 2, bs = 16, first_slots = 500, tokens = 40, first_token = 7;
+  const int slots = first_slots + tokens - 1;
+  for (const std::string& isa : Isas()) {
+    ASSERT_TRUE(SetAttentionIsa(isa));
+    for (KvDtype dtype : kAllKvDtypes) {
+      if (!Supports(dtype, d)) continue;
+      Arena a(dtype, d, bs, 1, slots, rng);
+      std::vector<float> q(static_cast<size_t>(tokens) * group * d);
+      for (float& x : q) x = nd(rng) * 0.5f;
+      std::vector<float> out(q.size()), lse(static_cast<size_t>(tokens) * group);
+      const float scale = 0.125f;
+      // The reference: per token, its group's probabilities, summed in double.
+      std::vector<double> want(static_cast<size_t>(slots), 0.0);
+      std::vector<float> scratch(AttentionScratchFloats(slots, group, d));
+      for (int j = first_token; j < tokens; ++j) {
+        const int n = first_slots + j;
+        ReferenceProbabilities(q.data() + static_cast<size_t>(j) * group * d, group, 0, a.view,
+                               a.table, n, scale, scratch.data());
+        for (int g = 0; g < group; ++g) {
+          for (int s = 0; s < n; ++s) want[s] += scratch[static_cast<size_t>(g) * n + s];
+        }
+      }
+      // Whole tile, then the same tokens in tiles of 3 (lse per tile).
+      auto run = [&](int tile_tokens) {
+        std::vector<int64_t> acc(static_cast<size_t>(slots), 0);
+        for (int j0 = 0; j0 < tokens; j0 += tile_tokens) {
+          AttentionTile t;
+          t.q = q.data() + static_cast<size_t>(j0) * group * d;
+          t.q_stride = group * d;
+          t.out = out.data() + static_cast<size_t>(j0) * group * d;
+          t.out_stride = group * d;
+          t.num_tokens = std::min(tile_tokens, tokens - j0);
+          t.group = group;
+          t.first_slots = first_slots + j0;
+          t.block_table = a.table;
+          t.lse = lse.data() + static_cast<size_t>(j0) * group;
+          AttendTile(t, a.view, scale);
+          AccumulateAttentionScores(t, a.view, scale, std::max(0, first_token - j0), acc.data());
+        }
+        return acc;
+      };
+      const std::vector<int64_t> whole = run(tokens), tiled = run(3);
+      EXPECT_EQ(whole, tiled) << isa << " " << KvDtypeName(dtype);
+      double total = 0;
+      for (int s = 0; s < slots; ++s) {
+        const double got = static_cast<double>(whole[s]) / kAttentionScoreFixedOne;
+        // Float probabilities, each rounded down to 2^-24: within 1e-4 of the reference's sum.
+        ASSERT_NEAR(got, want[s], 1e-4 + 1e-4 * want[s]) << isa << " " << KvDtypeName(dtype)
+                                                          << " slot " << s;
+        total += got;
+      }
+      // Each row's probabilities sum to 1, less up to 2^-24 per slot rounded down.
+      const int rows = (tokens - first_token) * group;
+      EXPECT_NEAR(total, rows, 1e-4 + static_cast<double>(rows) * slots / kAttentionScoreFixedOne);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvserve

@@ -274,8 +274,53 @@ TEST_F(SchedulerEvictionTest, PlanRoundsToBlocksAndRefusesBudgetsWithoutRoom) {
   EXPECT_FALSE(PlanKvEviction(none_left, 16, 1024).ok());
   EXPECT_FALSE(PlanKvEviction(KvEvictionConfig{.policy = KvEvictionPolicy::kWindow}, 16, 1024).ok());
   EXPECT_FALSE(PlanKvEviction(window, 16, 32).ok());  // more than a sequence may hold
-  EXPECT_FALSE(ParseKvEvictionPolicy("h2o", "--kv-eviction").ok());
+  EXPECT_FALSE(ParseKvEvictionPolicy("fifo", "--kv-eviction").ok());
+  EXPECT_EQ(*ParseKvEvictionPolicy("H2O", "--kv-eviction"), KvEvictionPolicy::kH2O);
   EXPECT_EQ(*ParseKvEvictionPolicy("Sinks", "--kv-eviction"), KvEvictionPolicy::kSinks);
+}
+
+TEST(KvEvictionPlanTest, ScoredPoliciesProtectTheirNewestSlotsAndCheckTheirRoom) {
+  KvEvictionConfig h2o{.policy = KvEvictionPolicy::kH2O, .budget_tokens = 128};
+  const KvEvictionPlan p = *PlanKvEviction(h2o, 16, 1024);
+  EXPECT_TRUE(p.by_score);
+  EXPECT_EQ(p.keep_blocks, 0);
+  EXPECT_EQ(p.drop_blocks, 1);
+  EXPECT_EQ(p.protect_slots, 64);  // half the budget is the recent part
+  EXPECT_EQ(p.window_slots, 0);    // every query scores
+  h2o.h2o_recent_fraction = 0.9;   // 116 recent + 16 dropped > 128
+  EXPECT_FALSE(PlanKvEviction(h2o, 16, 1024).ok());
+  h2o.h2o_recent_fraction = 1.0;
+  EXPECT_FALSE(PlanKvEviction(h2o, 16, 1024).ok());
+  KvEvictionConfig snap{.policy = KvEvictionPolicy::kSnapKV, .budget_tokens = 128};
+  const KvEvictionPlan q = *PlanKvEviction(snap, 16, 1024);
+  EXPECT_EQ(q.drop_blocks, 2);  // the default batch grows to the window (32)
+  EXPECT_EQ(q.protect_slots, 32);
+  EXPECT_EQ(q.window_slots, 32);
+  EXPECT_EQ(q.pool_kernel, 5);
+  snap.evict_batch_tokens = 16;  // a window longer than the batch would mix two windows
+  EXPECT_FALSE(PlanKvEviction(snap, 16, 1024).ok());
+  snap.evict_batch_tokens = 0;
+  snap.snapkv_window = 0;
+  EXPECT_FALSE(PlanKvEviction(snap, 16, 1024).ok());
+}
+
+// Exact slot lists: budget 8 slots in blocks of 2, dropping one block (2 tokens) at a time.
+TEST(KvEvictionPlanTest, SelectKeptSlotsDropsTheLowestScoresOutsideTheProtectedSlots) {
+  KvEvictionPlan h2o{.budget_blocks = 4, .drop_blocks = 1, .by_score = true, .protect_slots = 3};
+  std::vector<int32_t> kept;
+  // Candidates are slots 0-4; the two lowest (slots 1 and 3) go even though slot 7 is lower.
+  SelectKeptSlots(h2o, 2, std::vector<int64_t>{9, 1, 5, 2, 8, 7, 6, 0}, &kept);
+  EXPECT_EQ(kept, (std::vector<int32_t>{0, 2, 4, 5, 6, 7}));
+  // Ties: the older goes first.
+  SelectKeptSlots(h2o, 2, std::vector<int64_t>{4, 4, 4, 4, 4, 0, 0, 0}, &kept);
+  EXPECT_EQ(kept, (std::vector<int32_t>{2, 3, 4, 5, 6, 7}));
+  // SnapKV: max-pooled over 3 neighbours, a low slot next to a high one survives.
+  KvEvictionPlan snap = h2o;
+  snap.pool_kernel = 3;
+  snap.window_slots = 3;
+  SelectKeptSlots(snap, 2, std::vector<int64_t>{1, 9, 1, 2, 3, 0, 0, 0}, &kept);
+  // pooled candidates: {9, 9, 9, 3, 3}: slots 3 and 4 go.
+  EXPECT_EQ(kept, (std::vector<int32_t>{0, 1, 2, 5, 6, 7}));
 }
 
 TEST_F(SchedulerEvictionTest, APromptLongerThanTheBudgetIsChunkedAtTheBudgetAndEvictsBetween) {

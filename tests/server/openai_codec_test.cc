@@ -64,7 +64,20 @@ TEST(OpenAiCodec, ReadsKvEvictionAsANameOrAnObject) {
   EXPECT_EQ(q.kv_eviction->budget, 512);
   EXPECT_EQ(q.kv_eviction->sink_tokens, 0);
   EXPECT_EQ(q.kv_eviction->evict_batch, 64);
-  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":"h2o"})").param, "kv_eviction");
+  GenerationParams h;
+  ASSERT_FALSE(Parse(R"({"prompt":"hi","kv_eviction":{"policy":"snapkv","snapkv_window":16,
+                        "snapkv_kernel":3,"h2o_recent_fraction":0.25}})",
+                     Endpoint::kCompletions, &h));
+  EXPECT_EQ(h.kv_eviction->policy, KvEvictionPolicy::kSnapKV);
+  EXPECT_EQ(h.kv_eviction->snapkv_window, 16);
+  EXPECT_EQ(h.kv_eviction->snapkv_kernel, 3);
+  EXPECT_FLOAT_EQ(*h.kv_eviction->h2o_recent_fraction, 0.25f);
+  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":{"policy":"h2o","h2o_recent_fraction":1}})")
+                .param,
+            "kv_eviction.h2o_recent_fraction");
+  EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":{"policy":"snapkv","snapkv_window":0}})")
+                .param,
+            "kv_eviction.snapkv_window");
   EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":"fifo"})").param, "kv_eviction");
   EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":7})").param, "kv_eviction");
   EXPECT_EQ(ParseError(R"({"prompt":"hi","kv_eviction":{"budget":5}})").param,

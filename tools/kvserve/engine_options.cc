@@ -117,9 +117,11 @@ EngineConfig OneSequenceEngineConfig(const EngineOptions& o) {
 
 void AddKvEvictionOptions(CLI::App* cmd, KvEvictionOptions& o) {
   cmd->add_option("--kv-eviction", o.policy,
-                  "Eviction inside a sequence: none (default), window (the oldest tokens go) or "
-                  "sinks (the first --kv-sink-tokens stay, then the oldest go); with a policy a "
-                  "sequence holds at most --kv-budget tokens of KV and may run past the context");
+                  "Eviction inside a sequence: none (default), window (the oldest tokens go), "
+                  "sinks (the first --kv-sink-tokens stay, then the oldest go), h2o (heavy "
+                  "hitters by accumulated attention) or snapkv (by an observation window's "
+                  "attention); with a policy a sequence holds at most --kv-budget tokens of KV "
+                  "and may run past the context");
   cmd->add_option("--kv-budget", o.budget,
                   "KV tokens one sequence holds at most with --kv-eviction (whole blocks)")
       ->check(CLI::Range(1, 1 << 30));
@@ -129,8 +131,19 @@ void AddKvEvictionOptions(CLI::App* cmd, KvEvictionOptions& o) {
       ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--kv-evict-batch", o.evict_batch,
                   "Tokens dropped at once, rounded up to whole blocks (default: an eighth of the "
-                  "budget); larger batches shift keys less often")
+                  "budget; snapkv: at least its window); larger batches shift keys less often")
       ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--h2o-recent-fraction", o.h2o_recent_fraction,
+                  "h2o: share of the budget kept as the newest tokens; the rest are heavy "
+                  "hitters (default 0.5)")
+      ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--snapkv-window", o.snapkv_window,
+                  "snapkv: the observation window, the newest tokens whose queries score the "
+                  "older ones (default 32; at most the evict batch)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--snapkv-kernel", o.snapkv_kernel,
+                  "snapkv: max-pooling width over the scores, to keep neighbours (default 5)")
+      ->check(CLI::Range(1, 1 << 10));
 }
 
 KvEvictionConfig KvEvictionFromOptions(const KvEvictionOptions& o) {
@@ -139,7 +152,10 @@ KvEvictionConfig KvEvictionFromOptions(const KvEvictionOptions& o) {
   return KvEvictionConfig{.policy = *policy,
                           .budget_tokens = o.budget,
                           .sink_tokens = o.sink_tokens,
-                          .evict_batch_tokens = o.evict_batch};
+                          .evict_batch_tokens = o.evict_batch,
+                          .h2o_recent_fraction = o.h2o_recent_fraction,
+                          .snapkv_window = o.snapkv_window,
+                          .snapkv_kernel = o.snapkv_kernel};
 }
 
 std::string KvCacheTypeHelp(std::string_view what) {

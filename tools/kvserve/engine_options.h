@@ -70,13 +70,17 @@ void AddJumpForwardOptions(CLI::App* cmd, JumpForwardOptions& o);
 // Sets EngineConfig::jump_forward and jump_forward_mode from the flags.
 void ApplyJumpForwardOptions(const JumpForwardOptions& o, EngineConfig* config);
 
-// --kv-eviction, --kv-budget, --kv-sink-tokens, --kv-evict-batch (run, perplexity, serve):
-// eviction inside a sequence (docs/kv_eviction.md).
+// --kv-eviction, --kv-budget, --kv-sink-tokens, --kv-evict-batch, --h2o-recent-fraction,
+// --snapkv-window, --snapkv-kernel (run, perplexity, serve): eviction inside a sequence
+// (docs/kv_eviction.md).
 struct KvEvictionOptions {
   std::string policy = "none";
   int budget = 0;
   int sink_tokens = 4;
   int evict_batch = 0;
+  double h2o_recent_fraction = 0.5;
+  int snapkv_window = 32;
+  int snapkv_kernel = 5;
 };
 void AddKvEvictionOptions(CLI::App* cmd, KvEvictionOptions& o);
 // The config the flags name; exits with the error for an unknown policy.

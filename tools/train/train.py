@@ -100,7 +100,8 @@ def cmd_model(a):
     torch.manual_seed(a.seed + (1 if a.resume else 0))
     cfg = Config(vocab=VOCAB, **SIZES[a.size])
     m = Llama(cfg)
-    ckpt_path = os.path.join(a.work, f"{a.size}.pt")
+    stem = a.name or a.size
+    ckpt_path = os.path.join(a.work, f"{stem}.pt")
     first_step, first_tokens, first_seconds = 0, 0, 0.0
     if a.resume:
         # A second phase: the saved weights, a fresh optimizer and a new warm-up + cosine
@@ -128,8 +129,15 @@ def cmd_model(a):
         f = (step - a.warmup) / max(1, a.steps - a.warmup)
         return a.lr_min + 0.5 * (a.lr - a.lr_min) * (1 + math.cos(math.pi * f))
 
+    # Window starts: anywhere (random crops), or only at a document's <s> (as most LLMs are
+    # trained: every window's first token is a BOS, which is what lets an attention sink form).
+    bos_starts = np.flatnonzero(train[:len(train) - T - 1] == 1) if a.starts == "bos" else None
+
     def batch(src, rows):
-        starts = gen.integers(0, len(src) - T - 1, size=rows)
+        if bos_starts is not None and src is train:
+            starts = bos_starts[gen.integers(0, len(bos_starts), size=rows)]
+        else:
+            starts = gen.integers(0, len(src) - T - 1, size=rows)
         x = np.stack([src[s:s + T + 1] for s in starts])
         return torch.from_numpy(x[:, :-1]), torch.from_numpy(x[:, 1:])
 
@@ -149,7 +157,7 @@ def cmd_model(a):
         m.train()
         return tot / n
 
-    log_path = os.path.join(a.work, f"{a.size}.loss.csv")
+    log_path = os.path.join(a.work, f"{stem}.loss.csv")
     t0 = time.time() - first_seconds
     with open(log_path, "a" if a.resume else "w", newline="") as lf:
         log = csv.writer(lf)
@@ -226,6 +234,10 @@ def main():
     m.add_argument("--eval-windows", type=int, default=16)
     m.add_argument("--threads", type=int, default=2)
     m.add_argument("--seed", type=int, default=1)
+    m.add_argument("--starts", choices=["random", "bos"], default="random",
+                   help="training windows start anywhere, or only at a document's <s>")
+    m.add_argument("--name", default=None,
+                   help="file stem in WORK (default: the size), for variants of one size")
     m.add_argument("--resume", action="store_true",
                    help="continue from W/<size>.pt with a new schedule of --steps steps")
     m.set_defaults(fn=cmd_model)
