@@ -350,7 +350,8 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) {
         ForwardSeq& f = batch.seqs.back();
         f.scores = c.scores.data();
         f.score_stride = budget;
-        f.score_from_slot = budget - plan.window_slots;  // h2o: window 0, every query
+        // snapkv: the window's queries; h2o: every query.
+        f.score_from_slot = plan.window_slots > 0 ? budget - plan.window_slots : 0;
       }
       continue;
     }
@@ -506,7 +507,8 @@ void EngineCore::CompactByScore(SeqCtx& c, const KvEvictionPlan& plan, SeqId seq
   const int bs = config_.block_size;
   const size_t budget = static_cast<size_t>(plan.budget_slots(bs));
   const size_t heads = static_cast<size_t>(mc.num_layers) * mc.num_kv_heads;
-  KV_CHECK_EQ(c.scores.size(), heads * budget);
+  // A prefix hit of the whole budget evicts before any query of its own has scored.
+  c.scores.resize(heads * budget);
   std::vector<std::vector<int32_t>> kept(heads);
   int64_t moved = 0;
   for (size_t i = 0; i < heads; ++i) {

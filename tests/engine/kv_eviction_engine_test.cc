@@ -27,7 +27,7 @@ std::vector<TokenId> Prompt(int seed, int n) {
 
 KvEvictionConfig Policy(KvEvictionPolicy policy, int budget = 64, int batch = 16) {
   return KvEvictionConfig{.policy = policy, .budget_tokens = budget, .sink_tokens = 4,
-                          .evict_batch_tokens = batch};
+                          .evict_batch_tokens = batch, .snapkv_window = std::min(batch, 16)};
 }
 
 EngineRequest Evicting(std::vector<TokenId> prompt, int max_tokens, KvEvictionConfig c,
@@ -71,8 +71,11 @@ std::vector<TokenId> RunOne(EngineConfig config, const EngineRequest& r) {
   return RunToEnd(*core).tokens[{1, 0}];
 }
 
+constexpr KvEvictionPolicy kPolicies[] = {KvEvictionPolicy::kWindow, KvEvictionPolicy::kSinks,
+                                          KvEvictionPolicy::kH2O, KvEvictionPolicy::kSnapKV};
+
 TEST(KvEviction, GreedyOutputDoesNotDependOnChunkingBatchingOrThePrefixCache) {
-  for (KvEvictionPolicy policy : {KvEvictionPolicy::kWindow, KvEvictionPolicy::kSinks}) {
+  for (KvEvictionPolicy policy : kPolicies) {
     const EngineRequest r = Evicting(Prompt(1, 150), 200, Policy(policy));
     const std::vector<TokenId> alone = RunOne(SmallConfig(), r);
     ASSERT_EQ(alone.size(), 200u);
@@ -97,7 +100,21 @@ TEST(KvEviction, GreedyOutputDoesNotDependOnChunkingBatchingOrThePrefixCache) {
     const KvEvictionStats& st = core->stats().kv_eviction;
     EXPECT_GT(st.evicted_tokens[static_cast<int>(policy)], 0);
     EXPECT_GT(st.num_shifts, 0);
+    const bool scored = policy == KvEvictionPolicy::kH2O || policy == KvEvictionPolicy::kSnapKV;
+    EXPECT_EQ(st.num_compactions > 0, scored);
+    EXPECT_EQ(st.compacted_slots > 0, scored);
   }
+}
+
+TEST(KvEviction, TheScoredPoliciesKeepOtherTokensThanTheWindow) {
+  // Same budget and batch: once tokens go, each choice shows in the output.
+  std::map<KvEvictionPolicy, std::vector<TokenId>> out;
+  for (KvEvictionPolicy policy : kPolicies) {
+    out[policy] = RunOne(SmallConfig(), Evicting(Prompt(11, 120), 120, Policy(policy, 64, 16)));
+  }
+  EXPECT_NE(out[KvEvictionPolicy::kH2O], out[KvEvictionPolicy::kSnapKV]);
+  EXPECT_NE(out[KvEvictionPolicy::kH2O], out[KvEvictionPolicy::kWindow]);
+  EXPECT_NE(out[KvEvictionPolicy::kSnapKV], out[KvEvictionPolicy::kWindow]);
 }
 
 TEST(KvEviction, EvictionChangesTheOutputOnlyOnceTheBudgetIsReached) {
@@ -116,24 +133,30 @@ TEST(KvEviction, EvictionChangesTheOutputOnlyOnceTheBudgetIsReached) {
 }
 
 TEST(KvEviction, AStreamFarPastTheContextStaysWithinItsBudget) {
-  // 40k prompt tokens scored and 10k generated on a model with a context of 512.
-  EngineConfig config = SmallConfig();
-  auto core = MakeCore(config);
-  EngineRequest r = Evicting(Prompt(4, 40000), 10000, Policy(KvEvictionPolicy::kSinks, 128, 32));
-  r.score_prompt = true;
-  r.ignore_eos = true;
-  ASSERT_TRUE(core->Add(RequestId(1), r).ok());
-  const Outcome run = RunToEnd(*core);
-  EXPECT_EQ(run.tokens.at({1, 0}).size(), 10000u);
-  EXPECT_LE(run.max_in_use, 128 / 16);
-  const std::vector<float>& lp = run.prompt_logprobs.at(1);
-  ASSERT_EQ(lp.size(), 39999u);
-  for (float v : lp) ASSERT_TRUE(std::isfinite(v) && v <= 0.f);
-  // Everything past the budget went, 32 tokens at a time (the last token is never computed).
-  const RequestOutput& f = run.finals.at({1, 0});
-  const int64_t computed = 50000 - 1;
-  EXPECT_EQ(f.metrics.evicted_tokens, (computed - 128 + 31) / 32 * 32);
-  EXPECT_EQ(core->stats().kv.num_in_use, 0);
+  // 40k prompt tokens scored and 10k generated on a model with a context of 512 (sinks); the
+  // scored policies, whose steps cost more, stream 12k + 3k.
+  for (KvEvictionPolicy policy : kPolicies) {
+    if (policy == KvEvictionPolicy::kWindow) continue;  // the same blocks as sinks, less one
+    const bool long_run = policy == KvEvictionPolicy::kSinks;
+    const int prompt = long_run ? 40000 : 12000, gen = long_run ? 10000 : 3000;
+    auto core = MakeCore(SmallConfig());
+    EngineRequest r = Evicting(Prompt(4, prompt), gen, Policy(policy, 128, 32));
+    r.score_prompt = true;
+    r.ignore_eos = true;
+    ASSERT_TRUE(core->Add(RequestId(1), r).ok());
+    const Outcome run = RunToEnd(*core);
+    EXPECT_EQ(run.tokens.at({1, 0}).size(), static_cast<size_t>(gen));
+    EXPECT_LE(run.max_in_use, 128 / 16);
+    const std::vector<float>& lp = run.prompt_logprobs.at(1);
+    ASSERT_EQ(lp.size(), static_cast<size_t>(prompt - 1));
+    for (float v : lp) ASSERT_TRUE(std::isfinite(v) && v <= 0.f);
+    // Everything past the budget went, 32 tokens at a time (the last token is never computed).
+    const RequestOutput& f = run.finals.at({1, 0});
+    const int64_t computed = prompt + gen - 1;
+    EXPECT_EQ(f.metrics.evicted_tokens, (computed - 128 + 31) / 32 * 32)
+        << KvEvictionPolicyName(policy);
+    EXPECT_EQ(core->stats().kv.num_in_use, 0);
+  }
 }
 
 TEST(KvEviction, RequestsSharingBlocksWithAnEvictingSequenceAreUnaffected) {
@@ -156,18 +179,38 @@ TEST(KvEviction, RequestsSharingBlocksWithAnEvictingSequenceAreUnaffected) {
   run = RunToEnd(*core);
   EXPECT_EQ(run.tokens.at({4, 0}), ref.Greedy(longer, 40));
   EXPECT_GT(run.finals.at({4, 0}).metrics.cached_tokens, 0);
+  // h2o and snapkv may edit any block: the hit prefix is copied first, the tree's stays.
+  for (KvEvictionPolicy policy : {KvEvictionPolicy::kH2O, KvEvictionPolicy::kSnapKV}) {
+    const int64_t copied = core->stats().kv_eviction.copied_blocks;
+    ASSERT_TRUE(core->Add(RequestId(5), Evicting(longer, 150, Policy(policy))).ok());
+    ASSERT_TRUE(core->Add(RequestId(6), Greedy(longer, 40)).ok());
+    run = RunToEnd(*core);
+    EXPECT_GT(run.finals.at({5, 0}).metrics.cached_tokens, 0);
+    EXPECT_GT(core->stats().kv_eviction.copied_blocks, copied);
+    EXPECT_EQ(run.tokens.at({6, 0}), ref.Greedy(longer, 40));
+    ASSERT_TRUE(core->Add(RequestId(7), Greedy(longer, 40)).ok());
+    run = RunToEnd(*core);
+    EXPECT_EQ(run.tokens.at({7, 0}), ref.Greedy(longer, 40));
+    EXPECT_GT(run.finals.at({7, 0}).metrics.cached_tokens, 0);
+  }
 }
 
 TEST(KvEviction, ACacheOfExactlyTheBudgetIsEnoughWithThePrefixCacheOn) {
   // The blocks an eviction moves were never committed, so it copies nothing.
-  EngineConfig exact = SmallConfig();
-  exact.num_blocks = 4;
-  const EngineRequest r = Evicting(Prompt(10, 100), 120, Policy(KvEvictionPolicy::kSinks));
-  EXPECT_EQ(RunOne(exact, r), RunOne(SmallConfig(), r));
+  for (KvEvictionPolicy policy : kPolicies) {
+    EngineConfig exact = SmallConfig();
+    exact.num_blocks = 4;
+    const EngineRequest r = Evicting(Prompt(10, 100), 120, Policy(policy));
+    EXPECT_EQ(RunOne(exact, r), RunOne(SmallConfig(), r)) << KvEvictionPolicyName(policy);
+  }
 }
 
-TEST(KvEviction, APreemptedEvictingSequenceResumesWithTheSameOutput) {
-  const EngineRequest r = Evicting(Prompt(7, 100), 150, Policy(KvEvictionPolicy::kSinks));
+class KvEvictionPreemption : public ::testing::TestWithParam<KvEvictionPolicy> {};
+INSTANTIATE_TEST_SUITE_P(Policies, KvEvictionPreemption, ::testing::ValuesIn(kPolicies),
+                         [](const auto& p) { return std::string(KvEvictionPolicyName(p.param)); });
+
+TEST_P(KvEvictionPreemption, APreemptedEvictingSequenceResumesWithTheSameOutput) {
+  const EngineRequest r = Evicting(Prompt(7, 100), 150, Policy(GetParam()));
   const std::vector<TokenId> alone = RunOne(SmallConfig(), r);
   EngineConfig tight = SmallConfig();
   tight.num_blocks = 10;  // the evicting request's 4 blocks and a growing one's cannot both fit
