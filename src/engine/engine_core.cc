@@ -466,9 +466,13 @@ void EngineCore::ScorePrompt(const ScheduledSeq& s, const float* rows, int num_r
     const int next = s.num_computed + j + 1;  // the prompt token row j predicts
     if (next <= c.prompt_scored) continue;   // recomputed after a preemption: sent already
     const std::span<const float> row(rows + static_cast<size_t>(j) * vocab, vocab);
+    const double lse = LogSumExp(row);
     e.prompt_logprobs.push_back(static_cast<float>(
-        static_cast<double>(row[static_cast<size_t>(tokens[static_cast<size_t>(next)])]) -
-        LogSumExp(row)));
+        static_cast<double>(row[static_cast<size_t>(tokens[static_cast<size_t>(next)])]) - lse));
+    if (const int from = requests_.at(c.request).request.prompt_distributions_from;
+        from >= 0 && next >= from) {
+      for (float x : row) e.prompt_distributions.push_back(static_cast<float>(x - lse));
+    }
     c.prompt_scored = next;
   }
   if (!e.prompt_logprobs.empty()) out->push_back(std::move(e));

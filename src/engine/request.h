@@ -52,6 +52,10 @@ struct EngineRequest {
   // Scores the prompt: events carry prompt_logprobs, log p(prompt[i] | prompt[0, i)) for every
   // i >= 1, in order, as the prompt's chunks are computed (streaming perplexity).
   bool score_prompt = false;
+  // With score_prompt: for prompt[i] with i >= this, events also carry the whole next-token
+  // distribution it was scored with (prompt_distributions; -1: none). For measuring eviction
+  // against the full cache (KL divergence, top-1 agreement).
+  int prompt_distributions_from = -1;
 };
 
 // Cached prompt tokens that one cache tier supplied ("ram", "disk", "redis").
@@ -89,6 +93,9 @@ struct RequestOutput {
   // score_prompt: the log-probabilities of the next prompt tokens, continuing where the last
   // event's left off (the first is that of prompt[1]).
   std::vector<float> prompt_logprobs;
+  // prompt_distributions_from: log-softmax rows (vocab floats each) of the same positions, for
+  // those at or past it, in order.
+  std::vector<float> prompt_distributions;
   bool finished = false;            // this sample ended
   bool request_finished = false;    // every sample ended: the last event of the request
   FinishReason finish_reason = FinishReason::kLength;

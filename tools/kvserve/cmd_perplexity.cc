@@ -34,7 +34,14 @@ struct PerplexityOptions {
   bool stream = false;
   int segment_tokens = 4096;
   KvEvictionOptions kv_eviction;
+  // --eviction-kl
+  bool eviction_kl = false;
+  int prompt_tokens = 1024;
+  int eval_tokens = 8;
+  int num_prompts = 25;
 };
+
+void RunEvictionKl(const PerplexityOptions& o);
 
 // log-softmax of one logits row into out (double, for the sums over many tokens).
 void LogSoftmax(const float* row, int vocab, std::vector<double>& out) {
@@ -205,6 +212,7 @@ void RunStreamPerplexity(const PerplexityOptions& o) {
 }
 
 void RunPerplexity(PerplexityOptions& o) {
+  if (o.eviction_kl) return RunEvictionKl(o);
   if (o.stream) return RunStreamPerplexity(o);
   if (o.kv_eviction.policy != "none") Fail("--kv-eviction needs --stream");
   std::stringstream ss;
@@ -298,6 +306,103 @@ void RunPerplexity(PerplexityOptions& o) {
       t.scored, t.windows, ctx, 100.0 * (ppl / ref_ppl - 1.0), mean, t.seconds, t.ref_seconds);
 }
 
+// --eviction-kl: prompts of --prompt-tokens tokens (consecutive pieces of the text, each after
+// a BOS) compressed by the --kv-eviction policy to --kv-budget, against the full cache: over the
+// next --eval-tokens positions of each (the text's own tokens, teacher-forced), the KL divergence
+// of the next-token distribution from the full cache's and top-1 agreement.
+void RunEvictionKl(const PerplexityOptions& o) {
+  if (o.prompt_tokens < 2 || o.eval_tokens < 1 || o.num_prompts < 1) {
+    Fail("--prompt-tokens must be at least 2, --eval-tokens and --prompts at least 1");
+  }
+  const std::string text = ReadText(o.file);
+  LoadedModel m = LoadModel(o.engine, /*need_tokenizer=*/true);
+  const int vocab = m.model->config().vocab;
+  EngineConfig c = OneSequenceEngineConfig(o.engine);
+  c.enable_prefix_caching = false;
+  const KvEvictionConfig policy = KvEvictionFromOptions(o.kv_eviction);
+  if (!policy.enabled()) Fail("--eviction-kl needs a --kv-eviction policy to compare");
+  const int len = o.prompt_tokens + o.eval_tokens;
+  if (len > c.max_model_len) {
+    Fail(fmt::format("--eviction-kl: the full cache needs --ctx of at least {}", len));
+  }
+  const TokenId bos = m.tokenizer->bos_id();
+  auto core = EngineCore::Create(std::move(m.model), c, &*m.tokenizer);
+  if (!core.ok()) Fail(core.status().ToString());
+  const std::vector<TokenId> ids = m.tokenizer->Encode(text, /*add_special=*/false,
+                                                       o.parse_special);
+  if (static_cast<int64_t>(ids.size()) < static_cast<int64_t>(o.num_prompts) * (len - 1)) {
+    Fail(fmt::format("'{}' has {} tokens; {} prompts of {} need {}", o.file, ids.size(),
+                     o.num_prompts, len, static_cast<int64_t>(o.num_prompts) * (len - 1)));
+  }
+  // The distributions of prompt positions [prompt_tokens, len) of one request.
+  auto score = [&](const std::vector<TokenId>& prompt, const KvEvictionConfig& ev) {
+    EngineRequest req;
+    req.prompt = prompt;
+    req.max_tokens = 1;
+    req.ignore_eos = true;
+    req.score_prompt = true;
+    req.prompt_distributions_from = o.prompt_tokens;
+    req.sampling.temperature = 0.f;
+    req.kv_eviction = ev;
+    if (Status st = (*core)->Add(RequestId(0), req); !st.ok()) Fail(st.ToString());
+    std::vector<float> rows;
+    std::vector<RequestOutput> events;
+    while ((*core)->HasWork()) {
+      if (Status st = (*core)->Step(&events); !st.ok()) Fail(st.ToString());
+      for (RequestOutput& e : events) {
+        if (e.finished && e.finish_reason == FinishReason::kError) Fail(e.error.ToString());
+        rows.insert(rows.end(), e.prompt_distributions.begin(), e.prompt_distributions.end());
+      }
+      events.clear();
+    }
+    if (rows.size() != static_cast<size_t>(o.eval_tokens) * vocab) Fail("missing distributions");
+    return rows;
+  };
+  double kl = 0, nll_full = 0, nll = 0;
+  int64_t agree = 0, positions = 0;
+  for (int i = 0; i < o.num_prompts; ++i) {
+    std::vector<TokenId> prompt{bos};
+    const auto first = ids.begin() + static_cast<std::ptrdiff_t>(i) * (len - 1);
+    prompt.insert(prompt.end(), first, first + (len - 1));
+    const std::vector<float> full = score(prompt, KvEvictionConfig{});
+    const std::vector<float> got = score(prompt, policy);
+    for (int j = 0; j < o.eval_tokens; ++j) {
+      const float* p = full.data() + static_cast<size_t>(j) * vocab;
+      const float* q = got.data() + static_cast<size_t>(j) * vocab;
+      double d = 0;
+      for (int v = 0; v < vocab; ++v) d += std::exp(static_cast<double>(p[v])) * (p[v] - q[v]);
+      kl += d;
+      agree += ArgMax(p, vocab) == ArgMax(q, vocab) ? 1 : 0;
+      const auto next = static_cast<size_t>(prompt[static_cast<size_t>(o.prompt_tokens + j)]);
+      nll_full -= p[next];
+      nll -= q[next];
+      ++positions;
+    }
+  }
+  const double n = static_cast<double>(positions);
+  const nlohmann::json j = {
+      {"kv_eviction", std::string(KvEvictionPolicyName(policy.policy))},
+      {"kv_budget", policy.budget_tokens},
+      {"prompt_tokens", o.prompt_tokens},
+      {"eval_tokens", o.eval_tokens},
+      {"prompts", o.num_prompts},
+      {"positions", positions},
+      {"kl_divergence", kl / n},
+      {"top1_agreement", static_cast<double>(agree) / n},
+      {"perplexity", std::exp(nll / n)},
+      {"full_cache_perplexity", std::exp(nll_full / n)},
+  };
+  if (o.json) {
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("{} at budget {}: KL {:.5f}, top-1 {:.1f}% over {} positions; perplexity {:.4f} "
+             "(full cache {:.4f})\n",
+             KvEvictionPolicyName(policy.policy), policy.budget_tokens, kl / n,
+             100.0 * static_cast<double>(agree) / n, positions, std::exp(nll / n),
+             std::exp(nll_full / n));
+}
+
 }  // namespace
 
 void AddPerplexityCommand(CLI::App& app) {
@@ -319,6 +424,14 @@ void AddPerplexityCommand(CLI::App& app) {
                   "--stream: report perplexity, tokens/s and peak KV blocks per segment of this "
                   "many tokens (default 4096)");
   AddKvEvictionOptions(cmd, o->kv_eviction);
+  cmd->add_flag("--eviction-kl", o->eviction_kl,
+                "Compress prompts of --prompt-tokens to --kv-budget with --kv-eviction and report "
+                "the KL divergence and top-1 agreement against the full cache over the next "
+                "--eval-tokens positions of each of --prompts prompts (needs --ctx >= both)");
+  cmd->add_option("--prompt-tokens", o->prompt_tokens, "--eviction-kl: prompt length (1024)");
+  cmd->add_option("--eval-tokens", o->eval_tokens,
+                  "--eviction-kl: positions scored after each prompt (8)");
+  cmd->add_option("--prompts", o->num_prompts, "--eviction-kl: prompts (25)");
   cmd->add_flag("--parse-special", o->parse_special,
                 "Tokenize special-token text such as <s> or <|im_end|> as those tokens (off: as "
                 "plain text, like llama.cpp's perplexity)");
