@@ -175,3 +175,61 @@ TEST(ModelForward, RejectsOutOfVocabularyTokensAndOverlongSequences) {
 
 }  // namespace
 }  // namespace kvserve
+
+namespace kvserve {
+namespace {
+
+// Token-level eviction's compaction (h2o, snapkv): per layer and KV head, slot j ends up with
+// what was at kept[j], the key re-rotated by j - kept[j] positions and the value as stored;
+// slots that stay put and slots past the kept ones are untouched.
+TEST(CompactKv, MovesEachHeadsKeptSlotsToTheFrontAndReRotatesTheirKeys) {
+  auto model = MakeModel(SmallSpec("llama"));
+  const ModelConfig& c = model->config();
+  const int bs = 4, slots = 12, d = c.head_dim;
+  KvStorage kv(model->MakeKvLayout(bs, KvDtype::kF32, KvDtype::kF32), 8);
+  const std::vector<BlockId> table = {BlockId(5), BlockId(1), BlockId(6)};
+  auto k_at = [&](int l, int h, int s) {
+    return reinterpret_cast<float*>(kv.KTile(l, table[s / bs], h) + (s % bs) * kv.layout().k_head_bytes());
+  };
+  auto v_at = [&](int l, int h, int s) {
+    return reinterpret_cast<float*>(kv.VTile(l, table[s / bs], h) + (s % bs) * kv.layout().v_head_bytes());
+  };
+  auto key = [&](int l, int h, int s, int i) { return std::sin(0.37f * (l * 1000 + h * 100 + s * 7 + i)); };
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (int h = 0; h < c.num_kv_heads; ++h) {
+      for (int s = 0; s < slots; ++s) {
+        for (int i = 0; i < d; ++i) {
+          k_at(l, h, s)[i] = key(l, h, s, i);
+          v_at(l, h, s)[i] = static_cast<float>(l * 1000 + h * 100 + s);
+        }
+      }
+    }
+  }
+  // Every (layer, head) keeps 8 of 12 slots, each its own.
+  std::vector<std::vector<int32_t>> kept = {
+      {0, 1, 2, 3, 8, 9, 10, 11}, {1, 2, 4, 5, 6, 7, 9, 11},
+      {0, 3, 4, 6, 7, 8, 10, 11}, {4, 5, 6, 7, 8, 9, 10, 11}};
+  ASSERT_EQ(kept.size(), static_cast<size_t>(c.num_layers * c.num_kv_heads));
+  ThreadPool threads(2);
+  model->CompactKv(kv, table, kept, threads);
+  const Rope rope(c.rope);
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (int h = 0; h < c.num_kv_heads; ++h) {
+      const std::vector<int32_t>& k = kept[static_cast<size_t>(l * c.num_kv_heads + h)];
+      for (int j = 0; j < slots; ++j) {
+        const int src = j < 8 ? k[static_cast<size_t>(j)] : j;  // past the kept: untouched
+        std::vector<float> want(static_cast<size_t>(d));
+        for (int i = 0; i < d; ++i) want[static_cast<size_t>(i)] = key(l, h, src, i);
+        if (src != j) rope.Rotate(want.data(), 1, d, j - src);
+        for (int i = 0; i < d; ++i) {
+          ASSERT_FLOAT_EQ(v_at(l, h, j)[i], static_cast<float>(l * 1000 + h * 100 + src))
+              << l << " " << h << " " << j;
+          ASSERT_FLOAT_EQ(k_at(l, h, j)[i], want[static_cast<size_t>(i)]) << l << " " << h << " " << j;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
