@@ -39,9 +39,9 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=1024)
     ap.add_argument("--eval-tokens", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=25)
-    ap.add_argument("--evict-batch", type=int, default=32,
-                    help="tokens dropped at once, the same for every policy (default 32, "
-                         "snapkv's window)")
+    ap.add_argument("--evict-batch", type=int, default=16,
+                    help="tokens dropped at once, the same for every policy (default 16; "
+                         "snapkv's window is at most this)")
     ap.add_argument("--snapkv-window", type=int, default=32,
                     help="snapkv's observation window (at most the evict batch)")
     ap.add_argument("--ctx", type=int, default=2048)

@@ -8,7 +8,7 @@ SVG plot (perplexity per segment, one line per policy).
 prints that refusal (the dense cache's limit) and goes on with the other policies.
 
     python3 bench/stream_perplexity.py --kvserve build/kvserve --model M.gguf --text T.txt \\
-        [--budget 256] [--policies window,sinks] [--segment-tokens 4096] [--svg out.svg]
+        [--budget 256] [--policies none,window,sinks,h2o] [--segment-tokens 4096] [--svg out.svg]
 """
 import argparse
 import json
@@ -19,7 +19,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_util import cpu_name  # noqa: E402
 
-COLOURS = {"none": "#444444", "window": "#d62728", "sinks": "#1f77b4"}
+COLOURS = {"none": "#444444", "window": "#d62728", "sinks": "#1f77b4", "h2o": "#2ca02c",
+           "snapkv": "#9467bd"}
 
 
 def stream(a, policy, text):
@@ -87,7 +88,7 @@ def main():
     ap.add_argument("--kvserve", default="build/kvserve")
     ap.add_argument("--model", required=True)
     ap.add_argument("--text", required=True)
-    ap.add_argument("--policies", default="none,window,sinks")
+    ap.add_argument("--policies", default="none,window,sinks,h2o")
     ap.add_argument("--budget", type=int, default=256)
     ap.add_argument("--sink-tokens", type=int, default=4)
     ap.add_argument("--evict-batch", type=int, default=0)

@@ -715,6 +715,8 @@ void EngineCore::JumpForward(std::vector<RequestOutput>* out) {
     std::vector<TokenId> ids = ForcedTokens(c, tokens.back(), k);
     if (ids.empty()) continue;
     if (config_.jump_forward_mode == EngineConfig::JumpForwardMode::kVerify) {
+      // Drafts' queries would score (h2o, snapkv) before they are accepted or rejected.
+      if (r.eviction.by_score) continue;
       // A model that does not follow the tokenizer rejects forced drafts, and each costs a row:
       // draft lengths double while all are accepted, shrink to what was, and pause after a
       // verification that kept none.
@@ -760,8 +762,9 @@ Status EngineCore::ProposeDrafts() {
     }
     const int k = std::min(sc.num_speculative_tokens, r.request.max_tokens - c.num_generated - 1);
     if (!r.request.speculative || k <= 0) continue;
-    // A draft model keeps its own KV of the whole sequence: not for sequences that evict.
-    if (draft_ && r.eviction.budget_blocks > 0) continue;
+    // A draft model keeps its own KV of the whole sequence: not for sequences that evict. And
+    // no drafts at all where queries score (h2o, snapkv): a rejected draft's query would count.
+    if ((draft_ && r.eviction.budget_blocks > 0) || r.eviction.by_score) continue;
     std::vector<TokenId> p;
     if (sc.method == SpecMethod::kNgram) {
       ProposeNgram(tokens, sc.prompt_lookup_min, sc.prompt_lookup_max, k, &p);

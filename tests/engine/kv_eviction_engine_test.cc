@@ -106,6 +106,26 @@ TEST(KvEviction, GreedyOutputDoesNotDependOnChunkingBatchingOrThePrefixCache) {
   }
 }
 
+TEST(KvEviction, SpeculationDoesNotChangeTheOutput) {
+  // n-gram drafts are verified for window and sinks; h2o and snapkv take none (a rejected
+  // draft's query would have scored). Either way greedy output equals speculation off.
+  EngineConfig spec = SmallConfig();
+  spec.spec.method = SpecMethod::kNgram;
+  spec.spec.adaptive = false;
+  spec.spec.num_speculative_tokens = 3;
+  spec.spec.prompt_lookup_min = 1;
+  spec.spec.prompt_lookup_max = 3;
+  for (KvEvictionPolicy policy : kPolicies) {
+    const EngineRequest r = Evicting(Prompt(12, 90), 160, Policy(policy));
+    auto core = MakeCore(spec);
+    ASSERT_TRUE(core->Add(RequestId(1), r).ok());
+    const Outcome run = RunToEnd(*core);
+    EXPECT_EQ(run.tokens.at({1, 0}), RunOne(SmallConfig(), r)) << KvEvictionPolicyName(policy);
+    const bool scored = policy == KvEvictionPolicy::kH2O || policy == KvEvictionPolicy::kSnapKV;
+    EXPECT_EQ(core->stats().spec.num_draft_tokens == 0, scored) << KvEvictionPolicyName(policy);
+  }
+}
+
 TEST(KvEviction, TheScoredPoliciesKeepOtherTokensThanTheWindow) {
   // Same budget and batch: once tokens go, each choice shows in the output.
   std::map<KvEvictionPolicy, std::vector<TokenId>> out;

@@ -98,7 +98,7 @@ def cmd_model(a):
     from model import Config, Llama
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed + (1 if a.resume else 0))
-    cfg = Config(vocab=VOCAB, **SIZES[a.size])
+    cfg = Config(vocab=VOCAB, ctx=max(512, a.seq), **SIZES[a.size])
     m = Llama(cfg)
     stem = a.name or a.size
     ckpt_path = os.path.join(a.work, f"{stem}.pt")
