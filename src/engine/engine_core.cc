@@ -380,7 +380,9 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
     for (SeqId p : so.preempted) draft_->Release(p);
   }
   for (SeqId p : so.preempted) {  // it starts over: so do its attention scores
-    if (auto it = seqs_.find(p); it != seqs_.end()) std::fill(it->second.scores.begin(), it->second.scores.end(), 0);
+    if (auto it = seqs_.find(p); it != seqs_.end()) {
+      std::fill(it->second.scores.begin(), it->second.scores.end(), 0);
+    }
   }
   for (const ScheduledSeq& s : so.seqs) {
     RequestCtx& r = requests_.at(seqs_.at(s.seq).request);
@@ -977,6 +979,7 @@ Status EngineCore::OpenTiers() {
 bool EngineCore::StartTierLoad(RequestId id) {
   if (!tiers_) return false;
   RequestCtx& r = requests_.at(id);
+  if (r.eviction.by_score) return false;  // it takes no cached prefix (scheduler.cc)
   const std::vector<TokenId>& prompt = r.request.prompt;
   const int bs = config_.block_size;
   const int n = static_cast<int>(prompt.size());

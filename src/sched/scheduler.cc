@@ -250,10 +250,14 @@ void Scheduler::ScheduleRunning(ScheduleOutput& out, int& budget, bool prefills)
 
 bool Scheduler::Admit(Record& r, ScheduleOutput& out, int& budget) {
   const SeqId id = r.spec.id;
-  const bool evicts = r.spec.eviction.budget_blocks > 0;
-  const int cached = kv_->BeginSequence(
-      id, r.spec.ns, r.tokens, r.spec.priority, /*count_tokens=*/true, /*partial_block=*/true,
-      evicts ? r.spec.eviction.budget_slots(kv_->block_size()) : std::numeric_limits<int>::max());
+  // An evicting sequence takes at most its budget from the prefix cache; h2o and snapkv take
+  // nothing: their scores need the queries of every token they hold, and a cached prefix's
+  // were never computed by them (with a hit, which tokens go would depend on the cache).
+  const KvEvictionPlan& ev = r.spec.eviction;
+  int max_hit = std::numeric_limits<int>::max();
+  if (ev.budget_blocks > 0) max_hit = ev.by_score ? 0 : ev.budget_slots(kv_->block_size());
+  const int cached = kv_->BeginSequence(id, r.spec.ns, r.tokens, r.spec.priority,
+                                        /*count_tokens=*/true, /*partial_block=*/true, max_hit);
   r.num_computed = cached;
   const int room = Room(r, out);
   const int n = std::min({static_cast<int>(r.tokens.size()) - cached, budget, room});
