@@ -418,6 +418,7 @@ inline void FinishRow(const float* merged, float* out, float* lse) {
 // Per-thread buffers of the kernel.
 struct TileScratch {
   std::vector<float> kt, vf, scores, probs, state, merged, qrot, qsum;
+  std::vector<const float*> qrows;  // the tile's query rows (PrepareTile)
   void Reserve(int rows, int d) {
     auto grow = [](std::vector<float>& v, size_t n) {
       if (v.size() < n) v.resize(n);
@@ -469,6 +470,21 @@ void ScoreRowsN(int nr, const float* const* q, const float* kt, VF ks, VF km, co
     case 6: return ScoreRows<D, 6, kMin>(q, kt, ks, km, qsum, scores);
     case 7: return ScoreRows<D, 7, kMin>(q, kt, ks, km, qsum, scores);
     default: return ScoreRows<D, 8, kMin>(q, kt, ks, km, qsum, scores);
+  }
+}
+
+// Scores of rows [rc, rows) against a converted K chunk, into sc_scores + r * W.
+template <int D>
+inline void ScoreChunk(int rc, int rows, const float* const* qrows, const float* kt, VF ks, VF km,
+                       bool k_min, const float* qsum, float* sc_scores) {
+  for (int r = rc; r < rows; r += 8) {
+    const int nr = std::min(8, rows - r);
+    float* out = sc_scores + static_cast<size_t>(r) * W;
+    if (k_min) {
+      ScoreRowsN<D, true>(nr, qrows + r, kt, ks, km, qsum + r, out);
+    } else {
+      ScoreRowsN<D, false>(nr, qrows + r, kt, ks, km, nullptr, out);
+    }
   }
 }
 
@@ -638,15 +654,7 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
     const int rc = jc * t.group;
     const VF ks = k_scaled ? kcs.Scales() * k_factor : SplatF(scale);
     const VF km = k_min ? kcs.Mins() * scale : VF{};
-    for (int r = rc; r < rows; r += 8) {
-      const int nr = std::min(8, rows - r);
-      float* out = sc.scores.data() + static_cast<size_t>(r) * W;
-      if (k_min) {
-        ScoreRowsN<D, true>(nr, qrows + r, kt, ks, km, sc.qsum.data() + r, out);
-      } else {
-        ScoreRowsN<D, false>(nr, qrows + r, kt, ks, km, nullptr, out);
-      }
-    }
+    ScoreChunk<D>(rc, rows, qrows, kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
     const VF vs = v_scaled ? vcs.Scales() * v_factor : SplatF(1.f);
     const VF vm = v_min ? vcs.Mins() : VF{};
     for (int r = rc; r < rows; ++r) {
@@ -760,13 +768,20 @@ void RowPointers(const AttentionTile& t, const PagedKvLayerView& kv, TileScratch
   }
 }
 
+// The calling thread's scratch, reserved for the tile, with its query row pointers in qrows.
+template <int D>
+TileScratch& PrepareTile(const AttentionTile& t, const PagedKvLayerView& kv) {
+  TileScratch& sc = Scratch();
+  sc.Reserve(t.num_tokens * t.group, D);
+  RowPointers<D>(t, kv, sc, sc.qrows);
+  return sc;
+}
+
 template <int D>
 void TileAll(const AttentionTile& t, const PagedKvLayerView& kv, float scale) {
-  TileScratch& sc = Scratch();
+  TileScratch& sc = PrepareTile<D>(t, kv);
   const int rows = t.num_tokens * t.group;
-  sc.Reserve(rows, D);
-  thread_local std::vector<const float*> q;
-  RowPointers<D>(t, kv, sc, q);
+  const std::vector<const float*>& q = sc.qrows;
   const int np = AttentionPartitions(t.first_slots + t.num_tokens - 1);
   for (int p = 0; p < np; ++p) {
     const int r0 = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
@@ -790,11 +805,9 @@ void TileAll(const AttentionTile& t, const PagedKvLayerView& kv, float scale) {
 template <int D>
 void TilePartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
                    float* partials) {
-  TileScratch& sc = Scratch();
+  TileScratch& sc = PrepareTile<D>(t, kv);
   const int rows = t.num_tokens * t.group;
-  sc.Reserve(rows, D);
-  thread_local std::vector<const float*> q;
-  RowPointers<D>(t, kv, sc, q);
+  const std::vector<const float*>& q = sc.qrows;
   const int r0 = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
   std::memcpy(partials + static_cast<size_t>(r0) * (D + 2),
               sc.state.data() + static_cast<size_t>(r0) * (D + 2),
@@ -814,11 +827,9 @@ void MergeRow(const float* partials, int num_partitions, int64_t stride, float* 
 template <int D>
 void TileScores(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int first_token,
                 int64_t* acc) {
-  TileScratch& sc = Scratch();
+  TileScratch& sc = PrepareTile<D>(t, kv);
   const int rows = t.num_tokens * t.group;
-  sc.Reserve(rows, D);
-  thread_local std::vector<const float*> q;
-  RowPointers<D>(t, kv, sc, q);
+  const std::vector<const float*>& q = sc.qrows;
   const int n_max = t.first_slots + t.num_tokens - 1;
   const bool k_scaled = HasScale(kv.k_dtype), k_min = HasMin(kv.k_dtype);
   const float k_factor = scale * RawFactor(kv.k_dtype);
@@ -837,15 +848,7 @@ void TileScores(const AttentionTile& t, const PagedKvLayerView& kv, float scale,
     const int rc = jc * t.group;
     const VF ks = k_scaled ? kcs.Scales() * k_factor : SplatF(scale);
     const VF km = k_min ? kcs.Mins() * scale : VF{};
-    for (int r = rc; r < rows; r += 8) {
-      const int nr = std::min(8, rows - r);
-      float* out = sc.scores.data() + static_cast<size_t>(r) * W;
-      if (k_min) {
-        ScoreRowsN<D, true>(nr, q.data() + r, kt, ks, km, sc.qsum.data() + r, out);
-      } else {
-        ScoreRowsN<D, false>(nr, q.data() + r, kt, ks, km, nullptr, out);
-      }
-    }
+    ScoreChunk<D>(rc, rows, q.data(), kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
     int64_t sums[W] = {};
     for (int r = rc; r < rows; ++r) {
       const int v = std::min(W, t.first_slots + r / t.group - c0);
