@@ -194,24 +194,39 @@ void Model::CompactKv(KvStorage& kv, std::span<const BlockId> table,
   const ModelConfig& c = config_;
   const KvLayout& kl = kv.layout();
   const int bs = kl.block_size;
+  const size_t d = static_cast<size_t>(c.head_dim);
   pool.ParallelFor(static_cast<int64_t>(kept.size()), [&](int64_t b, int64_t e) {
-    std::vector<float> key(static_cast<size_t>(c.head_dim));
+    std::vector<float> keys;
     for (int64_t i = b; i < e; ++i) {
       const int layer = static_cast<int>(i / c.num_kv_heads);
       const int h = static_cast<int>(i % c.num_kv_heads);
       const std::vector<int32_t>& k = kept[static_cast<size_t>(i)];
-      // kept is ascending and kept[j] >= j: slot j is written after every read of it.
-      for (size_t j = 0; j < k.size(); ++j) {
-        const int dst = static_cast<int>(j), src = k[j];
-        if (src == dst) continue;
-        uint8_t* kd = kv.KTile(layer, table[dst / bs], h) + (dst % bs) * kl.k_head_bytes();
-        const uint8_t* ks = kv.KTile(layer, table[src / bs], h) + (src % bs) * kl.k_head_bytes();
-        LoadKvVector(kl.k_dtype, ks, c.head_dim, key.data());
-        rope_->Rotate(key.data(), 1, c.head_dim, dst - src);
-        StoreKvVector(kl.k_dtype, key.data(), c.head_dim, kd);
-        std::memcpy(kv.VTile(layer, table[dst / bs], h) + (dst % bs) * kl.v_head_bytes(),
-                    kv.VTile(layer, table[src / bs], h) + (src % bs) * kl.v_head_bytes(),
-                    kl.v_head_bytes());
+      auto k_slot = [&](int s) {
+        return kv.KTile(layer, table[s / bs], h) + (s % bs) * kl.k_head_bytes();
+      };
+      auto v_slot = [&](int s) {
+        return kv.VTile(layer, table[s / bs], h) + (s % bs) * kl.v_head_bytes();
+      };
+      // Runs of kept slots that move by the same distance are rotated together (one set of
+      // angles). kept is ascending and kept[j] >= j: slot j is written after every read of it.
+      size_t j = 0;
+      while (j < k.size()) {
+        const int delta = static_cast<int>(j) - k[j];
+        size_t end = j + 1;
+        while (end < k.size() && static_cast<int>(end) - k[end] == delta) ++end;
+        if (delta != 0) {
+          keys.resize((end - j) * d);
+          for (size_t r = j; r < end; ++r) {
+            LoadKvVector(kl.k_dtype, k_slot(k[r]), c.head_dim, keys.data() + (r - j) * d);
+          }
+          rope_->Rotate(keys.data(), static_cast<int>(end - j), c.head_dim, delta);
+          for (size_t r = j; r < end; ++r) {
+            const int dst = static_cast<int>(r);
+            StoreKvVector(kl.k_dtype, keys.data() + (r - j) * d, c.head_dim, k_slot(dst));
+            std::memcpy(v_slot(dst), v_slot(k[r]), kl.v_head_bytes());
+          }
+        }
+        j = end;
       }
     }
   });
