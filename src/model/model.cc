@@ -338,7 +338,8 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
   pool.ForEach(static_cast<int64_t>(s.attn_scored.size()), [&](int64_t k) {
     const int32_t ti = s.attn_scored[static_cast<size_t>(k)];
     const AttentionTile& t = tiles[static_cast<size_t>(ti)];
-    const ForwardSeq& seq = batch.seqs[static_cast<size_t>(s.attn_tile_seq[static_cast<size_t>(ti)])];
+    const int32_t si = s.attn_tile_seq[static_cast<size_t>(ti)];
+    const ForwardSeq& seq = batch.seqs[static_cast<size_t>(si)];
     // Token j of the tile is at slot first_slots - 1 + j.
     const int first = std::max(0, seq.score_from_slot - (t.first_slots - 1));
     int64_t* acc = seq.scores + (static_cast<int64_t>(li) * c.num_kv_heads + t.kv_head) *

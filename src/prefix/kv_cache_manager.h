@@ -73,9 +73,10 @@ struct BlockCopy {
   BlockId dst;
 };
 
-// What EvictBlocks (or CompactBlocks) changed, for the engine to carry out on the bytes before the next forward
-// pass: first the copies, then the keys of `moved` (the blocks that followed the dropped ones, in
-// table order, copies included) re-rotated down by the evicted tokens' count.
+// What EvictBlocks (or CompactBlocks) changed, for the engine to carry out on the bytes before
+// the next forward pass: first the copies, then the keys of `moved` (the blocks that followed the
+// dropped ones, in table order, copies included) re-rotated down by the evicted tokens' count
+// (CompactBlocks: the whole table, compacted per layer and head by the engine).
 struct BlockEviction {
   std::vector<BlockCopy> copies;
   std::vector<BlockId> moved;
