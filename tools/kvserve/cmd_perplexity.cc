@@ -54,7 +54,8 @@ void LogSoftmax(const float* row, int vocab, std::vector<double>& out) {
   for (int v = 0; v < vocab; ++v) out[static_cast<size_t>(v)] = row[v] - log_z;
 }
 
-int ArgMax(const float* row, int vocab) {
+template <typename T>
+int ArgMax(const T* row, int vocab) {
   int best = 0;
   for (int v = 1; v < vocab; ++v) {
     if (row[v] > row[best]) best = v;
@@ -67,6 +68,20 @@ struct Totals {
   double nll = 0, ref_nll = 0, kl = 0;
   int64_t scored = 0, agree = 0, windows = 0;
   double seconds = 0, ref_seconds = 0;
+
+  // One position scored by the cache under test (lp) and the reference (ref_lp), both
+  // log-probabilities over the vocab: the reference's NLL of the next token, KL(reference ||
+  // tested) and whether the two argmaxes agree. (nll and scored are the caller's.)
+  template <typename T>
+  void Compare(const T* lp, const T* ref_lp, int vocab, size_t next) {
+    ref_nll -= ref_lp[next];
+    double d = 0;
+    for (int v = 0; v < vocab; ++v) {
+      d += std::exp(static_cast<double>(ref_lp[v])) * (static_cast<double>(ref_lp[v]) - lp[v]);
+    }
+    kl += std::max(d, 0.0);
+    agree += ArgMax(lp, vocab) == ArgMax(ref_lp, vocab) ? 1 : 0;
+  }
 };
 
 std::vector<float> WindowLogits(Generator& gen, std::span<const TokenId> window, double* seconds) {
@@ -250,11 +265,7 @@ void RunPerplexity(PerplexityOptions& o) {
       t.nll -= lp[next];
       if (compare) {
         LogSoftmax(ref_logits.data() + off, vocab, ref_lp);
-        t.ref_nll -= ref_lp[next];
-        double kl = 0;
-        for (size_t v = 0; v < lp.size(); ++v) kl += std::exp(ref_lp[v]) * (ref_lp[v] - lp[v]);
-        t.kl += std::max(kl, 0.0);
-        t.agree += ArgMax(logits.data() + off, vocab) == ArgMax(ref_logits.data() + off, vocab);
+        t.Compare(lp.data(), ref_lp.data(), vocab, next);
       }
       ++t.scored;
     }
@@ -358,8 +369,7 @@ void RunEvictionKl(const PerplexityOptions& o) {
     if (rows.size() != static_cast<size_t>(o.eval_tokens) * vocab) Fail("missing distributions");
     return rows;
   };
-  double kl = 0, nll_full = 0, nll = 0;
-  int64_t agree = 0, positions = 0;
+  Totals t;
   for (int i = 0; i < o.num_prompts; ++i) {
     std::vector<TokenId> prompt{bos};
     const auto first = ids.begin() + static_cast<std::ptrdiff_t>(i) * (len - 1);
@@ -367,30 +377,25 @@ void RunEvictionKl(const PerplexityOptions& o) {
     const std::vector<float> full = score(prompt, KvEvictionConfig{});
     const std::vector<float> got = score(prompt, policy);
     for (int j = 0; j < o.eval_tokens; ++j) {
-      const float* p = full.data() + static_cast<size_t>(j) * vocab;
       const float* q = got.data() + static_cast<size_t>(j) * vocab;
-      double d = 0;
-      for (int v = 0; v < vocab; ++v) d += std::exp(static_cast<double>(p[v])) * (p[v] - q[v]);
-      kl += d;
-      agree += ArgMax(p, vocab) == ArgMax(q, vocab) ? 1 : 0;
       const auto next = static_cast<size_t>(prompt[static_cast<size_t>(o.prompt_tokens + j)]);
-      nll_full -= p[next];
-      nll -= q[next];
-      ++positions;
+      t.nll -= q[next];
+      ++t.scored;
+      t.Compare(q, full.data() + static_cast<size_t>(j) * vocab, vocab, next);
     }
   }
-  const double n = static_cast<double>(positions);
+  const double n = static_cast<double>(t.scored);
   const nlohmann::json j = {
       {"kv_eviction", std::string(KvEvictionPolicyName(policy.policy))},
       {"kv_budget", policy.budget_tokens},
       {"prompt_tokens", o.prompt_tokens},
       {"eval_tokens", o.eval_tokens},
       {"prompts", o.num_prompts},
-      {"positions", positions},
-      {"kl_divergence", kl / n},
-      {"top1_agreement", static_cast<double>(agree) / n},
-      {"perplexity", std::exp(nll / n)},
-      {"full_cache_perplexity", std::exp(nll_full / n)},
+      {"positions", t.scored},
+      {"kl_divergence", t.kl / n},
+      {"top1_agreement", static_cast<double>(t.agree) / n},
+      {"perplexity", std::exp(t.nll / n)},
+      {"full_cache_perplexity", std::exp(t.ref_nll / n)},
   };
   if (o.json) {
     fmt::print("{}\n", j.dump());
@@ -398,9 +403,9 @@ void RunEvictionKl(const PerplexityOptions& o) {
   }
   fmt::print("{} at budget {}: KL {:.5f}, top-1 {:.1f}% over {} positions; perplexity {:.4f} "
              "(full cache {:.4f})\n",
-             KvEvictionPolicyName(policy.policy), policy.budget_tokens, kl / n,
-             100.0 * static_cast<double>(agree) / n, positions, std::exp(nll / n),
-             std::exp(nll_full / n));
+             KvEvictionPolicyName(policy.policy), policy.budget_tokens, t.kl / n,
+             100.0 * static_cast<double>(t.agree) / n, t.scored, std::exp(t.nll / n),
+             std::exp(t.ref_nll / n));
 }
 
 }  // namespace
