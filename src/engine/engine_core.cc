@@ -513,8 +513,8 @@ void EngineCore::CompactByScore(SeqCtx& c, const KvEvictionPlan& plan, SeqId seq
   const int bs = config_.block_size;
   const size_t budget = static_cast<size_t>(plan.budget_slots(bs));
   const size_t heads = static_cast<size_t>(mc.num_layers) * mc.num_kv_heads;
-  // A prefix hit of the whole budget evicts before any query of its own has scored.
-  c.scores.resize(heads * budget);
+  // Sized by BuildBatch: it never evicts before its first step (no prefix hits, Scheduler::Admit).
+  KV_CHECK_EQ(c.scores.size(), heads * budget);
   std::vector<std::vector<int32_t>> kept(heads);
   int64_t moved = 0;
   for (size_t i = 0; i < heads; ++i) {

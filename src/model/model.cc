@@ -247,7 +247,6 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
   const int tile_tokens = std::max(1, kTileRows / group);
   std::vector<AttentionTile>& tiles = s.attn_tiles;
   tiles.clear();
-  s.attn_tile_seq.clear();
   s.attn_scored.clear();
   size_t lse_rows = 0;
   int max_parts = 0;
@@ -269,10 +268,10 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
         t.block_table = seq.block_table;
         // Scored tiles (a token at a slot >= score_from_slot): their rows' log-sum-exps.
         if (seq.scores != nullptr && t.first_slots + t.num_tokens - 1 > seq.score_from_slot) {
-          s.attn_scored.push_back(static_cast<int32_t>(tiles.size()));
+          s.attn_scored.push_back(
+              {static_cast<int32_t>(tiles.size()), static_cast<int32_t>(si)});
           lse_rows += static_cast<size_t>(t.num_tokens) * group;
         }
-        s.attn_tile_seq.push_back(static_cast<int32_t>(si));
         tiles.push_back(t);
         max_parts = std::max(max_parts, AttentionPartitions(t.first_slots + t.num_tokens - 1));
       }
@@ -280,9 +279,10 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
   }
   if (s.attn_lse.size() < lse_rows) s.attn_lse.resize(lse_rows);
   lse_rows = 0;
-  for (int32_t ti : s.attn_scored) {
-    tiles[static_cast<size_t>(ti)].lse = s.attn_lse.data() + lse_rows;
-    lse_rows += static_cast<size_t>(tiles[static_cast<size_t>(ti)].num_tokens) * group;
+  for (const std::array<int32_t, 2>& scored : s.attn_scored) {
+    AttentionTile& t = tiles[static_cast<size_t>(scored[0])];
+    t.lse = s.attn_lse.data() + lse_rows;
+    lse_rows += static_cast<size_t>(t.num_tokens) * group;
   }
   // Few tiles over long contexts (decode): split them into partitions run in parallel, then
   // fold each row's partitions in order. Otherwise one item per tile.
@@ -336,9 +336,8 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
   }
   // H2O / SnapKV scores: one more K pass per scored tile (integer sums: any order, same result).
   pool.ForEach(static_cast<int64_t>(s.attn_scored.size()), [&](int64_t k) {
-    const int32_t ti = s.attn_scored[static_cast<size_t>(k)];
+    const auto [ti, si] = s.attn_scored[static_cast<size_t>(k)];
     const AttentionTile& t = tiles[static_cast<size_t>(ti)];
-    const int32_t si = s.attn_tile_seq[static_cast<size_t>(ti)];
     const ForwardSeq& seq = batch.seqs[static_cast<size_t>(si)];
     // Token j of the tile is at slot first_slots - 1 + j.
     const int first = std::max(0, seq.score_from_slot - (t.first_slots - 1));

@@ -37,8 +37,7 @@ struct Model::Scratch {
   std::vector<size_t> attn_partial_offset;  // per tile, into attn_partials (split tiles only)
   std::vector<float> attn_partials;
   std::vector<float> attn_lse;           // per row of the tiles of scored sequences
-  std::vector<int32_t> attn_scored;      // tiles of scored sequences
-  std::vector<int32_t> attn_tile_seq;    // per tile, its sequence in the batch
+  std::vector<std::array<int32_t, 2>> attn_scored;  // tiles of scored sequences: {tile, seq}
 };
 
 }  // namespace kvserve

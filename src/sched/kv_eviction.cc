@@ -37,7 +37,8 @@ Result<KvEvictionPlan> PlanKvEviction(const KvEvictionConfig& c, int block_size,
   if (!c.enabled()) return plan;
   const std::string_view name = KvEvictionPolicyName(c.policy);
   if (c.budget_tokens <= 0) {
-    return InvalidArgument(fmt::format("kv eviction '{}' needs a budget (--kv-budget TOKENS, or kv_eviction.budget)", name));
+    return InvalidArgument(fmt::format(
+        "kv eviction '{}' needs a budget (--kv-budget TOKENS, or kv_eviction.budget)", name));
   }
   if (c.sink_tokens < 0) return InvalidArgument("kv sink tokens must not be negative");
   if (c.evict_batch_tokens < 0) return InvalidArgument("the kv evict batch must not be negative");
@@ -107,7 +108,9 @@ void SelectKeptSlots(const KvEvictionPlan& plan, int block_size, std::span<const
   }
   std::partial_sort(order.begin(), order.begin() + drop, order.end());
   std::vector<char> gone(static_cast<size_t>(budget), 0);
-  for (int i = 0; i < drop; ++i) gone[static_cast<size_t>(order[static_cast<size_t>(i)].second)] = 1;
+  for (int i = 0; i < drop; ++i) {
+    gone[static_cast<size_t>(order[static_cast<size_t>(i)].second)] = 1;
+  }
   kept->clear();
   for (int s = 0; s < budget; ++s) {
     if (!gone[static_cast<size_t>(s)]) kept->push_back(s);

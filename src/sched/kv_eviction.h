@@ -76,12 +76,9 @@ struct KvEvictionPlan {
   int budget_slots(int block_size) const { return budget_blocks * block_size; }
 };
 
-// Attention scores are fixed-point sums (kAttentionScoreOne = a probability of 1), so that adding
-// them is exact and their order (threads, chunking) cannot change which tokens go.
-constexpr double kAttentionScoreOne = 1 << 24;
-
 // The slots one (layer, KV head) keeps when it evicts: `scores` are its accumulated scores of
-// slots [0, budget slots); the newest protect_slots stay; of the others, the
+// slots [0, budget slots) (fixed-point sums, ops/attention.h: exact, so their order cannot
+// change which tokens go); the newest protect_slots stay; of the others, the
 // drop_blocks * block_size with the lowest (pooled) scores go, the older first among equals.
 // Writes the kept slots in ascending order.
 void SelectKeptSlots(const KvEvictionPlan& plan, int block_size, std::span<const int64_t> scores,
