@@ -913,6 +913,7 @@ EngineStats EngineCore::stats() const {
   const KvLayout& layout = kv_.layout();
   st.kv_k_dtype = layout.k_dtype;
   st.kv_v_dtype = layout.v_dtype;
+  st.kv_latent = layout.v_from_k;
   st.kv_bytes_per_token = layout.bytes_per_token();
   st.kv_capacity_tokens = KvCapacityTokens(layout, kv_.num_blocks());
   st.tiers = TierStatsNow();

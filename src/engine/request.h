@@ -141,6 +141,7 @@ struct EngineStats {
   std::vector<std::string> failed_tiers;  // configured but unusable (logged at start)
   KvDtype kv_k_dtype = KvDtype::kF16;
   KvDtype kv_v_dtype = KvDtype::kF16;
+  bool kv_latent = false;  // MLA: one latent vector per token and layer, values read from it
   size_t kv_bytes_per_token = 0;   // all layers, K and V, scales included
   int64_t kv_capacity_tokens = 0;  // tokens the whole cache holds (blocks * block_size)
   int64_t num_preemptions = 0;

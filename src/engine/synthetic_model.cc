@@ -80,6 +80,57 @@ void ZeroSilentRows(const TokenizerSpec& tok, int hidden, std::vector<float>& ro
   }
 }
 
+// A [rows, cols] matrix with elements uniform of the given std (any GGUF dims, e.g. 3-D).
+Status AddScaled(GgufWriter& w, Rng& rng, const std::string& name, std::vector<int64_t> dims,
+                 float std_dev, GgmlType type) {
+  int64_t count = 1;
+  for (int64_t d : dims) count *= d;
+  const GgmlType t = FitType(type, dims[0]);
+  return AddFloats(w, name, std::move(dims), t,
+                   RandomVector(rng, count, 0.f, std_dev * std::sqrt(3.0f)));
+}
+
+void WriteMoeMetadata(const SyntheticModelSpec& s, GgufWriter& w) {
+  const std::string& a = s.arch;
+  const SyntheticMoeSpec& m = s.moe;
+  if (m.num_experts == 0) return;
+  w.SetUint32(a + ".expert_count", m.num_experts);
+  w.SetUint32(a + ".expert_used_count", m.num_used);
+  if (a != "llama") w.SetUint32(a + ".expert_feed_forward_length", m.expert_ffn > 0 ? m.expert_ffn : s.ffn);
+  if (a == "deepseek2") {
+    w.SetUint32(a + ".expert_shared_count", m.num_shared);
+    w.SetUint32(a + ".leading_dense_block_count", m.leading_dense);
+    w.SetUint32(a + ".expert_gating_func", m.gating);
+    w.SetBool(a + ".expert_weights_norm", m.weights_norm);
+    w.SetFloat32(a + ".expert_weights_scale", m.weights_scale);
+  }
+}
+
+void WriteMlaMetadata(const SyntheticModelSpec& s, GgufWriter& w) {
+  const std::string& a = s.arch;
+  const SyntheticMlaSpec& m = s.mla;
+  if (m.q_lora_rank > 0) w.SetUint32(a + ".attention.q_lora_rank", m.q_lora_rank);
+  w.SetUint32(a + ".attention.kv_lora_rank", m.kv_lora_rank);
+  w.SetUint32(a + ".rope.dimension_count", m.qk_rope);
+  if (m.split_kv_b) {
+    w.SetUint32(a + ".attention.head_count_kv", 1);
+    w.SetUint32(a + ".attention.key_length", m.kv_lora_rank + m.qk_rope);
+    w.SetUint32(a + ".attention.value_length", m.kv_lora_rank);
+    w.SetUint32(a + ".attention.key_length_mla", m.qk_nope + m.qk_rope);
+    w.SetUint32(a + ".attention.value_length_mla", m.v_head);
+  } else {
+    w.SetUint32(a + ".attention.head_count_kv", s.num_heads);
+    w.SetUint32(a + ".attention.key_length", m.qk_nope + m.qk_rope);
+    w.SetUint32(a + ".attention.value_length", m.v_head);
+  }
+  if (m.yarn_factor > 0.f) {
+    w.SetString(a + ".rope.scaling.type", "yarn");
+    w.SetFloat32(a + ".rope.scaling.factor", m.yarn_factor);
+    w.SetUint32(a + ".rope.scaling.original_context_length", m.yarn_original_context);
+    w.SetFloat32(a + ".rope.scaling.yarn_log_multiplier", 0.0707f);
+  }
+}
+
 void WriteMetadata(const SyntheticModelSpec& s, int head_dim, GgufWriter& w) {
   const std::string& a = s.arch;
   w.SetString("general.architecture", a);
@@ -96,7 +147,55 @@ void WriteMetadata(const SyntheticModelSpec& s, int head_dim, GgufWriter& w) {
   w.SetUint32(a + ".rope.dimension_count", head_dim);
   w.SetFloat32(a + ".rope.freq_base", s.rope_base);
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  WriteMoeMetadata(s, w);
+  if (a == "deepseek2") WriteMlaMetadata(s, w);  // overrides the per-head keys
   WriteTokenizerSpec(s.tokenizer, w);
+}
+
+Status AddMlaAttention(const SyntheticModelSpec& s, int i, Rng& rng, GgufWriter& w) {
+  auto n = [i](const char* suffix) { return fmt::format("blk.{}.{}", i, suffix); };
+  const SyntheticMlaSpec& m = s.mla;
+  const int64_t H = s.num_heads, qh = m.qk_nope + m.qk_rope, lora = m.kv_lora_rank;
+  if (m.q_lora_rank > 0) {
+    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_q_a.weight"), m.q_lora_rank, s.hidden, s.type));
+    KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_q_a_norm.weight"), m.q_lora_rank, 1.f));
+    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_q_b.weight"), H * qh, m.q_lora_rank, s.type));
+  } else {
+    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_q.weight"), H * qh, s.hidden, s.type));
+  }
+  KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_kv_a_mqa.weight"), lora + m.qk_rope, s.hidden, s.type));
+  KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_kv_a_norm.weight"), lora, 1.f));
+  const float std_lora = 1.f / std::sqrt(static_cast<float>(lora));
+  if (m.split_kv_b) {
+    // attn_k_b holds W_kb,h transposed: [H][lora rows][nope cols]; attn_v_b [H][v][lora].
+    KV_RETURN_IF_ERROR(AddScaled(w, rng, n("attn_k_b.weight"), {m.qk_nope, lora, H}, std_lora, s.type));
+    KV_RETURN_IF_ERROR(AddScaled(w, rng, n("attn_v_b.weight"), {lora, m.v_head, H}, std_lora, s.type));
+  } else {
+    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_kv_b.weight"), H * (m.qk_nope + m.v_head), lora, s.type));
+  }
+  return AddMatrix(w, rng, n("attn_output.weight"), s.hidden, H * m.v_head, s.type);
+}
+
+Status AddMoe(const SyntheticModelSpec& s, int i, Rng& rng, GgufWriter& w) {
+  auto n = [i](const char* suffix) { return fmt::format("blk.{}.{}", i, suffix); };
+  const SyntheticMoeSpec& m = s.moe;
+  // llama files (Mixtral) carry no expert_feed_forward_length: experts are ffn rows.
+  const int64_t E = m.num_experts, ff = m.expert_ffn > 0 && s.arch != "llama" ? m.expert_ffn : s.ffn;
+  KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_gate_inp.weight"), {s.hidden, E},
+                               1.f / std::sqrt(static_cast<float>(s.hidden)), GgmlType::kF32));
+  if (m.selection_bias) KV_RETURN_IF_ERROR(AddVector(w, rng, n("exp_probs_b.bias"), E, 0.f));
+  const float std_h = 1.f / std::sqrt(static_cast<float>(s.hidden));
+  KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_gate_exps.weight"), {s.hidden, ff, E}, std_h, s.type));
+  KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_up_exps.weight"), {s.hidden, ff, E}, std_h, s.type));
+  KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_down_exps.weight"), {ff, s.hidden, E},
+                               1.f / std::sqrt(static_cast<float>(ff)), s.type));
+  if (m.num_shared > 0) {
+    const int64_t sf = ff * m.num_shared;
+    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_gate_shexp.weight"), sf, s.hidden, s.type));
+    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_up_shexp.weight"), sf, s.hidden, s.type));
+    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_down_shexp.weight"), s.hidden, sf, s.type));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -114,6 +213,19 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
   }
   const int head_dim = s.head_dim > 0 ? s.head_dim : s.hidden / s.num_heads;
   if (head_dim <= 0 || head_dim % 2 != 0) return InvalidArgument("head dim must be even");
+  const bool needs_experts = s.arch == "qwen3moe" || s.arch == "deepseek2";
+  if (needs_experts && s.moe.num_experts <= 0) {
+    return InvalidArgument(fmt::format("{} needs experts (--experts)", s.arch));
+  }
+  if (s.moe.num_experts > 0 && (s.moe.num_used <= 0 || s.moe.num_used > s.moe.num_experts ||
+                                s.moe.leading_dense > s.num_layers)) {
+    return InvalidArgument("experts used must be in [1, experts], leading dense layers at most "
+                           "the layer count");
+  }
+  if (arch->mla && (s.mla.kv_lora_rank <= 0 || s.mla.qk_nope <= 0 || s.mla.qk_rope <= 0 ||
+                    s.mla.qk_rope % 2 != 0 || s.mla.v_head <= 0 || s.mla.q_lora_rank < 0)) {
+    return InvalidArgument("MLA ranks and head sizes must be positive (rope even)");
+  }
   const int64_t vocab = static_cast<int64_t>(s.tokenizer.tokens.size());
   if (vocab <= 0) return InvalidArgument("the tokenizer has no tokens");
   if (!CanQuantize(s.type)) {
@@ -133,9 +245,13 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
   if (s.tie_embeddings) ZeroSilentRows(s.tokenizer, s.hidden, embd);
   KV_RETURN_IF_ERROR(
       AddFloats(w, "token_embd.weight", {s.hidden, vocab}, FitType(s.type, s.hidden), embd));
+  const bool mla = arch->mla;
   for (int i = 0; i < s.num_layers; ++i) {
     auto n = [i](const char* suffix) { return fmt::format("blk.{}.{}", i, suffix); };
     KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_norm.weight"), s.hidden, 1.f));
+    if (mla) {
+      KV_RETURN_IF_ERROR(AddMlaAttention(s, i, rng, w));
+    } else {
     KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_q.weight"), q_dim, s.hidden, s.type));
     KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_k.weight"), kv_dim, s.hidden, s.type));
     KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_v.weight"), kv_dim, s.hidden, s.type));
@@ -149,7 +265,12 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
       KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_q_norm.weight"), head_dim, 1.f));
       KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_k_norm.weight"), head_dim, 1.f));
     }
+    }
     KV_RETURN_IF_ERROR(AddVector(w, rng, n("ffn_norm.weight"), s.hidden, 1.f));
+    if (s.moe.num_experts > 0 && i >= s.moe.leading_dense) {
+      KV_RETURN_IF_ERROR(AddMoe(s, i, rng, w));
+      continue;
+    }
     KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_gate.weight"), s.ffn, s.hidden, s.type));
     KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_up.weight"), s.ffn, s.hidden, s.type));
     KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_down.weight"), s.hidden, s.ffn, s.type));

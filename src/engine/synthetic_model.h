@@ -1,5 +1,6 @@
 // Synthetic models: GGUF files with seeded random weights in the exact layout of real llama /
-// qwen2 / qwen3 files, for tests and benchmarks.
+// qwen2 / qwen3 / qwen3moe / deepseek2 files (Mixtral-style llama with experts), for tests and
+// benchmarks.
 //
 // Weights are drawn uniformly with standard deviation 1/sqrt(fan_in) from a splitmix64 stream of
 // the seed (so the same seed gives the same bytes on every platform and compiler); norms are
@@ -17,8 +18,35 @@
 
 namespace kvserve {
 
+// Mixture of experts (qwen3moe and deepseek2 need num_experts > 0; llama with experts is
+// Mixtral-style). Expert tensors are the merged 3-D `ffn_*_exps` of current converters.
+struct SyntheticMoeSpec {
+  int num_experts = 0;
+  int num_used = 2;
+  int expert_ffn = 0;      // 0: the spec's ffn
+  int num_shared = 0;      // deepseek2
+  int leading_dense = 0;   // deepseek2
+  int gating = 1;          // expert_gating_func: 1 softmax, 2 sigmoid (deepseek2 writes it)
+  bool weights_norm = false;     // deepseek2's expert_weights_norm
+  float weights_scale = 1.f;     // deepseek2's expert_weights_scale
+  bool selection_bias = false;   // deepseek2: exp_probs_b
+};
+
+// deepseek2's latent attention. split_kv_b: attn_k_b / attn_v_b with head_count_kv 1 and the
+// `_mla` length keys (current converters); otherwise the combined attn_kv_b of older files.
+struct SyntheticMlaSpec {
+  int q_lora_rank = 0;  // 0: full attn_q (V2-Lite)
+  int kv_lora_rank = 512;
+  int qk_nope = 128;
+  int qk_rope = 64;
+  int v_head = 128;
+  bool split_kv_b = true;
+  float yarn_factor = 0.f;  // > 0: YaRN with DeepSeek's log multiplier 0.0707
+  int yarn_original_context = 4096;
+};
+
 struct SyntheticModelSpec {
-  std::string arch = "llama";  // llama, qwen2, qwen3
+  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, deepseek2
   int num_layers = 2;
   int hidden = 256;
   int num_heads = 8;
@@ -32,6 +60,8 @@ struct SyntheticModelSpec {
   uint64_t seed = 1;
   std::string name = "kvserve-synthetic";
   TokenizerSpec tokenizer;       // vocabulary size = tokenizer.tokens.size()
+  SyntheticMoeSpec moe;
+  SyntheticMlaSpec mla;          // deepseek2 only
 };
 
 // Builds the GGUF in memory. A matrix whose row length does not fit `type`'s block size falls

@@ -24,9 +24,11 @@ KvStorage::KvStorage(const KvLayout& layout, int num_blocks)
 }
 
 std::string KvCapacitySummary(KvDtype k_dtype, KvDtype v_dtype, size_t bytes_per_token,
-                              int64_t capacity_tokens) {
-  return fmt::format("KV cache {}/{}: {} bytes/token, {} tokens in {}", KvDtypeName(k_dtype),
-                     KvDtypeName(v_dtype), bytes_per_token, capacity_tokens,
+                              int64_t capacity_tokens, bool latent) {
+  const std::string dtypes = latent ? fmt::format("latent {}", KvDtypeName(k_dtype))
+                                    : fmt::format("{}/{}", KvDtypeName(k_dtype), KvDtypeName(v_dtype));
+  return fmt::format("KV cache {}: {} bytes/token, {} tokens in {}", dtypes,
+                     bytes_per_token, capacity_tokens,
                      FormatByteSize(bytes_per_token * static_cast<uint64_t>(capacity_tokens)));
 }
 
@@ -36,7 +38,7 @@ void KvStorage::CopyBlock(BlockId src, BlockId dst) {
            "bad block copy {} -> {}", src.value(), dst.value());
   for (int l = 0; l < layout_.num_layers; ++l) {
     std::memcpy(KTile(l, dst, 0), KTile(l, src, 0), BlockKBytes());
-    std::memcpy(VTile(l, dst, 0), VTile(l, src, 0), BlockVBytes());
+    if (!layout_.v_from_k) std::memcpy(VTile(l, dst, 0), VTile(l, src, 0), BlockVBytes());
   }
 }
 
@@ -45,7 +47,7 @@ void KvStorage::ReadBlock(BlockId block, uint8_t* out) const {
   const size_t k_bytes = BlockKBytes(), v_bytes = BlockVBytes();
   for (int l = 0; l < layout_.num_layers; ++l) {
     std::memcpy(out, KTile(l, block, 0), k_bytes);
-    std::memcpy(out + k_bytes, VTile(l, block, 0), v_bytes);
+    if (v_bytes > 0) std::memcpy(out + k_bytes, VTile(l, block, 0), v_bytes);
     out += k_bytes + v_bytes;
   }
 }
@@ -55,7 +57,7 @@ void KvStorage::WriteBlock(BlockId block, const uint8_t* in) {
   const size_t k_bytes = BlockKBytes(), v_bytes = BlockVBytes();
   for (int l = 0; l < layout_.num_layers; ++l) {
     std::memcpy(KTile(l, block, 0), in, k_bytes);
-    std::memcpy(VTile(l, block, 0), in + k_bytes, v_bytes);
+    if (v_bytes > 0) std::memcpy(VTile(l, block, 0), in + k_bytes, v_bytes);
     in += k_bytes + v_bytes;
   }
 }

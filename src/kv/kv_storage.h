@@ -1,6 +1,9 @@
 // KvStorage: the bytes of the paged KV cache. For every layer there is one K and one V arena:
 //   K[layer]: [num_blocks, num_kv_heads, block_size, head vector of k_dtype]
 //   V[layer]: [num_blocks, num_kv_heads, block_size, head vector of v_dtype]
+// A latent layout (v_from_k: DeepSeek's MLA) has no V arena: each slot holds one vector (the
+// compressed KV latent, then the rotated key part) and attention reads its values from the
+// same bytes, so the cache holds one copy.
 // so one (block, head) is a contiguous [block_size, head_dim] tile that attention streams through.
 // Which block belongs to which sequence is decided elsewhere (BlockPool + block tables);
 // attention reaches K and V only through block tables.
@@ -27,9 +30,13 @@ struct KvLayout {
   int block_size = 16;  // tokens per block
   KvDtype k_dtype = KvDtype::kF16;
   KvDtype v_dtype = KvDtype::kF16;
+  // Latent (MLA) layout: values are read from the K vectors; there is no V arena and v_dtype
+  // equals k_dtype.
+  bool v_from_k = false;
 
   size_t k_head_bytes() const { return KvBytesPerHeadVector(k_dtype, head_dim); }
-  size_t v_head_bytes() const { return KvBytesPerHeadVector(v_dtype, head_dim); }
+  // 0 for a latent layout (nothing stored besides K).
+  size_t v_head_bytes() const { return v_from_k ? 0 : KvBytesPerHeadVector(v_dtype, head_dim); }
   // Bytes of one block of one layer (K plus V).
   size_t block_bytes_per_layer() const {
     return static_cast<size_t>(num_kv_heads) * block_size * (k_head_bytes() + v_head_bytes());
@@ -46,12 +53,13 @@ inline int64_t KvCapacityTokens(const KvLayout& layout, int64_t num_blocks) {
   return num_blocks * layout.block_size;
 }
 // The start-up line: "KV cache int8/int8: 1584 bytes/token, 87376 tokens in 132.0 MiB" (bytes per
-// token over all layers, K and V, scales included; the tokens that fit; their memory).
+// token over all layers, K and V, scales included; the tokens that fit; their memory). A latent
+// layout reads "KV cache latent int8: ...".
 std::string KvCapacitySummary(KvDtype k_dtype, KvDtype v_dtype, size_t bytes_per_token,
-                              int64_t capacity_tokens);
+                              int64_t capacity_tokens, bool latent = false);
 inline std::string KvCapacitySummary(const KvLayout& layout, int64_t num_blocks) {
   return KvCapacitySummary(layout.k_dtype, layout.v_dtype, layout.bytes_per_token(),
-                           KvCapacityTokens(layout, num_blocks));
+                           KvCapacityTokens(layout, num_blocks), layout.v_from_k);
 }
 
 class KvStorage {

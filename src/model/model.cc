@@ -28,14 +28,20 @@ PagedKvLayerView KvLayerView(const KvStorage& kv, int layer) {
   const KvLayout& l = kv.layout();
   PagedKvLayerView v;
   v.k = kv.KTile(layer, BlockId(0), 0);
-  v.v = kv.VTile(layer, BlockId(0), 0);
   v.k_dtype = l.k_dtype;
-  v.v_dtype = l.v_dtype;
   v.num_kv_heads = l.num_kv_heads;
   v.head_dim = l.head_dim;
   v.block_size = l.block_size;
   v.k_head_bytes = l.k_head_bytes();
-  v.v_head_bytes = l.v_head_bytes();
+  if (l.v_from_k) {  // latent: the values are the key vectors' bytes
+    v.v = v.k;
+    v.v_dtype = l.k_dtype;
+    v.v_head_bytes = v.k_head_bytes;
+  } else {
+    v.v = kv.VTile(layer, BlockId(0), 0);
+    v.v_dtype = l.v_dtype;
+    v.v_head_bytes = l.v_head_bytes();
+  }
   return v;
 }
 
@@ -66,6 +72,9 @@ Status Model::ValidateBatch(const ForwardBatch& batch, const KvStorage& kv) cons
       return OutOfRange(fmt::format("sequence of {} tokens exceeds the context of {}", slots,
                                     options_.max_context));
     }
+    if (s.scores != nullptr && config_.is_mla() && options_.mla_form == MlaForm::kDecompressed) {
+      return InvalidArgument("attention scores (h2o, snapkv) need the absorbed MLA form");
+    }
     if (static_cast<int64_t>(s.block_table.size()) * kv.layout().block_size < slots) {
       return InvalidArgument("a block table does not cover its sequence's slots");
     }
@@ -87,15 +96,24 @@ Status Model::Forward(const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool
   KV_RETURN_IF_ERROR(ValidateBatch(batch, kv));
   const KvLayout& l = kv.layout();
   if (l.num_layers != config_.num_layers || l.num_kv_heads != config_.num_kv_heads ||
-      l.head_dim != config_.head_dim) {
+      l.head_dim != config_.head_dim || l.v_from_k != config_.is_mla()) {
     return InvalidArgument("KV storage layout does not match the model");
   }
   Embed(batch, pool);
   const int n = batch.num_tokens();
   for (int i = 0; i < config_.num_layers; ++i) {
-    AttentionBlock(i, batch, kv, pool);
-    FeedForwardBlock(i, n, pool);
+    if (config_.is_mla()) {
+      MlaAttentionBlock(i, batch, kv, pool);
+    } else {
+      AttentionBlock(i, batch, kv, pool);
+    }
+    if (config_.moe.LayerIsMoe(i)) {
+      MoeFeedForward(i, n, pool);
+    } else {
+      FeedForwardBlock(i, n, pool);
+    }
   }
+  if (config_.moe.num_experts > 0) ++moe_stats_.steps;
   ComputeLogits(batch, pool, logits);
   return Status::Ok();
 }
@@ -157,7 +175,8 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
       }
     });
   }
-  Attend(li, batch, kv, pool);
+  Attend(li, batch, KvLayerView(kv, li), s.q.data(), s.attn.data(), c.q_dim(), c.group(),
+         1.0f / std::sqrt(static_cast<float>(c.head_dim)), pool);
   MatMul(L.wo, s.attn.data(), n, s.proj.data(), pool);
   AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * c.hidden);
 }
@@ -179,7 +198,7 @@ void Model::ShiftKeys(KvStorage& kv, std::span<const BlockId> blocks, int32_t de
                        c.head_dim, keys.data() + static_cast<size_t>(slot) * c.head_dim);
         }
         // The block's slots as many "heads": one set of angles for the whole tile.
-        rope_->Rotate(keys.data(), kl.block_size, c.head_dim, delta);
+        rope_->Rotate(keys.data() + KeyRopeOffset(), kl.block_size, c.head_dim, delta);
         for (int slot = 0; slot < kl.block_size; ++slot) {
           StoreKvVector(kl.k_dtype, keys.data() + static_cast<size_t>(slot) * c.head_dim,
                         c.head_dim, tile + static_cast<size_t>(slot) * kl.k_head_bytes());
@@ -219,11 +238,12 @@ void Model::CompactKv(KvStorage& kv, std::span<const BlockId> table,
           for (size_t r = j; r < end; ++r) {
             LoadKvVector(kl.k_dtype, k_slot(k[r]), c.head_dim, keys.data() + (r - j) * d);
           }
-          rope_->Rotate(keys.data(), static_cast<int>(end - j), c.head_dim, delta);
+          rope_->Rotate(keys.data() + KeyRopeOffset(), static_cast<int>(end - j), c.head_dim,
+                        delta);
           for (size_t r = j; r < end; ++r) {
             const int dst = static_cast<int>(r);
             StoreKvVector(kl.k_dtype, keys.data() + (r - j) * d, c.head_dim, k_slot(dst));
-            std::memcpy(v_slot(dst), v_slot(k[r]), kl.v_head_bytes());
+            if (!kl.v_from_k) std::memcpy(v_slot(dst), v_slot(k[r]), kl.v_head_bytes());
           }
         }
         j = end;
@@ -232,13 +252,12 @@ void Model::CompactKv(KvStorage& kv, std::span<const BlockId> table,
   });
 }
 
-void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, ThreadPool& pool) {
+void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& view,
+                   const float* q, float* out, int64_t stride, int group, float scale,
+                   ThreadPool& pool) {
   Scratch& s = *scratch_;
-  const ModelConfig& c = config_;
-  const PagedKvLayerView view = KvLayerView(kv, li);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const int group = c.group();
-  const int64_t q_dim = c.q_dim();
+  const int num_kv_heads = view.num_kv_heads;
+  const int head_dim = view.head_dim;
   // Tiles: a run of consecutive tokens of one sequence x one kv head, about kTileRows query rows,
   // so that each K/V chunk serves many rows while it is in cache.
   // NOTE: tiling, the split into partitions and the thread that runs a piece never change a
@@ -254,13 +273,13 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
     const ForwardSeq& seq = batch.seqs[si];
     for (int j0 = 0; j0 < seq.num_new; j0 += tile_tokens) {
       const int64_t t0 = seq.first_token + j0;
-      for (int h = 0; h < c.num_kv_heads; ++h) {
+      for (int h = 0; h < num_kv_heads; ++h) {
         AttentionTile t;
-        const int64_t head0 = static_cast<int64_t>(h) * group * c.head_dim;
-        t.q = s.q.data() + t0 * q_dim + head0;
-        t.q_stride = q_dim;
-        t.out = s.attn.data() + t0 * q_dim + head0;
-        t.out_stride = q_dim;
+        const int64_t head0 = static_cast<int64_t>(h) * group * head_dim;
+        t.q = q + t0 * stride + head0;
+        t.q_stride = stride;
+        t.out = out + t0 * stride + head0;
+        t.out_stride = stride;
         t.num_tokens = std::min(tile_tokens, seq.num_new - j0);
         t.group = group;
         t.kv_head = h;
@@ -288,12 +307,12 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
   // fold each row's partitions in order. Otherwise one item per tile.
   const int nt = pool.num_threads();
   const bool split = max_parts > 1 && static_cast<int64_t>(tiles.size()) < 2 * nt &&
-                     AttentionCanSplit(c.head_dim);
+                     AttentionCanSplit(head_dim);
   std::vector<std::array<int32_t, 2>>& items = s.attn_items;
   items.clear();
   s.attn_partial_offset.assign(tiles.size(), 0);
   size_t partial_floats = 0;
-  const size_t pf = AttentionPartialFloats(c.head_dim);
+  const size_t pf = AttentionPartialFloats(head_dim);
   for (size_t i = 0; i < tiles.size(); ++i) {
     const AttentionTile& t = tiles[i];
     const int np = AttentionPartitions(t.first_slots + t.num_tokens - 1);
@@ -328,8 +347,8 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
       for (int r = 0; r < rows; ++r) {
         const int j = r / group, g = r % group;
         MergeAttentionPartials(base + r * pf, AttentionPartitions(t.first_slots + j),
-                               static_cast<int64_t>(rows * pf), c.head_dim,
-                               t.out + j * t.out_stride + static_cast<int64_t>(g) * c.head_dim,
+                               static_cast<int64_t>(rows * pf), head_dim,
+                               t.out + j * t.out_stride + static_cast<int64_t>(g) * head_dim,
                                t.lse != nullptr ? t.lse + r : nullptr);
       }
     });
@@ -341,7 +360,7 @@ void Model::Attend(int li, const ForwardBatch& batch, const KvStorage& kv, Threa
     const ForwardSeq& seq = batch.seqs[static_cast<size_t>(si)];
     // Token j of the tile is at slot first_slots - 1 + j.
     const int first = std::max(0, seq.score_from_slot - (t.first_slots - 1));
-    int64_t* acc = seq.scores + (static_cast<int64_t>(li) * c.num_kv_heads + t.kv_head) *
+    int64_t* acc = seq.scores + (static_cast<int64_t>(li) * num_kv_heads + t.kv_head) *
                                     seq.score_stride;
     AccumulateAttentionScores(t, view, scale, first, acc);
   });
@@ -364,6 +383,287 @@ void Model::FeedForwardBlock(int li, int n, ThreadPool& pool) {
   });
   MatMul(L.w_down, s.gate.data(), n, s.proj.data(), pool);
   AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * c.hidden);
+}
+
+namespace {
+
+// Rows of `rows` floats at src + r * src_stride, for r < n, into dst + r * dst_stride.
+void CopyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t n,
+              int64_t rows) {
+  for (int64_t r = 0; r < n; ++r) {
+    std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * rows);
+  }
+}
+
+}  // namespace
+
+void Model::MlaAttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool) {
+  const Layer& L = layers_[li];
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config_;
+  const MlaConfig& m = c.mla;
+  const int n = batch.num_tokens();
+  const int64_t H = c.num_heads, qh = m.q_head(), lat = m.latent_dim(), lora = m.kv_lora_rank;
+  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      RmsNorm(s.x.data() + t * c.hidden, L.attn_norm.data(), c.hidden, c.rms_eps,
+              s.xn.data() + t * c.hidden);
+    }
+  });
+  if (m.q_lora_rank > 0) {
+    const int64_t ql = m.q_lora_rank;
+    MatMul(L.wq_a, s.xn.data(), n, s.q_a.data(), pool);
+    for (int64_t t = 0; t < n; ++t) {
+      RmsNorm(s.q_a.data() + t * ql, L.q_a_norm.data(), ql, c.rms_eps, s.q_a.data() + t * ql);
+    }
+    MatMul(L.wq_b, s.q_a.data(), n, s.q.data(), pool);
+  } else {
+    MatMul(L.wq, s.xn.data(), n, s.q.data(), pool);
+  }
+  MatMul(L.wkv_a, s.xn.data(), n, s.k.data(), pool);  // [n, lat]: latent, then k_rope
+
+  // Per token: normalise the latent, rotate q_rope of every head and the shared k_rope, store
+  // the latent vector in the token's slot.
+  const KvLayout& kl = kv.layout();
+  for (const ForwardSeq& seq : batch.seqs) {
+    pool.ParallelFor(seq.num_new, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) {
+        const int64_t t = seq.first_token + j;
+        float* q = s.q.data() + t * H * qh;
+        float* kvec = s.k.data() + t * lat;
+        RmsNorm(kvec, L.kv_a_norm.data(), lora, c.rms_eps, kvec);
+        rope_->Apply(q + m.qk_nope, static_cast<int>(H), static_cast<int>(qh), batch.positions[t]);
+        rope_->Apply(kvec + lora, 1, m.qk_rope, batch.positions[t]);
+        const int slot = seq.num_cached + static_cast<int>(j);
+        StoreKvVector(kl.k_dtype, kvec, static_cast<int>(lat),
+                      kv.KTile(li, seq.block_table[slot / kl.block_size], 0) +
+                          (slot % kl.block_size) * kl.k_head_bytes());
+      }
+    });
+  }
+  if (options_.mla_form == MlaForm::kDecompressed) {
+    MlaDecompressedAttend(li, batch, kv, pool);
+  } else {
+    // Absorbed: q_abs[t, h] = [W_kb,h^T q_nope[t, h], q_rope[t, h]], one latent "KV head" shared
+    // by all H query heads, then the attended latents mapped back through W_vb,h.
+    for (int64_t h = 0; h < H; ++h) {
+      CopyRows(s.q.data() + h * qh, H * qh, s.head_in.data(), m.qk_nope, n, m.qk_nope);
+      MatMul(L.kb_abs[static_cast<size_t>(h)], s.head_in.data(), n, s.head_out.data(), pool);
+      CopyRows(s.head_out.data(), lora, s.q_abs.data() + h * lat, H * lat, n, lora);
+      CopyRows(s.q.data() + h * qh + m.qk_nope, H * qh, s.q_abs.data() + h * lat + lora, H * lat,
+               n, m.qk_rope);
+    }
+    Attend(li, batch, KvLayerView(kv, li), s.q_abs.data(), s.attn_lat.data(), H * lat,
+           static_cast<int>(H), m.kq_scale, pool);
+    for (int64_t h = 0; h < H; ++h) {
+      CopyRows(s.attn_lat.data() + h * lat, H * lat, s.head_in.data(), lora, n, lora);
+      MatMul(L.vb[static_cast<size_t>(h)], s.head_in.data(), n, s.head_out.data(), pool);
+      CopyRows(s.head_out.data(), m.v_head, s.attn.data() + h * m.v_head, H * m.v_head, n,
+               m.v_head);
+    }
+  }
+  MatMul(L.wo, s.attn.data(), n, s.proj.data(), pool);
+  AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * c.hidden);
+}
+
+// Per sequence: every visible slot's latent (as the cache stores it) expanded through kv_b into
+// per-head keys [k_nope, k_rope] and values, held in f32 arenas over an identity block table,
+// then ordinary attention with H KV heads. Vectors are zero-padded to d = max(q_head, v_head).
+void Model::MlaDecompressedAttend(int li, const ForwardBatch& batch, const KvStorage& kv,
+                                  ThreadPool& pool) {
+  const Layer& L = layers_[li];
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config_;
+  const MlaConfig& m = c.mla;
+  const KvLayout& kl = kv.layout();
+  const int64_t H = c.num_heads, qh = m.q_head(), lat = m.latent_dim(), lora = m.kv_lora_rank;
+  const int64_t nope = m.qk_nope, v = m.v_head, d = std::max(qh, v), kvb = nope + v;
+  const int bs = kl.block_size;
+  for (const ForwardSeq& seq : batch.seqs) {
+    const int64_t slots = seq.num_cached + seq.num_new;
+    const int64_t blocks = (slots + bs - 1) / bs;
+    s.dec_lat.resize(static_cast<size_t>(slots * lat));
+    s.dec_kvb.resize(static_cast<size_t>(slots * H * kvb));
+    s.dec_k.assign(static_cast<size_t>(blocks * H * bs * d), 0.f);
+    s.dec_v.assign(static_cast<size_t>(blocks * H * bs * d), 0.f);
+    s.dec_q.assign(static_cast<size_t>(seq.num_new * H * d), 0.f);
+    s.dec_out.resize(static_cast<size_t>(seq.num_new * H * d));
+    pool.ParallelFor(slots, [&](int64_t b, int64_t e) {
+      for (int64_t slot = b; slot < e; ++slot) {
+        LoadKvVector(kl.k_dtype,
+                     kv.KTile(li, seq.block_table[slot / bs], 0) + (slot % bs) * kl.k_head_bytes(),
+                     static_cast<int>(lat), s.dec_lat.data() + slot * lat);
+      }
+    });
+    // The latents as a contiguous [slots, lora] matrix (k_rope moved out of the way first).
+    std::vector<float> k_rope(static_cast<size_t>(slots * m.qk_rope));
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      std::memcpy(k_rope.data() + slot * m.qk_rope, s.dec_lat.data() + slot * lat + lora,
+                  sizeof(float) * m.qk_rope);
+      std::memmove(s.dec_lat.data() + slot * lora, s.dec_lat.data() + slot * lat,
+                   sizeof(float) * lora);
+    }
+    MatMul(L.kv_b, s.dec_lat.data(), slots, s.dec_kvb.data(), pool);
+    pool.ParallelFor(slots, [&](int64_t b, int64_t e) {
+      for (int64_t slot = b; slot < e; ++slot) {
+        for (int64_t h = 0; h < H; ++h) {
+          const size_t tile = static_cast<size_t>(((slot / bs) * H + h) * bs + slot % bs);
+          float* kd = s.dec_k.data() + tile * d;
+          float* vd = s.dec_v.data() + tile * d;
+          const float* src = s.dec_kvb.data() + (slot * H + h) * kvb;
+          std::memcpy(kd, src, sizeof(float) * nope);
+          std::memcpy(kd + nope, k_rope.data() + slot * m.qk_rope, sizeof(float) * m.qk_rope);
+          std::memcpy(vd, src + nope, sizeof(float) * v);
+        }
+      }
+    });
+    for (int64_t j = 0; j < seq.num_new; ++j) {
+      CopyRows(s.q.data() + (seq.first_token + j) * H * qh, qh, s.dec_q.data() + j * H * d, d, H,
+               qh);
+    }
+    s.dec_table.resize(static_cast<size_t>(blocks));
+    for (int64_t b = 0; b < blocks; ++b) s.dec_table[static_cast<size_t>(b)] = BlockId(static_cast<int32_t>(b));
+    ForwardBatch one;
+    ForwardSeq sub = seq;
+    sub.block_table = s.dec_table;
+    sub.first_token = 0;
+    one.seqs.push_back(sub);
+    PagedKvLayerView view;
+    view.k = reinterpret_cast<const uint8_t*>(s.dec_k.data());
+    view.v = reinterpret_cast<const uint8_t*>(s.dec_v.data());
+    view.k_dtype = view.v_dtype = KvDtype::kF32;
+    view.num_kv_heads = static_cast<int>(H);
+    view.head_dim = static_cast<int>(d);
+    view.block_size = bs;
+    view.k_head_bytes = view.v_head_bytes = static_cast<size_t>(d) * sizeof(float);
+    Attend(li, one, view, s.dec_q.data(), s.dec_out.data(), H * d, 1, m.kq_scale, pool);
+    for (int64_t j = 0; j < seq.num_new; ++j) {
+      CopyRows(s.dec_out.data() + j * H * d, d, s.attn.data() + (seq.first_token + j) * H * v, v,
+               H, v);
+    }
+  }
+}
+
+namespace {
+
+// One token's routing: probabilities from the router logits (softmax or sigmoid), the top k by
+// probability plus the selection bias (ties to the lower expert id), their probabilities as
+// weights, renormalised and scaled as the config says. experts/weights: [k] in rank order.
+void RouteToken(const float* logits, const std::vector<float>& bias, const MoeConfig& m,
+                float* probs, int32_t* experts, float* weights) {
+  const int E = m.num_experts;
+  if (m.gating == MoeGating::kSoftmax) {
+    std::memcpy(probs, logits, sizeof(float) * E);
+    Softmax(probs, E);
+  } else {
+    for (int e = 0; e < E; ++e) probs[e] = 1.f / (1.f + std::exp(-logits[e]));
+  }
+  auto score = [&](int e) { return bias.empty() ? probs[e] : probs[e] + bias[e]; };
+  for (int r = 0; r < m.num_used; ++r) {
+    int best = -1;
+    for (int e = 0; e < E; ++e) {
+      bool taken = false;
+      for (int q = 0; q < r; ++q) taken = taken || experts[q] == e;
+      if (!taken && (best < 0 || score(e) > score(best))) best = e;
+    }
+    experts[r] = best;
+    weights[r] = probs[best];
+  }
+  if (m.norm_weights) {
+    float sum = 0.f;
+    for (int r = 0; r < m.num_used; ++r) sum += weights[r];
+    for (int r = 0; r < m.num_used; ++r) weights[r] /= sum;
+  }
+  for (int r = 0; r < m.num_used; ++r) weights[r] *= m.weights_scale;
+}
+
+uint64_t MatrixBytes(const WeightMatrix& w) { return static_cast<uint64_t>(w.rows) * w.row_bytes; }
+
+}  // namespace
+
+// NOTE: the batch's tokens are grouped by expert, so each chosen expert's matrices are read
+// once per step whatever the number of tokens that chose it. A token's output does not depend
+// on its group: MatMul rows are batch invariant, and each token sums its experts' outputs in
+// its own rank order.
+void Model::MoeFeedForward(int li, int n, ThreadPool& pool) {
+  const Layer& L = layers_[li];
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config_;
+  const MoeConfig& m = c.moe;
+  const int E = m.num_experts, K = m.num_used;
+  const int64_t hidden = c.hidden, ff = m.expert_ffn;
+  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      RmsNorm(s.x.data() + t * hidden, L.ffn_norm.data(), hidden, c.rms_eps,
+              s.xn.data() + t * hidden);
+    }
+  });
+  s.router_logits.resize(static_cast<size_t>(n) * E * 2);
+  s.moe_expert.resize(static_cast<size_t>(n) * K);
+  s.moe_weight.resize(static_cast<size_t>(n) * K);
+  MatMul(L.router, s.xn.data(), n, s.router_logits.data(), pool);
+  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      RouteToken(s.router_logits.data() + t * E, L.selection_bias, m,
+                 s.router_logits.data() + static_cast<int64_t>(n) * E + t * E,
+                 s.moe_expert.data() + t * K, s.moe_weight.data() + t * K);
+    }
+  });
+  for (std::vector<int32_t>& rows : s.moe_rows) rows.clear();
+  for (int64_t i = 0; i < static_cast<int64_t>(n) * K; ++i) {
+    s.moe_rows[static_cast<size_t>(s.moe_expert[static_cast<size_t>(i)])].push_back(
+        static_cast<int32_t>(i));
+  }
+  for (int e = 0; e < E; ++e) {
+    const std::vector<int32_t>& rows = s.moe_rows[static_cast<size_t>(e)];
+    if (rows.empty()) continue;
+    const int64_t nr = static_cast<int64_t>(rows.size());
+    for (int64_t r = 0; r < nr; ++r) {
+      std::memcpy(s.moe_x.data() + r * hidden, s.xn.data() + (rows[r] / K) * hidden,
+                  sizeof(float) * hidden);
+    }
+    const size_t ue = static_cast<size_t>(e);
+    MatMul(L.exp_gate[ue], s.moe_x.data(), nr, s.moe_gate.data(), pool);
+    MatMul(L.exp_up[ue], s.moe_x.data(), nr, s.moe_up.data(), pool);
+    pool.ParallelFor(nr, [&](int64_t b, int64_t end) {
+      for (int64_t r = b; r < end; ++r) SwiGlu(s.moe_gate.data() + r * ff, s.moe_up.data() + r * ff, ff);
+    });
+    MatMul(L.exp_down[ue], s.moe_gate.data(), nr, s.moe_y.data(), pool);
+    for (int64_t r = 0; r < nr; ++r) {
+      std::memcpy(s.moe_out.data() + static_cast<int64_t>(rows[r]) * hidden,
+                  s.moe_y.data() + r * hidden, sizeof(float) * hidden);
+    }
+    const uint64_t bytes = MatrixBytes(L.exp_gate[ue]) + MatrixBytes(L.exp_up[ue]) +
+                           MatrixBytes(L.exp_down[ue]);
+    moe_stats_.expert_bytes_read += bytes;
+    moe_stats_.expert_bytes_ungrouped += bytes * static_cast<uint64_t>(nr);
+  }
+  // proj[t] = sum_r w[t, r] * out[t, r], in rank order.
+  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* y = s.proj.data() + t * hidden;
+      for (int r = 0; r < K; ++r) {
+        const float w = s.moe_weight[static_cast<size_t>(t * K + r)];
+        const float* o = s.moe_out.data() + (t * K + r) * hidden;
+        if (r == 0) {
+          for (int64_t i = 0; i < hidden; ++i) y[i] = w * o[i];
+        } else {
+          for (int64_t i = 0; i < hidden; ++i) y[i] += w * o[i];
+        }
+      }
+    }
+  });
+  if (m.num_shared > 0) {
+    const int64_t sf = ff * m.num_shared;
+    MatMul(L.sh_gate, s.xn.data(), n, s.moe_gate.data(), pool);
+    MatMul(L.sh_up, s.xn.data(), n, s.moe_up.data(), pool);
+    pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) SwiGlu(s.moe_gate.data() + t * sf, s.moe_up.data() + t * sf, sf);
+    });
+    MatMul(L.sh_down, s.moe_gate.data(), n, s.moe_y.data(), pool);
+    AddInPlace(s.proj.data(), s.moe_y.data(), static_cast<int64_t>(n) * hidden);
+  }
+  AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * hidden);
 }
 
 void Model::ComputeLogits(const ForwardBatch& batch, ThreadPool& pool, float* logits) {

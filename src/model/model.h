@@ -1,5 +1,7 @@
-// Model: a decoder-only transformer of the llama family (llama, qwen2, qwen3) whose weights are
-// read in place from a GGUF file, and its forward pass over a ForwardBatch and a paged KvStorage.
+// Model: a decoder-only transformer (llama, qwen2, qwen3, and with mixture-of-experts
+// feed-forwards qwen3moe, Mixtral-style llama and deepseek2 with its latent attention) whose
+// weights are read in place from a GGUF file, and its forward pass over a ForwardBatch and a
+// paged KvStorage.
 //
 // Contract: Load() validates every tensor's presence, type and shape against the config and
 // returns a clear error naming the first problem. The Model owns the GgufFile (weights point
@@ -29,9 +31,29 @@ namespace kvserve {
 // The attention kernel's view of one layer of a KV storage (arena bases, dtypes, strides).
 PagedKvLayerView KvLayerView(const KvStorage& kv, int layer);
 
+// How MLA (deepseek2) attends over its latent cache; the cache is the same either way.
+//   absorbed: queries mapped into the latent space per head (W_kb), one shared 576-value key
+//     and value per slot (the value is the latent itself, read from the key's bytes), outputs
+//     mapped back per head (W_vb). Reads the cache once per step: the decode form.
+//   decompressed: every visible slot's latent expanded into per-head keys and values (W_kb,
+//     W_vb) each step, then ordinary multi-head attention; fewer attention flops per slot, but
+//     the expansion costs a matmul over all cached slots.
+// NOTE: one form per loaded model. The two round differently, and a token's K/V must not
+// depend on which step computed it (cached blocks equal recomputed ones).
+enum class MlaForm { kAbsorbed, kDecompressed };
+
 struct ModelOptions {
   int max_batch_tokens = 512;  // most tokens one Forward() may carry
   int max_context = 0;         // most KV slots one sequence may attend to (0 = model context)
+  MlaForm mla_form = MlaForm::kAbsorbed;
+};
+
+// Mixture-of-experts counters since load (one per Forward): what the grouping of a batch's
+// tokens by expert saves.
+struct MoeStats {
+  uint64_t steps = 0;
+  uint64_t expert_bytes_read = 0;     // expert weights read (each chosen expert once per step)
+  uint64_t expert_bytes_ungrouped = 0;  // what reading them once per token would have read
 };
 
 class Model {
@@ -43,6 +65,8 @@ class Model {
   const GgufFile& file() const { return file_; }
   int max_batch_tokens() const { return options_.max_batch_tokens; }
   int max_context() const { return options_.max_context; }
+  const ModelOptions& options() const { return options_; }
+  const MoeStats& moe_stats() const { return moe_stats_; }
   // The KV layout this model needs, for the given block size and dtypes.
   KvLayout MakeKvLayout(int block_size, KvDtype k_dtype, KvDtype v_dtype) const;
   // Bytes of the weights as stored.
@@ -79,11 +103,25 @@ class Model {
   struct Scratch;
   Model(GgufFile file, ModelConfig config, ModelOptions options);
   Status LoadWeights();
+  Status LoadAttention(int layer);
+  Status LoadMlaAttention(int layer);
+  Status LoadFeedForward(int layer);
+  void AllocateScratch();
+  // Where a cached key's rotary part starts: 0, or after the latent for MLA.
+  int KeyRopeOffset() const { return config_.is_mla() ? config_.mla.kv_lora_rank : 0; }
   Status ValidateBatch(const ForwardBatch& batch, const KvStorage& kv) const;
   void Embed(const ForwardBatch& batch, ThreadPool& pool);
   void AttentionBlock(int layer, const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool);
+  void MlaAttentionBlock(int layer, const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool);
+  void MlaDecompressedAttend(int layer, const ForwardBatch& batch, const KvStorage& kv,
+                             ThreadPool& pool);
   void FeedForwardBlock(int layer, int num_tokens, ThreadPool& pool);
-  void Attend(int layer, const ForwardBatch& batch, const KvStorage& kv, ThreadPool& pool);
+  void MoeFeedForward(int layer, int num_tokens, ThreadPool& pool);
+  // Attention of every query row of the batch over the paged view: query heads of token t at
+  // q + t * stride (num_kv_heads groups of `group` heads of view.head_dim), written likewise
+  // to out.
+  void Attend(int layer, const ForwardBatch& batch, const PagedKvLayerView& view, const float* q,
+              float* out, int64_t stride, int group, float scale, ThreadPool& pool);
   void ComputeLogits(const ForwardBatch& batch, ThreadPool& pool, float* logits);
 
   GgufFile file_;
@@ -96,6 +134,7 @@ class Model {
   std::vector<Layer> layers_;
   std::unique_ptr<Scratch> scratch_;
   uint64_t weight_bytes_ = 0;
+  MoeStats moe_stats_;
 };
 
 }  // namespace kvserve

@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 
 namespace kvserve {
 namespace {
 
-constexpr std::array<ArchSpec, 3> kArchs = {{
-    {"llama", RopeStyle::kAdjacentPairs, false, false},
-    {"qwen2", RopeStyle::kHalves, true, false},
-    {"qwen3", RopeStyle::kHalves, false, true},
+constexpr std::array<ArchSpec, 5> kArchs = {{
+    {"llama", RopeStyle::kAdjacentPairs, false, false, false, true},  // experts: Mixtral
+    {"qwen2", RopeStyle::kHalves, true, false, false, true},
+    {"qwen3", RopeStyle::kHalves, false, true, false, true},
+    {"qwen3moe", RopeStyle::kHalves, false, true, false, true},
+    {"deepseek2", RopeStyle::kAdjacentPairs, false, false, true, false},
 }};
 
 // Reads `{arch}.{suffix}` as a positive int; `fallback` < 0 means required.
@@ -31,6 +34,102 @@ Result<int> PositiveInt(const GgufFile& f, const std::string& arch, std::string_
 Result<double> OptionalFloat(const GgufFile& f, const std::string& key, double fallback) {
   if (f.Find(key) == nullptr) return fallback;
   return f.GetFloat(key);
+}
+
+// Reads `{arch}.{suffix}` as an int >= 0 (absent: fallback).
+Result<int> CountOr(const GgufFile& f, const std::string& arch, std::string_view suffix,
+                    int fallback) {
+  const std::string key = fmt::format("{}.{}", arch, suffix);
+  if (f.Find(key) == nullptr) return fallback;
+  KV_ASSIGN_OR_RETURN(uint64_t v, f.GetUint(key));
+  if (v > (1u << 24)) return InvalidArgument(fmt::format("metadata '{}' = {} is out of range", key, v));
+  return static_cast<int>(v);
+}
+
+Status ReadMoe(const GgufFile& f, const std::string& arch, ModelConfig* c) {
+  MoeConfig& m = c->moe;
+  KV_ASSIGN_OR_RETURN(m.num_experts, CountOr(f, arch, "expert_count", 0));
+  if (m.num_experts == 0) {
+    if (arch == "qwen3moe" || arch == "deepseek2") {
+      return NotFound(fmt::format("model metadata lacks required key '{}.expert_count'", arch));
+    }
+    return Status::Ok();
+  }
+  KV_ASSIGN_OR_RETURN(m.num_used, PositiveInt(f, arch, "expert_used_count"));
+  if (m.num_used > m.num_experts) {
+    return InvalidArgument(fmt::format("expert_used_count {} exceeds expert_count {}", m.num_used,
+                                       m.num_experts));
+  }
+  KV_ASSIGN_OR_RETURN(m.expert_ffn, PositiveInt(f, arch, "expert_feed_forward_length", c->ffn));
+  KV_ASSIGN_OR_RETURN(m.num_shared, CountOr(f, arch, "expert_shared_count", 0));
+  KV_ASSIGN_OR_RETURN(m.leading_dense, CountOr(f, arch, "leading_dense_block_count", 0));
+  if (m.leading_dense > c->num_layers) {
+    return InvalidArgument(fmt::format("leading_dense_block_count {} exceeds block_count {}",
+                                       m.leading_dense, c->num_layers));
+  }
+  KV_ASSIGN_OR_RETURN(int gating, CountOr(f, arch, "expert_gating_func", 1));
+  if (gating == 0 || gating == 1) {  // 0: older files without the key's value (softmax)
+    m.gating = MoeGating::kSoftmax;
+  } else if (gating == 2) {
+    m.gating = MoeGating::kSigmoid;
+  } else {
+    return Unimplemented(fmt::format("expert_gating_func {} is not supported (1 softmax, 2 sigmoid)",
+                                     gating));
+  }
+  m.norm_weights = c->arch->moe_weights_norm;
+  if (const std::string key = arch + ".expert_weights_norm"; f.Find(key) != nullptr) {
+    KV_ASSIGN_OR_RETURN(m.norm_weights, f.GetBool(key));
+  }
+  KV_ASSIGN_OR_RETURN(double scale, OptionalFloat(f, arch + ".expert_weights_scale", 1.0));
+  if (!(scale > 0.0 && scale < 1e6)) {
+    return InvalidArgument(fmt::format("expert_weights_scale {} is out of range", scale));
+  }
+  m.weights_scale = static_cast<float>(scale);
+  KV_ASSIGN_OR_RETURN(int groups, CountOr(f, arch, "expert_group_count", 1));
+  KV_ASSIGN_OR_RETURN(int groups_used, CountOr(f, arch, "expert_group_used_count", groups));
+  if (groups > 1 && groups_used < groups) {
+    return Unimplemented(fmt::format(
+        "group-limited expert routing ({} of {} expert groups) is not supported", groups_used,
+        groups));
+  }
+  return Status::Ok();
+}
+
+// deepseek2: the latent attention's dimensions. Newer files write key_length = kv_lora_rank +
+// rope, value_length = kv_lora_rank, head_count_kv = 1 and the per-head sizes in the `_mla`
+// keys; older ones key_length / value_length per head and head_count_kv = head_count.
+Status ReadMla(const GgufFile& f, const std::string& arch, ModelConfig* c) {
+  MlaConfig& m = c->mla;
+  KV_ASSIGN_OR_RETURN(m.kv_lora_rank, PositiveInt(f, arch, "attention.kv_lora_rank"));
+  KV_ASSIGN_OR_RETURN(m.q_lora_rank, CountOr(f, arch, "attention.q_lora_rank", 0));
+  KV_ASSIGN_OR_RETURN(m.qk_rope, PositiveInt(f, arch, "rope.dimension_count"));
+  KV_ASSIGN_OR_RETURN(int key_length, PositiveInt(f, arch, "attention.key_length"));
+  KV_ASSIGN_OR_RETURN(int value_length, PositiveInt(f, arch, "attention.value_length"));
+  KV_ASSIGN_OR_RETURN(int qk_head, PositiveInt(f, arch, "attention.key_length_mla", key_length));
+  KV_ASSIGN_OR_RETURN(m.v_head, PositiveInt(f, arch, "attention.value_length_mla", value_length));
+  if (qk_head <= m.qk_rope || m.qk_rope % 2 != 0) {
+    return InvalidArgument(fmt::format("MLA key length {} does not leave room for rope {}",
+                                       qk_head, m.qk_rope));
+  }
+  m.qk_nope = qk_head - m.qk_rope;
+  c->num_kv_heads = 1;  // the cache: one latent vector per token
+  c->head_dim = m.latent_dim();
+  return Status::Ok();
+}
+
+// After ReadRope.
+Status ReadMlaScale(const GgufFile& f, const std::string& arch, ModelConfig* c) {
+  MlaConfig& m = c->mla;
+  c->rope.yarn_magnitude = false;
+  // DeepSeek's YaRN: the attention magnitude goes into the softmax scale (squared, as it applies
+  // to both q and k), the rotation itself is not scaled.
+  KV_ASSIGN_OR_RETURN(double log_mul, OptionalFloat(f, arch + ".rope.scaling.yarn_log_multiplier", 0.0));
+  float mscale = 1.f;
+  if (c->rope.scaling == RopeScaling::kYarn) {
+    mscale = 1.f + static_cast<float>(log_mul) * std::log(c->rope.scaling_factor);
+  }
+  m.kq_scale = mscale * mscale / std::sqrt(static_cast<float>(m.q_head()));
+  return Status::Ok();
 }
 
 Status ReadRope(const GgufFile& f, const std::string& arch, ModelConfig* c) {
@@ -102,6 +201,18 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   KV_ASSIGN_OR_RETURN(c.num_heads, PositiveInt(f, arch, "attention.head_count"));
   KV_ASSIGN_OR_RETURN(c.num_kv_heads,
                       PositiveInt(f, arch, "attention.head_count_kv", c.num_heads));
+  KV_ASSIGN_OR_RETURN(c.context_length, PositiveInt(f, arch, "context_length", 4096));
+  KV_ASSIGN_OR_RETURN(double eps, OptionalFloat(f, arch + ".attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(eps > 0.0 && eps < 1.0)) return InvalidArgument("layer_norm_rms_epsilon out of range");
+  c.rms_eps = static_cast<float>(eps);
+  if (c.arch->mla) {
+    KV_RETURN_IF_ERROR(ReadMla(f, arch, &c));
+    KV_RETURN_IF_ERROR(ReadRope(f, arch, &c));
+    if (c.rope.rotary_dim != c.mla.qk_rope) return InvalidArgument("MLA rope dims disagree");
+    KV_RETURN_IF_ERROR(ReadMlaScale(f, arch, &c));
+    KV_RETURN_IF_ERROR(ReadMoe(f, arch, &c));
+    return c;
+  }
   if (c.num_heads % c.num_kv_heads != 0) {
     return InvalidArgument(fmt::format("head_count {} is not a multiple of head_count_kv {}",
                                        c.num_heads, c.num_kv_heads));
@@ -113,11 +224,8 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
     return Unimplemented(fmt::format("head dims (key {}, value {}) must be equal and non-zero",
                                      c.head_dim, v_dim));
   }
-  KV_ASSIGN_OR_RETURN(c.context_length, PositiveInt(f, arch, "context_length", 4096));
-  KV_ASSIGN_OR_RETURN(double eps, OptionalFloat(f, arch + ".attention.layer_norm_rms_epsilon", 1e-5));
-  if (!(eps > 0.0 && eps < 1.0)) return InvalidArgument("layer_norm_rms_epsilon out of range");
-  c.rms_eps = static_cast<float>(eps);
   KV_RETURN_IF_ERROR(ReadRope(f, arch, &c));
+  KV_RETURN_IF_ERROR(ReadMoe(f, arch, &c));
   return c;
 }
 

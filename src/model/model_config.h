@@ -14,14 +14,51 @@ namespace kvserve {
 // What distinguishes the supported architectures. One row per GGUF `general.architecture`.
 struct ArchSpec {
   std::string_view name;   // as in general.architecture
-  RopeStyle rope_style;    // adjacent pairs (llama) or halves (qwen2, qwen3)
+  RopeStyle rope_style;    // adjacent pairs (llama, deepseek2) or halves (qwen2, qwen3)
   bool has_qkv_bias;       // qwen2: attn_q/k/v.bias
   bool has_qk_norm;        // qwen3: per-head RMSNorm of Q and K before RoPE
+  bool mla;                // deepseek2: multi-head latent attention (MlaConfig)
+  bool moe_weights_norm;   // the router's top-k weights are renormalised unless the file says
 };
 
 // The table's row for `arch`, or nullptr.
 const ArchSpec* FindArch(std::string_view arch);
-std::string SupportedArchNames();  // "llama, qwen2, qwen3"
+std::string SupportedArchNames();  // "llama, qwen2, qwen3, qwen3moe, deepseek2"
+
+enum class MoeGating { kSoftmax, kSigmoid };
+
+// Mixture of experts (`{arch}.expert_count` > 0): the feed-forward of every layer from
+// `leading_dense` on is a router over `num_experts` experts of `expert_ffn` rows each, of which
+// each token takes `num_used`, plus `num_shared` shared experts every token takes unweighted.
+struct MoeConfig {
+  int num_experts = 0;    // 0: a dense feed-forward in every layer
+  int num_used = 0;       // expert_used_count (top-k)
+  int expert_ffn = 0;     // expert_feed_forward_length
+  int num_shared = 0;     // expert_shared_count (deepseek2); their ffn is num_shared * expert_ffn
+  int leading_dense = 0;  // leading_dense_block_count (deepseek2)
+  MoeGating gating = MoeGating::kSoftmax;  // expert_gating_func: probabilities from the logits
+  bool norm_weights = true;   // expert_weights_norm: the top-k weights divided by their sum
+  float weights_scale = 1.f;  // expert_weights_scale: then multiplied by this
+  bool has_selection_bias = false;  // exp_probs_b: added to the probabilities to choose only
+
+  bool LayerIsMoe(int layer) const { return num_experts > 0 && layer >= leading_dense; }
+};
+
+// DeepSeek's multi-head latent attention. Per token and layer the cache holds one vector of
+// kv_lora_rank + qk_rope values: the RMS-normalised compressed KV latent, then the key's rotary
+// part shared by all heads. A head's key is [k_nope = W_kb,h latent, k_rope] and its value
+// W_vb,h latent; queries are [q_nope, q_rope] per head.
+struct MlaConfig {
+  int q_lora_rank = 0;   // 0: a full attn_q (V2-Lite); else attn_q_a -> norm -> attn_q_b
+  int kv_lora_rank = 0;
+  int qk_nope = 0;       // key_length_mla - rope
+  int qk_rope = 0;       // rope.dimension_count
+  int v_head = 0;        // value_length_mla
+  float kq_scale = 0.f;  // softmax scale: YaRN mscale^2 / sqrt(qk_nope + qk_rope)
+
+  int q_head() const { return qk_nope + qk_rope; }
+  int latent_dim() const { return kv_lora_rank + qk_rope; }  // one cached vector
+};
 
 struct ModelConfig {
   const ArchSpec* arch = nullptr;
@@ -31,13 +68,17 @@ struct ModelConfig {
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;            // key_length (defaults to hidden / num_heads)
-  int ffn = 0;                 // feed_forward_length
+  int ffn = 0;                 // feed_forward_length (dense layers)
   int vocab = 0;
   int context_length = 0;      // trained context
   float rms_eps = 1e-5f;
   RopeConfig rope;
+  MoeConfig moe;
+  MlaConfig mla;               // kv_lora_rank > 0 for MLA; then num_kv_heads is 1 and head_dim
+                               // the latent vector's length (the cache layout)
 
-  int q_dim() const { return num_heads * head_dim; }
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+  int q_dim() const { return is_mla() ? num_heads * mla.q_head() : num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
   int group() const { return num_heads / num_kv_heads; }  // query heads per KV head
 };

@@ -1,6 +1,8 @@
 // Model::Load: binds GGUF tensors to the layer structures and checks every shape.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "model/model_internal.h"
 
 namespace kvserve {
@@ -48,6 +50,54 @@ Result<std::vector<float>> Vector(const GgufFile& f, const std::string& name, in
   KV_RETURN_IF_ERROR(CheckDims(*t, {n}));
   std::vector<float> out(n);
   DequantizeRow(t->type, t->data, out.data(), n);
+  return out;
+}
+
+// The 3-D expert tensor `name` (GGUF dims [cols, rows, experts]) as one matrix per expert.
+Result<std::vector<WeightMatrix>> Experts(const GgufFile& f, const std::string& name,
+                                          int64_t rows, int64_t cols, int64_t experts) {
+  KV_ASSIGN_OR_RETURN(const GgufTensorInfo* t, Require(f, name));
+  KV_RETURN_IF_ERROR(CheckDims(*t, {cols, rows, experts}));
+  std::vector<WeightMatrix> out(static_cast<size_t>(experts));
+  const size_t row_bytes = t->size_bytes / static_cast<uint64_t>(rows * experts);
+  for (int64_t e = 0; e < experts; ++e) {
+    WeightMatrix& w = out[static_cast<size_t>(e)];
+    w.type = t->type;
+    w.data = t->data + static_cast<size_t>(e * rows) * row_bytes;
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = row_bytes;
+  }
+  return out;
+}
+
+// Rows [first, first + count) of a matrix, as a matrix.
+WeightMatrix Rows(const WeightMatrix& w, int64_t first, int64_t count) {
+  WeightMatrix r = w;
+  r.data = w.row(first);
+  r.rows = count;
+  return r;
+}
+
+// An f32 matrix over `data` (owned by the layer).
+WeightMatrix F32Matrix(const std::vector<float>& data, int64_t rows, int64_t cols) {
+  WeightMatrix w;
+  w.type = GgmlType::kF32;
+  w.data = reinterpret_cast<const uint8_t*>(data.data());
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = static_cast<size_t>(cols) * sizeof(float);
+  return w;
+}
+
+// The transpose of w's rows [first, first + rows) as floats: out[c * rows + r] = w[first + r][c].
+std::vector<float> Transposed(const WeightMatrix& w, int64_t first, int64_t rows) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  std::vector<float> out(static_cast<size_t>(rows * w.cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeWeightRow(w, first + r, row.data());
+    for (int64_t c = 0; c < w.cols; ++c) out[static_cast<size_t>(c * rows + r)] = row[c];
+  }
   return out;
 }
 
@@ -101,6 +151,21 @@ Status Model::LoadWeights() {
     Layer& l = layers_[i];
     auto name = [i](std::string_view s) { return TensorName(i, s); };
     KV_ASSIGN_OR_RETURN(l.attn_norm, Vector(f, name("attn_norm.weight"), c.hidden));
+    KV_ASSIGN_OR_RETURN(l.ffn_norm, Vector(f, name("ffn_norm.weight"), c.hidden));
+    KV_RETURN_IF_ERROR(c.is_mla() ? LoadMlaAttention(i) : LoadAttention(i));
+    KV_RETURN_IF_ERROR(LoadFeedForward(i));
+  }
+  for (const GgufTensorInfo& t : f.tensors()) weight_bytes_ += t.size_bytes;
+  AllocateScratch();
+  return Status::Ok();
+}
+
+Status Model::LoadAttention(int i) {
+  const GgufFile& f = file_;
+  const ModelConfig& c = config_;
+  Layer& l = layers_[i];
+  auto name = [i](std::string_view s) { return TensorName(i, s); };
+  {
     KV_ASSIGN_OR_RETURN(l.wq, Matrix(f, name("attn_q.weight"), c.q_dim(), c.hidden));
     KV_ASSIGN_OR_RETURN(l.wk, Matrix(f, name("attn_k.weight"), c.kv_dim(), c.hidden));
     KV_ASSIGN_OR_RETURN(l.wv, Matrix(f, name("attn_v.weight"), c.kv_dim(), c.hidden));
@@ -112,13 +177,98 @@ Status Model::LoadWeights() {
     const bool qk_norm = c.arch->has_qk_norm;
     KV_ASSIGN_OR_RETURN(l.q_norm, OptionalVector(f, name("attn_q_norm.weight"), c.head_dim, qk_norm));
     KV_ASSIGN_OR_RETURN(l.k_norm, OptionalVector(f, name("attn_k_norm.weight"), c.head_dim, qk_norm));
-    KV_ASSIGN_OR_RETURN(l.ffn_norm, Vector(f, name("ffn_norm.weight"), c.hidden));
+  }
+  return Status::Ok();
+}
+
+// deepseek2's attention: the query (full or low-rank), the latent projection, and the per-head
+// up-projections in whichever of the two layouts the file has (the combined attn_kv_b of older
+// conversions, or attn_k_b / attn_v_b).
+Status Model::LoadMlaAttention(int i) {
+  const GgufFile& f = file_;
+  const ModelConfig& c = config_;
+  const MlaConfig& m = c.mla;
+  Layer& l = layers_[i];
+  auto name = [i](std::string_view s) { return TensorName(i, s); };
+  const int64_t H = c.num_heads;
+  if (m.q_lora_rank > 0) {
+    KV_ASSIGN_OR_RETURN(l.wq_a, Matrix(f, name("attn_q_a.weight"), m.q_lora_rank, c.hidden));
+    KV_ASSIGN_OR_RETURN(l.q_a_norm, Vector(f, name("attn_q_a_norm.weight"), m.q_lora_rank));
+    KV_ASSIGN_OR_RETURN(l.wq_b, Matrix(f, name("attn_q_b.weight"), H * m.q_head(), m.q_lora_rank));
+  } else {
+    KV_ASSIGN_OR_RETURN(l.wq, Matrix(f, name("attn_q.weight"), H * m.q_head(), c.hidden));
+  }
+  KV_ASSIGN_OR_RETURN(l.wkv_a, Matrix(f, name("attn_kv_a_mqa.weight"), m.latent_dim(), c.hidden));
+  KV_ASSIGN_OR_RETURN(l.kv_a_norm, Vector(f, name("attn_kv_a_norm.weight"), m.kv_lora_rank));
+  KV_ASSIGN_OR_RETURN(l.wo, Matrix(f, name("attn_output.weight"), c.hidden, H * m.v_head));
+  const int64_t nope = m.qk_nope, v = m.v_head, lora = m.kv_lora_rank;
+  l.kb_abs.resize(static_cast<size_t>(H));
+  l.vb.resize(static_cast<size_t>(H));
+  const bool absorbed = options_.mla_form == MlaForm::kAbsorbed;
+  if (f.FindTensor(name("attn_kv_b.weight")) != nullptr) {
+    // Combined: rows of head h are its k_nope rows [nope, lora], then its v rows [v, lora].
+    KV_ASSIGN_OR_RETURN(l.kv_b, Matrix(f, name("attn_kv_b.weight"), H * (nope + v), lora));
+    for (int64_t h = 0; h < H; ++h) {
+      l.vb[static_cast<size_t>(h)] = Rows(l.kv_b, h * (nope + v) + nope, v);
+      if (!absorbed) continue;
+      l.owned.push_back(Transposed(l.kv_b, h * (nope + v), nope));
+      l.kb_abs[static_cast<size_t>(h)] = F32Matrix(l.owned.back(), lora, nope);
+    }
+    return Status::Ok();
+  }
+  // Split: attn_k_b holds W_kb,h^T per head (GGUF dims [nope, lora, H]), attn_v_b W_vb,h
+  // ([lora, v, H]).
+  KV_ASSIGN_OR_RETURN(l.kb_abs, Experts(f, name("attn_k_b.weight"), lora, nope, H));
+  KV_ASSIGN_OR_RETURN(l.vb, Experts(f, name("attn_v_b.weight"), v, lora, H));
+  if (!absorbed) {
+    // The decompressed form multiplies latents by [k_nope rows; v rows] of every head.
+    std::vector<float> kvb(static_cast<size_t>(H * (nope + v) * lora));
+    for (int64_t h = 0; h < H; ++h) {
+      const std::vector<float> k = Transposed(l.kb_abs[static_cast<size_t>(h)], 0, lora);
+      float* dst = kvb.data() + static_cast<size_t>(h * (nope + v) * lora);
+      std::copy(k.begin(), k.end(), dst);
+      for (int64_t r = 0; r < v; ++r) {
+        DequantizeWeightRow(l.vb[static_cast<size_t>(h)], r, dst + (nope + r) * lora);
+      }
+    }
+    l.owned.push_back(std::move(kvb));
+    l.kv_b = F32Matrix(l.owned.back(), H * (nope + v), lora);
+  }
+  return Status::Ok();
+}
+
+Status Model::LoadFeedForward(int i) {
+  const GgufFile& f = file_;
+  const ModelConfig& c = config_;
+  const MoeConfig& m = c.moe;
+  Layer& l = layers_[i];
+  auto name = [i](std::string_view s) { return TensorName(i, s); };
+  if (!m.LayerIsMoe(i)) {
     KV_ASSIGN_OR_RETURN(l.w_gate, Matrix(f, name("ffn_gate.weight"), c.ffn, c.hidden));
     KV_ASSIGN_OR_RETURN(l.w_up, Matrix(f, name("ffn_up.weight"), c.ffn, c.hidden));
     KV_ASSIGN_OR_RETURN(l.w_down, Matrix(f, name("ffn_down.weight"), c.hidden, c.ffn));
+    return Status::Ok();
   }
-  for (const GgufTensorInfo& t : f.tensors()) weight_bytes_ += t.size_bytes;
+  const int64_t E = m.num_experts, ff = m.expert_ffn;
+  KV_ASSIGN_OR_RETURN(l.router, Matrix(f, name("ffn_gate_inp.weight"), E, c.hidden));
+  KV_ASSIGN_OR_RETURN(l.exp_gate, Experts(f, name("ffn_gate_exps.weight"), ff, c.hidden, E));
+  KV_ASSIGN_OR_RETURN(l.exp_up, Experts(f, name("ffn_up_exps.weight"), ff, c.hidden, E));
+  KV_ASSIGN_OR_RETURN(l.exp_down, Experts(f, name("ffn_down_exps.weight"), c.hidden, ff, E));
+  if (f.FindTensor(name("exp_probs_b.bias")) != nullptr) {
+    KV_ASSIGN_OR_RETURN(l.selection_bias, Vector(f, name("exp_probs_b.bias"), E));
+    config_.moe.has_selection_bias = true;
+  }
+  if (m.num_shared > 0) {
+    const int64_t sf = ff * m.num_shared;
+    KV_ASSIGN_OR_RETURN(l.sh_gate, Matrix(f, name("ffn_gate_shexp.weight"), sf, c.hidden));
+    KV_ASSIGN_OR_RETURN(l.sh_up, Matrix(f, name("ffn_up_shexp.weight"), sf, c.hidden));
+    KV_ASSIGN_OR_RETURN(l.sh_down, Matrix(f, name("ffn_down_shexp.weight"), c.hidden, sf));
+  }
+  return Status::Ok();
+}
 
+void Model::AllocateScratch() {
+  const ModelConfig& c = config_;
   const size_t T = options_.max_batch_tokens;
   scratch_ = std::make_unique<Scratch>();
   Scratch& s = *scratch_;
@@ -132,7 +282,28 @@ Status Model::LoadWeights() {
   s.gate = AlignedBuffer<float>(T * c.ffn);
   s.up = AlignedBuffer<float>(T * c.ffn);
   s.logit_x = AlignedBuffer<float>(T * c.hidden);
-  return Status::Ok();
+  if (c.moe.num_experts > 0) {
+    const size_t k = static_cast<size_t>(c.moe.num_used);
+    const size_t ff = static_cast<size_t>(std::max(c.moe.expert_ffn, c.moe.expert_ffn * c.moe.num_shared));
+    s.moe_x = AlignedBuffer<float>(T * c.hidden);
+    s.moe_gate = AlignedBuffer<float>(T * ff);
+    s.moe_up = AlignedBuffer<float>(T * ff);
+    s.moe_y = AlignedBuffer<float>(T * c.hidden);
+    s.moe_out = AlignedBuffer<float>(T * k * c.hidden);
+    s.moe_rows.resize(static_cast<size_t>(c.moe.num_experts));
+  }
+  if (c.is_mla()) {
+    const MlaConfig& m = c.mla;
+    const size_t H = static_cast<size_t>(c.num_heads);
+    const size_t lat = static_cast<size_t>(m.latent_dim());
+    s.q_a = AlignedBuffer<float>(T * std::max(m.q_lora_rank, 1));
+    s.q_abs = AlignedBuffer<float>(T * H * lat);
+    s.attn_lat = AlignedBuffer<float>(T * H * lat);
+    s.attn = AlignedBuffer<float>(T * H * std::max(m.v_head, m.q_head()));
+    const size_t gather = static_cast<size_t>(std::max({m.kv_lora_rank, m.qk_nope, m.v_head}));
+    s.head_in = AlignedBuffer<float>(T * gather);
+    s.head_out = AlignedBuffer<float>(T * gather);
+  }
 }
 
 KvLayout Model::MakeKvLayout(int block_size, KvDtype k_dtype, KvDtype v_dtype) const {
@@ -142,7 +313,8 @@ KvLayout Model::MakeKvLayout(int block_size, KvDtype k_dtype, KvDtype v_dtype) c
   l.head_dim = config_.head_dim;
   l.block_size = block_size;
   l.k_dtype = k_dtype;
-  l.v_dtype = v_dtype;
+  l.v_dtype = config_.is_mla() ? k_dtype : v_dtype;
+  l.v_from_k = config_.is_mla();
   return l;
 }
 

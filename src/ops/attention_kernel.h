@@ -864,7 +864,8 @@ void TileScores(const AttentionTile& t, const PagedKvLayerView& kv, float scale,
   }
 }
 
-// The kernels of this TU: head dims that are a multiple of W (up to 256) take the fast path.
+// The kernels of this TU: head dims that are a multiple of W (up to 256, and MLA's 576 latent
+// and 192 decompressed heads) take the fast path.
 using attn::TileKernels;
 
 template <int D>
@@ -884,7 +885,9 @@ inline TileKernels KernelsForHeadDim(int d) {
     case 32: return KernelsFor<32>();
     case 64: return KernelsFor<64>();
     case 128: return KernelsFor<128>();
+    case 192: return KernelsFor<192>();
     case 256: return KernelsFor<256>();
+    case 576: return KernelsFor<576>();
     default: return TileKernels{};
   }
 }

@@ -40,7 +40,7 @@ Rope::Rope(RopeConfig config) : config_(std::move(config)) {
       const float y = (i - low) / std::max(0.001f, high - low);
       ramp_mix_[i] = 1.f - std::clamp(y, 0.f, 1.f);
     }
-    mscale_ = 1.f + 0.1f * std::log(config_.scaling_factor);
+    if (config_.yarn_magnitude) mscale_ = 1.f + 0.1f * std::log(config_.scaling_factor);
   }
 }
 

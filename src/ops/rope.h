@@ -25,6 +25,9 @@ struct RopeConfig {
   float yarn_beta_fast = 32.f;
   float yarn_beta_slow = 1.f;
   std::vector<float> freq_factors;      // [rotary_dim / 2] divisors, empty if none
+  // YaRN's magnitude factor (1 + 0.1 ln factor) on the rotated values; deepseek2 puts its own
+  // mscale into the softmax scale instead and rotates without it.
+  bool yarn_magnitude = true;
 };
 
 class Rope {

@@ -79,7 +79,7 @@ Status Serve(const ServeConfig& config) {
               stats.kv.num_blocks, engine->config().block_size, engine->config().max_model_len);
   fmt::print(stderr, "kvserve: {}\n",
              KvCapacitySummary(stats.kv_k_dtype, stats.kv_v_dtype, stats.kv_bytes_per_token,
-                               stats.kv_capacity_tokens));
+                               stats.kv_capacity_tokens, stats.kv_latent));
   for (const std::string& line : engine->TierDescriptions()) {
     fmt::print(stderr, "kvserve: {}\n", line);
   }

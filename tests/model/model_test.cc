@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/synthetic_model.h"
@@ -13,25 +16,53 @@
 namespace kvserve {
 namespace {
 
-std::unique_ptr<Model> MakeModel(SyntheticModelSpec spec, int max_batch_tokens = 64) {
+std::unique_ptr<Model> MakeModel(SyntheticModelSpec spec, int max_batch_tokens = 64,
+                                 MlaForm form = MlaForm::kAbsorbed) {
   auto writer = BuildSyntheticModel(spec);
   EXPECT_TRUE(writer.ok()) << writer.status().ToString();
   auto file = GgufFile::FromBytes(*writer->WriteToBytes());
   EXPECT_TRUE(file.ok()) << file.status().ToString();
-  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch_tokens, 0});
+  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch_tokens, 0, form});
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   return std::move(model).value();
 }
 
-SyntheticModelSpec SmallSpec(const char* arch) {
+// An architecture by name, or a variant: "mixtral" (llama with experts), "deepseek2" (V2-Lite
+// style: full attn_q, combined attn_kv_b, softmax router, a shared expert, a leading dense
+// layer), "deepseek2-qlora" (V3 style: low-rank query, split attn_k_b / attn_v_b, sigmoid router
+// with a selection bias, renormalised and scaled weights, YaRN).
+SyntheticModelSpec SmallSpec(std::string_view name) {
   SyntheticModelSpec s;
-  s.arch = arch;
+  s.arch = std::string(name);
   s.num_layers = 2;
   s.hidden = 64;
   s.num_heads = 4;
   s.num_kv_heads = 2;
   s.ffn = 96;
   s.tokenizer = MakeSyntheticSpec(300);
+  if (name == "mixtral" || name == "qwen3moe") {
+    s.arch = name == "mixtral" ? "llama" : "qwen3moe";
+    s.moe.num_experts = 8;
+    s.moe.num_used = 2;
+    s.moe.expert_ffn = name == "mixtral" ? 0 : 32;  // Mixtral's experts have ffn rows
+    if (name == "mixtral") s.ffn = 48;
+  } else if (name.starts_with("deepseek2")) {
+    s.arch = "deepseek2";
+    s.num_layers = 3;
+    s.moe = {.num_experts = 8, .num_used = 3, .expert_ffn = 32, .num_shared = 1, .leading_dense = 1};
+    s.mla = {.q_lora_rank = 0, .kv_lora_rank = 32, .qk_nope = 16, .qk_rope = 8, .v_head = 16,
+             .split_kv_b = false};
+    if (name == "deepseek2-qlora") {
+      s.moe.gating = 2;
+      s.moe.weights_norm = true;
+      s.moe.weights_scale = 2.5f;
+      s.moe.selection_bias = true;
+      s.mla.q_lora_rank = 24;
+      s.mla.split_kv_b = true;
+      s.mla.yarn_factor = 4.f;
+      s.mla.yarn_original_context = 64;
+    }
+  }
   return s;
 }
 
@@ -121,7 +152,116 @@ TEST_P(ForwardTest, OneBatchOfSeveralSequencesEqualsEachAlone) {
   EXPECT_EQ(MaxRelDiff(logits.data() + 2 * vocab, lc.data(), vocab), 0.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest,
+                         ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe", "mixtral",
+                                           "deepseek2", "deepseek2-qlora"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// The last token's logits after one prefill of `ids` into a fresh cache of the given dtype.
+std::vector<float> PrefillLogits(Model& model, const std::vector<TokenId>& ids, KvDtype dtype,
+                                 int chunk = 0) {
+  KvStorage kv(model.MakeKvLayout(4, dtype, dtype), 16);
+  std::vector<BlockId> blocks;
+  for (int b = 0; b < 16; ++b) blocks.push_back(BlockId(b));
+  ThreadPool threads(2);
+  std::vector<float> logits(model.config().vocab);
+  const size_t step = chunk > 0 ? static_cast<size_t>(chunk) : ids.size();
+  for (size_t b = 0; b < ids.size(); b += step) {
+    const size_t e = std::min(ids.size(), b + step);
+    ForwardBatch batch;
+    batch.AddSequence(blocks, static_cast<int>(b), std::span<const TokenId>(ids).subspan(b, e - b),
+                      true);
+    const Status st = model.Forward(batch, kv, threads, logits.data());
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  return logits;
+}
+
+TEST(Mla, LatentLayoutHoldsOneVectorPerTokenAndLayer) {
+  auto model = MakeModel(SmallSpec("deepseek2"));
+  const ModelConfig& c = model->config();
+  ASSERT_TRUE(c.is_mla());
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 32 + 8);
+  const KvLayout l = model->MakeKvLayout(16, KvDtype::kF16, KvDtype::kF32);
+  EXPECT_TRUE(l.v_from_k);
+  EXPECT_EQ(l.v_dtype, KvDtype::kF16);  // values are read from the keys' bytes
+  EXPECT_EQ(l.bytes_per_token(), 3u * 40 * 2);
+  const KvLayout q = model->MakeKvLayout(16, KvDtype::kInt8, KvDtype::kInt8);
+  EXPECT_EQ(q.bytes_per_token(), 3u * (40 + 2));  // int8 levels and an f16 scale
+  EXPECT_EQ(KvCapacitySummary(l, 4), "KV cache latent f16: 240 bytes/token, 64 tokens in 15.0 KiB");
+}
+
+// The absorbed form (queries into the latent space) and the decompressed one (per-head keys and
+// values from the latents) are the same function: they differ by float rounding only.
+TEST(Mla, AbsorbedAndDecompressedFormsAgree) {
+  for (const char* name : {"deepseek2", "deepseek2-qlora"}) {
+    auto absorbed = MakeModel(SmallSpec(name), 64, MlaForm::kAbsorbed);
+    auto decompressed = MakeModel(SmallSpec(name), 64, MlaForm::kDecompressed);
+    const std::vector<TokenId> ids = Tokens(29, 5);
+    const std::vector<float> a = PrefillLogits(*absorbed, ids, KvDtype::kF32);
+    const std::vector<float> d = PrefillLogits(*decompressed, ids, KvDtype::kF32);
+    EXPECT_LT(MaxRelDiff(a.data(), d.data(), a.size()), 1e-5) << name;
+    // Decode steps over the cache (one token at a time) agree as well.
+    const std::vector<float> a1 = PrefillLogits(*absorbed, ids, KvDtype::kF32, 1);
+    const std::vector<float> d1 = PrefillLogits(*decompressed, ids, KvDtype::kF32, 1);
+    EXPECT_LT(MaxRelDiff(a1.data(), d1.data(), a1.size()), 1e-5) << name;
+    EXPECT_EQ(MaxRelDiff(d1.data(), d.data(), d.size()), 0.0) << name;  // batch invariant too
+  }
+}
+
+// Quantized latents: the same cache layout with int8 / fp8 / bf16 vectors stays close to f32.
+TEST(Mla, QuantizedLatentsStayCloseToF32) {
+  auto model = MakeModel(SmallSpec("deepseek2-qlora"));
+  const std::vector<TokenId> ids = Tokens(31, 6);
+  const std::vector<float> f32 = PrefillLogits(*model, ids, KvDtype::kF32);
+  const std::pair<KvDtype, double> bounds[] = {
+      {KvDtype::kF16, 2e-3}, {KvDtype::kBF16, 2e-2}, {KvDtype::kInt8, 3e-2},
+      {KvDtype::kFp8E4M3, 1e-1}, {KvDtype::kFp8E5M2, 2e-1}};
+  for (const auto& [dtype, bound] : bounds) {
+    const std::vector<float> q = PrefillLogits(*model, ids, dtype);
+    const double err = MaxRelDiff(q.data(), f32.data(), f32.size());
+    EXPECT_LT(err, bound) << KvDtypeName(dtype);
+    EXPECT_GT(err, 0.0) << KvDtypeName(dtype);
+  }
+  // A rotated type needs a power-of-two vector; the latent (40 values) is refused by name.
+  EXPECT_FALSE(CheckKvDtype(KvDtype::kInt4, model->config().head_dim).ok());
+}
+
+// Grouping by expert reads each chosen expert once per step: a batch of many tokens reads less
+// than one read per token, and every routing is counted.
+TEST(Moe, ExpertsAreReadOncePerStep) {
+  auto model = MakeModel(SmallSpec("qwen3moe"));
+  const std::vector<TokenId> ids = Tokens(40, 7);
+  PrefillLogits(*model, ids, KvDtype::kF16);
+  const MoeStats& st = model->moe_stats();
+  EXPECT_EQ(st.steps, 1u);
+  const uint64_t per_expert = 3u * 32 * 64 * 4;  // gate, up, down of 32 x 64 in F32
+  // 2 layers x 40 tokens x 2 experts, read once per token: the ungrouped count.
+  EXPECT_EQ(st.expert_bytes_ungrouped, 2u * 40 * 2 * per_expert);
+  // Grouped: at most every expert of both layers once.
+  EXPECT_LE(st.expert_bytes_read, 2u * 8 * per_expert);
+  EXPECT_EQ(st.expert_bytes_read % per_expert, 0u);
+}
+
+TEST(Moe, BadExpertMetadataIsAClearError) {
+  SyntheticModelSpec spec = SmallSpec("qwen3moe");
+  auto writer = BuildSyntheticModel(spec);
+  ASSERT_TRUE(writer.ok());
+  writer->SetUint32("qwen3moe.expert_used_count", 9);
+  auto file = GgufFile::FromBytes(*writer->WriteToBytes());
+  ASSERT_TRUE(file.ok());
+  auto model = Model::Load(std::move(file).value(), ModelOptions{});
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("expert_used_count 9 exceeds expert_count 8"),
+            std::string::npos) << model.status().ToString();
+  spec.moe.num_experts = 0;
+  EXPECT_FALSE(BuildSyntheticModel(spec).ok());  // qwen3moe needs experts
+}
 
 TEST(ModelLoad, UnsupportedArchitectureIsNamed) {
   GgufWriter w;

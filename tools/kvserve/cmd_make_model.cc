@@ -17,6 +17,10 @@ struct MakeModelOptions {
   std::string tokenizer_from;
   uint64_t seed = 1;
   bool tie = false;
+  SyntheticMoeSpec moe;
+  std::string gating = "softmax";
+  SyntheticMlaSpec mla;
+  std::string kv_b = "split";
 };
 
 void RunMakeModel(const MakeModelOptions& o) {
@@ -32,6 +36,10 @@ void RunMakeModel(const MakeModelOptions& o) {
   s.rope_base = o.rope_base;
   s.seed = o.seed;
   s.tie_embeddings = o.tie;
+  s.moe = o.moe;
+  s.moe.gating = o.gating == "sigmoid" ? 2 : 1;
+  s.mla = o.mla;
+  s.mla.split_kv_b = o.kv_b == "split";
   const auto type = ParseGgmlType(o.type);
   if (!type || !CanQuantize(*type)) {
     Fail(fmt::format("--type {} is not a weight type make-model writes (F32, F16, BF16, Q8_0, "
@@ -59,7 +67,8 @@ void AddMakeModelCommand(CLI::App& app) {
   auto o = std::make_shared<MakeModelOptions>();
   CLI::App* cmd = app.add_subcommand("make-model", "Write a synthetic GGUF model with random weights");
   cmd->add_option("--out", o->out, "Output GGUF path")->required();
-  cmd->add_option("--arch", o->arch, "llama, qwen2 or qwen3")->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
+  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, qwen3moe or deepseek2")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"}));
   cmd->add_option("--layers", o->layers, "Transformer blocks");
   cmd->add_option("--hidden", o->hidden, "Embedding length");
   cmd->add_option("--heads", o->heads, "Attention heads");
@@ -75,6 +84,28 @@ void AddMakeModelCommand(CLI::App& app) {
   cmd->add_option("--type", o->type, "Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, ...");
   cmd->add_option("--seed", o->seed, "Random seed");
   cmd->add_flag("--tie-embeddings", o->tie, "No output.weight; logits use token_embd");
+  // Mixture of experts (qwen3moe, deepseek2; llama with --experts is Mixtral-style).
+  cmd->add_option("--experts", o->moe.num_experts, "Experts per MoE layer (0: dense)");
+  cmd->add_option("--experts-used", o->moe.num_used, "Experts each token takes (top-k)");
+  cmd->add_option("--expert-ffn", o->moe.expert_ffn, "Rows of one expert (default: --ffn)");
+  cmd->add_option("--shared-experts", o->moe.num_shared, "Shared experts (deepseek2)");
+  cmd->add_option("--leading-dense", o->moe.leading_dense,
+                  "Leading layers with a dense feed-forward (deepseek2)");
+  cmd->add_option("--gating", o->gating, "Router probabilities (deepseek2): softmax or sigmoid")
+      ->check(CLI::IsMember({"softmax", "sigmoid"}));
+  cmd->add_flag("--expert-weights-norm", o->moe.weights_norm,
+                "Renormalise the chosen experts' weights (deepseek2)");
+  cmd->add_option("--expert-weights-scale", o->moe.weights_scale, "Scale of the expert weights (deepseek2)");
+  cmd->add_flag("--selection-bias", o->moe.selection_bias, "Write exp_probs_b (deepseek2, V3-style)");
+  // deepseek2's latent attention.
+  cmd->add_option("--q-lora-rank", o->mla.q_lora_rank, "Low-rank query (0: full attn_q, V2-Lite)");
+  cmd->add_option("--kv-lora-rank", o->mla.kv_lora_rank, "KV latent rank");
+  cmd->add_option("--qk-nope", o->mla.qk_nope, "Per-head key dims without rope");
+  cmd->add_option("--qk-rope", o->mla.qk_rope, "Rotary key dims (shared by the heads)");
+  cmd->add_option("--v-head", o->mla.v_head, "Per-head value dims");
+  cmd->add_option("--kv-b", o->kv_b, "split (attn_k_b, attn_v_b) or combined (attn_kv_b)")
+      ->check(CLI::IsMember({"split", "combined"}));
+  cmd->add_option("--yarn-factor", o->mla.yarn_factor, "YaRN context factor (deepseek2; 0: none)");
   cmd->callback([o] { RunMakeModel(*o); });
 }
 

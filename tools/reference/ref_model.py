@@ -5,19 +5,66 @@ array, no cleverness. Weights are dequantized once (tools/reference/gguf_ref.py)
 float64; every product, the softmax and the norms run in float64.
 
 Supported `general.architecture` values and what they change (llama.cpp's conventions):
-  llama : RoPE on ADJACENT pairs (x[2i], x[2i+1]) ("normal" rope). The HF->GGUF converter
-          permutes the rows of attn_q / attn_k so that this pairing is right for the file.
-  qwen2 : NEOX rope, pairs (x[i], x[i + n_rot/2]); biases on q, k, v projections.
-  qwen3 : NEOX rope; per-head RMSNorm of q and k (attn_q_norm / attn_k_norm, weight [head_dim])
-          applied before rope; head_dim from `{arch}.attention.key_length`.
+  llama    : RoPE on ADJACENT pairs (x[2i], x[2i+1]) ("normal" rope). The HF->GGUF converter
+             permutes the rows of attn_q / attn_k so that this pairing is right for the file.
+             With `llama.expert_count` > 0 (Mixtral) every FFN is a mixture of experts of
+             feed_forward_length: softmax router, top-k, weights renormalised to sum 1.
+  qwen2    : NEOX rope, pairs (x[i], x[i + n_rot/2]); biases on q, k, v projections.
+  qwen3    : NEOX rope; per-head RMSNorm of q and k (attn_q_norm / attn_k_norm, weight [head_dim])
+             applied before rope; head_dim from `{arch}.attention.key_length`.
+  qwen3moe : qwen3's attention; every FFN a mixture of experts of expert_feed_forward_length
+             (or feed_forward_length / expert_used_count without it): softmax, top-k,
+             renormalised (llama.cpp passes norm = true for qwen3moe whatever the file says).
+  deepseek2: multi-head latent attention (MLA) + DeepSeek MoE, see below.
+
+Mixture of experts (llama.cpp's build_moe_ffn), for one token with FFN input m:
+  probs = softmax(Wgate_inp·m) or sigmoid(Wgate_inp·m)   (expert_gating_func 1 / 2)
+  chosen = top-k of probs + exp_probs_b (the bias only chooses; absent -> probs); with
+           expert_group_count G > 1 first keep the expert_group_used_count groups whose two
+           best biased probs sum highest
+  w_j = probs[chosen_j]; if norm: w /= max(sum w, 2^-14); if scale not in {0, 1}: w *= scale
+  out = sum_j w_j * down_j(silu(gate_j·m) * up_j·m)  [+ shared expert silu(gate_sh·m)*up_sh·m
+        through down_sh, unweighted, deepseek2]
+  Expert tensors: ffn_gate_exps / ffn_up_exps GGUF dims [hidden, n_ff, n_expert], ffn_down_exps
+  [n_ff, hidden, n_expert], or the merged ffn_gate_up_exps [hidden, 2*n_ff, n_expert] (gate rows
+  first).
+
+deepseek2 (llama.cpp's llm_build_deepseek2; the decompressed head sizes are
+`attention.key_length_mla` / `value_length_mla` when present, else `key_length` / `value_length`;
+rope = `rope.dimension_count`; nope = key size - rope):
+  q      = Wq·n (V2-Lite) or Wq_b·RMSNorm(Wq_a·n)*q_a_norm; per head [q_nope | q_pe]
+  [c|kpe]= Wkv_a_mqa·n;  c = RMSNorm(c)*kv_a_norm (the latent, kv_lora_rank);  kpe shared by heads
+  rope (ADJACENT pairs, YaRN as below) on q_pe and kpe only
+  decompressed: k_h = [Wk_b,h^T·c | kpe], v_h = Wv_b,h·c; MHA with scale kq_scale
+  absorbed    : q'_h = [Wk_b,h·q_nope,h | q_pe,h]; one shared key [c | kpe], value c (MQA);
+                out_h = Wv_b,h·(attention output in the latent)
+  attn_kv_b [kv_lora, H*(nope+v)] holds, per head, nope rows of K then v rows of V; the split
+  attn_k_b has GGUF dims [nope, kv_lora, H] (Wk_b,h is [kv_lora, nope]: transposed from HF),
+  attn_v_b [kv_lora, v, H] (Wv_b,h is [v, kv_lora]: as HF). The two forms are the same math.
+  The first leading_dense_block_count layers have a dense FFN (feed_forward_length), the rest
+  are MoE with expert_shared_count shared experts (ffn_*_shexp, n_ff_exp * n_shared wide).
+
+RoPE magnitude and attention scale (llama.cpp's llama_context constructor, ggml's rope_yarn and
+the deepseek2 graph). s = rope.scaling.factor (1 without scaling), yarn => ext = 1:
+  attn_ctx = 1                                      without YaRN
+           = mscale(s, 1) / (1 + 0.1 ln s)          YaRN, no yarn_log_multiplier
+           = 1 / (1 + 0.1 ln s)                     YaRN with it (deepseek2: the ratio
+                                                    mscale(s, M)/mscale(s, M) is 1)
+           times rope.scaling.attn_factor (default 1);  mscale(s, m) = 1 + 0.1 m ln s (s > 1)
+  rope multiplies cos and sin by attn_ctx * (1 + 0.1 ln s) under YaRN (so 1 for deepseek2 with
+  a yarn_log_multiplier), by attn_ctx otherwise.
+  kq_scale = 1/sqrt(head_dim), and for deepseek2
+  kq_scale = (attn_ctx * (1 + 0.1 ln s) * (1 + 0.1 M ln s))^2 / sqrt(nope + rope)
+  where M = rope.scaling.yarn_log_multiplier / 0.1 (the converter writes 0.1 * mscale_all_dim).
 
 Per layer:  h = x + Wo · Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n),  n = RMSNorm(x) * attn_norm
             x' = h + Wdown · (silu(Wgate·m) * (Wup·m)),       m = RMSNorm(h) * ffn_norm
+            (or the MoE above in place of the FFN)
 Logits = Woutput · (RMSNorm(x_L) * output_norm); output.weight absent -> token_embd (tied).
 
 CLI:
   /usr/bin/python3 tools/reference/ref_model.py --model M.gguf --ids 1,2,3 [--out logits.npy]
-                                                [--greedy N]
+                                                [--greedy N] [--mla-form decompressed|absorbed]
 """
 
 from __future__ import annotations
@@ -33,12 +80,25 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_ref import GGUFFile  # noqa: E402
 
-# Rope pairing per architecture: "adjacent" = (2i, 2i+1), "neox" = (i, i + n_rot/2).
+# Per architecture: rope pairing ("adjacent" = (2i, 2i+1), "neox" = (i, i + n_rot/2)), q/k/v
+# biases, per-head q/k norms, mixture-of-experts FFNs ("moe": always, "optional": when
+# expert_count > 0), and multi-head latent attention.
 ARCHITECTURES = {
-    "llama": {"rope": "adjacent", "qkv_bias": False, "qk_norm": False},
-    "qwen2": {"rope": "neox", "qkv_bias": True, "qk_norm": False},
-    "qwen3": {"rope": "neox", "qkv_bias": False, "qk_norm": True},
+    "llama": {"rope": "adjacent", "qkv_bias": False, "qk_norm": False, "moe": "optional"},
+    "qwen2": {"rope": "neox", "qkv_bias": True, "qk_norm": False, "moe": "never"},
+    "qwen3": {"rope": "neox", "qkv_bias": False, "qk_norm": True, "moe": "never"},
+    "qwen3moe": {"rope": "neox", "qkv_bias": False, "qk_norm": True, "moe": "always"},
+    "deepseek2": {"rope": "adjacent", "qkv_bias": False, "qk_norm": False, "moe": "always",
+                  "mla": True},
 }
+MLA_FORMS = ("decompressed", "absorbed")
+GATING = {1: "softmax", 2: "sigmoid"}  # expert_gating_func
+MIN_WEIGHT_SUM = 6.103515625e-5  # build_moe_ffn clamps the sum of the chosen weights (2^-14)
+
+
+def yarn_mscale(scale: float, m: float) -> float:
+    """llama.cpp's get_mscale: 1 + 0.1 * m * ln(scale) for scale > 1, else 1."""
+    return 1.0 if scale <= 1.0 else 1.0 + 0.1 * m * math.log(scale)
 
 
 @dataclass
@@ -46,10 +106,10 @@ class Config:
     arch: str
     n_layers: int
     dim: int            # embedding_length
-    ffn_dim: int        # feed_forward_length
+    ffn_dim: int        # feed_forward_length (dense FFN; 0 when the model has none)
     n_heads: int
     n_kv_heads: int
-    head_dim: int       # key_length (= value_length here)
+    head_dim: int       # key_length (= value_length here); deepseek2: nope + rope
     n_rot: int          # rope.dimension_count: leading dims of each head that rope rotates
     vocab_size: int
     norm_eps: float
@@ -60,6 +120,33 @@ class Config:
     rope_orig_ctx: int = 0
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
+    rope_attn_factor: float = 1.0   # rope.scaling.attn_factor
+    yarn_log_mul: float = 0.0       # deepseek2: M = rope.scaling.yarn_log_multiplier / 0.1
+    rope_mag: float = 1.0           # what rope multiplies cos and sin by (see the docstring)
+    kq_scale: float = 0.0           # softmax scale of q.k (see the docstring)
+    # Mixture of experts.
+    n_expert: int = 0
+    n_expert_used: int = 0
+    expert_ffn_dim: int = 0
+    n_expert_shared: int = 0
+    n_dense_lead: int = 0           # leading layers with a dense FFN
+    expert_gating: str = "softmax"  # "softmax" | "sigmoid"
+    expert_weights_norm: bool = False
+    expert_weights_scale: float = 0.0  # 0 and 1 leave the weights alone
+    n_expert_groups: int = 0
+    n_group_used: int = 0
+    # Multi-head latent attention (deepseek2).
+    q_lora_rank: int = 0            # 0: full attn_q (V2-Lite)
+    kv_lora_rank: int = 0
+    qk_nope: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def mla(self) -> bool:
+        return bool(ARCHITECTURES[self.arch].get("mla"))
+
+    def is_moe_layer(self, i: int) -> bool:
+        return self.n_expert > 0 and i >= self.n_dense_lead
 
     @staticmethod
     def from_gguf(f: GGUFFile) -> "Config":
@@ -67,6 +154,7 @@ class Config:
         if arch not in ARCHITECTURES:
             raise ValueError(f"architecture {arch!r} not supported (want one of "
                              f"{sorted(ARCHITECTURES)})")
+        spec = ARCHITECTURES[arch]
 
         def key(name, default=None):
             v = f.get(f"{arch}.{name}", default)
@@ -78,11 +166,8 @@ class Config:
         n_heads = int(key("attention.head_count"))
         n_kv_heads = int(key("attention.head_count_kv", n_heads))
         head_dim = int(key("attention.key_length", dim // n_heads))
-        value_dim = int(key("attention.value_length", head_dim))
-        if value_dim != head_dim:
-            raise ValueError("key_length != value_length is not supported")
-        if n_heads % n_kv_heads:
-            raise ValueError(f"head_count {n_heads} not a multiple of head_count_kv {n_kv_heads}")
+        value_dim = int(key("attention.value_length", dim // n_heads))
+        n_rot = int(key("rope.dimension_count", head_dim))
         emb = f.tensors["token_embd.weight"]
         scaling = f.get(f"{arch}.rope.scaling.type", "none")
         factor = float(f.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
@@ -92,30 +177,112 @@ class Config:
             scaling = "none"
         if scaling not in ("none", "linear", "yarn"):
             raise ValueError(f"rope scaling type {scaling!r} not supported")
-        return Config(
+        extra = {}
+        if spec.get("mla"):
+            # Newer files describe the latent MQA (key_length = kv_lora_rank + rope,
+            # value_length = kv_lora_rank, head_count_kv = 1) and put the decompressed head
+            # sizes in *_mla; older ones have the decompressed sizes in key/value_length.
+            k_mla = int(key("attention.key_length_mla", 0))
+            v_mla = int(key("attention.value_length_mla", 0))
+            if (k_mla == 0) != (v_mla == 0):
+                raise ValueError("key_length_mla and value_length_mla must come together")
+            if k_mla:
+                head_dim, value_dim = k_mla, v_mla
+            gating = int(key("expert_gating_func", 0)) or 1  # absent: softmax (V2 files)
+            if gating not in GATING:
+                raise ValueError(f"expert_gating_func {gating} not supported")
+            n_shared = int(key("expert_shared_count"))
+            extra = dict(
+                q_lora_rank=int(key("attention.q_lora_rank", 0)),
+                kv_lora_rank=int(key("attention.kv_lora_rank")),
+                qk_nope=head_dim - n_rot, v_head_dim=value_dim,
+                n_dense_lead=int(key("leading_dense_block_count", 0)),
+                expert_ffn_dim=int(key("expert_feed_forward_length")),
+                n_expert_shared=n_shared,
+                expert_gating=GATING[gating],
+                expert_weights_norm=bool(key("expert_weights_norm", False)),
+                expert_weights_scale=float(key("expert_weights_scale", 0.0)),
+                yarn_log_mul=float(key("rope.scaling.yarn_log_multiplier", 0.0)) / 0.1,
+            )
+            if extra["qk_nope"] < 1:
+                raise ValueError(f"key length {head_dim} leaves no room beside rope {n_rot}")
+            n_kv_heads = n_heads  # the decompressed heads; the file says 1 (latent MQA) or H
+        elif value_dim != head_dim:
+            raise ValueError("key_length != value_length is not supported")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"head_count {n_heads} not a multiple of head_count_kv {n_kv_heads}")
+        n_expert = int(key("expert_count", 0))
+        if spec["moe"] == "never":
+            n_expert = 0
+        elif spec["moe"] == "always" and n_expert == 0:
+            raise ValueError(f"{arch}: expert_count missing or 0")
+        n_used = int(key("expert_used_count", 0)) if n_expert else 0
+        if n_expert and not 0 < n_used <= n_expert:
+            raise ValueError(f"expert_used_count {n_used} not in 1..{n_expert}")
+        ffn_dim = int(key("feed_forward_length", 0))
+        if n_expert and arch == "llama":       # Mixtral: experts of feed_forward_length
+            extra["expert_ffn_dim"] = ffn_dim
+        elif n_expert and arch == "qwen3moe":  # no key: n_ff / n_expert_used
+            extra["expert_ffn_dim"] = int(key("expert_feed_forward_length", 0)) or \
+                ffn_dim // n_used
+        if arch in ("llama", "qwen3moe"):
+            extra["expert_weights_norm"] = True  # build_moe_ffn(norm_w = true), scale unread
+        if n_expert:
+            extra["n_expert_groups"] = int(key("expert_group_count", 0))
+            extra["n_group_used"] = int(key("expert_group_used_count", 0))
+        c = Config(
             arch=arch,
             n_layers=int(key("block_count")),
             dim=dim,
-            ffn_dim=int(key("feed_forward_length")),
+            ffn_dim=ffn_dim,
             n_heads=n_heads,
             n_kv_heads=n_kv_heads,
             head_dim=head_dim,
-            n_rot=int(key("rope.dimension_count", head_dim)),
+            n_rot=n_rot,
             vocab_size=int(emb.dims[1]),
             norm_eps=float(key("attention.layer_norm_rms_epsilon")),
             rope_base=float(key("rope.freq_base", 10000.0)),
-            rope_style=ARCHITECTURES[arch]["rope"],
+            rope_style=spec["rope"],
             rope_scaling=scaling,
             rope_factor=factor,
             rope_orig_ctx=int(f.get(f"{arch}.rope.scaling.original_context_length",
                                     f.get(f"{arch}.context_length", 0)) or 0),
+            rope_attn_factor=float(key("rope.scaling.attn_factor", 1.0)),
+            n_expert=n_expert,
+            n_expert_used=n_used,
+            **extra,
         )
+        c.rope_mag, c.kq_scale = c.rope_magnitude_and_kq_scale()
+        return c
+
+    def rope_magnitude_and_kq_scale(self) -> tuple:
+        """(factor on rope's cos and sin, softmax scale of q.k): see the module docstring."""
+        s = self.rope_factor if self.rope_scaling in ("linear", "yarn") else 1.0
+        ext = self.rope_scaling == "yarn"
+        attn_ctx = 1.0
+        if ext:
+            m_all = self.yarn_log_mul
+            if m_all != 0.0:
+                m = m_all if (self.arch == "deepseek2" and m_all != 1.0) else 1.0
+                attn_ctx = yarn_mscale(s, m) / yarn_mscale(s, m_all)
+            else:
+                attn_ctx = yarn_mscale(s, 1.0)
+            attn_ctx /= 1.0 + 0.1 * math.log(s)
+        attn_ctx *= self.rope_attn_factor
+        rope_mag = attn_ctx * (1.0 + 0.1 * math.log(s)) if ext else attn_ctx
+        if self.mla:
+            attn_org = attn_ctx * (1.0 + 0.1 * math.log(s))
+            mscale = attn_org * (1.0 + 0.1 * self.yarn_log_mul * math.log(s))
+            return rope_mag, mscale * mscale / math.sqrt(self.head_dim)
+        return rope_mag, 1.0 / math.sqrt(self.head_dim)
 
 
 class Weights:
     """All tensors dequantized to float64, in numpy (row-major) shapes."""
 
     def __init__(self, f: GGUFFile, c: Config):
+        self.file = f
+
         def w(name, shape=None, optional=False):
             if name not in f.tensors:
                 if optional:
@@ -126,7 +293,7 @@ class Weights:
                 raise ValueError(f"tensor {name}: shape {a.shape}, expected {shape}")
             return a
 
-        q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        self.w = w
         arch = ARCHITECTURES[c.arch]
         self.token_embd = w("token_embd.weight", (c.vocab_size, c.dim))   # [vocab, dim]
         self.output_norm = w("output_norm.weight", (c.dim,))               # [dim]
@@ -139,31 +306,87 @@ class Weights:
         self.layers = []
         for i in range(c.n_layers):
             p = f"blk.{i}."
-            layer = {
-                "attn_norm": w(p + "attn_norm.weight", (c.dim,)),           # [dim]
-                "wq": w(p + "attn_q.weight", (q_dim, c.dim)),               # [q_dim, dim]
-                "wk": w(p + "attn_k.weight", (kv_dim, c.dim)),              # [kv_dim, dim]
-                "wv": w(p + "attn_v.weight", (kv_dim, c.dim)),              # [kv_dim, dim]
-                "wo": w(p + "attn_output.weight", (c.dim, q_dim)),          # [dim, q_dim]
-                "ffn_norm": w(p + "ffn_norm.weight", (c.dim,)),             # [dim]
-                "w_gate": w(p + "ffn_gate.weight", (c.ffn_dim, c.dim)),     # [ffn, dim]
-                "w_up": w(p + "ffn_up.weight", (c.ffn_dim, c.dim)),         # [ffn, dim]
-                "w_down": w(p + "ffn_down.weight", (c.dim, c.ffn_dim)),     # [dim, ffn]
-            }
-            # Storage type of each matrix (only used to emulate ggml's activation rounding).
-            layer["types"] = {
-                key: f.tensors[p + name].type_name for key, name in [
-                    ("wq", "attn_q.weight"), ("wk", "attn_k.weight"), ("wv", "attn_v.weight"),
-                    ("wo", "attn_output.weight"), ("w_gate", "ffn_gate.weight"),
-                    ("w_up", "ffn_up.weight"), ("w_down", "ffn_down.weight")]}
-            bias = arch["qkv_bias"]
-            layer["bq"] = w(p + "attn_q.bias", (q_dim,), optional=not bias)   # [q_dim]
-            layer["bk"] = w(p + "attn_k.bias", (kv_dim,), optional=not bias)  # [kv_dim]
-            layer["bv"] = w(p + "attn_v.bias", (kv_dim,), optional=not bias)  # [kv_dim]
-            norm = arch["qk_norm"]
-            layer["q_norm"] = w(p + "attn_q_norm.weight", (c.head_dim,), optional=not norm)
-            layer["k_norm"] = w(p + "attn_k_norm.weight", (c.head_dim,), optional=not norm)
+            layer = {"types": {}}
+            self.load(layer, "attn_norm", p + "attn_norm.weight", (c.dim,))   # [dim]
+            self.load(layer, "ffn_norm", p + "ffn_norm.weight", (c.dim,))     # [dim]
+            if c.mla:
+                self.load_mla(layer, p, c)
+            else:
+                self.load_attention(layer, p, c, arch)
+            if c.is_moe_layer(i):
+                self.load_moe(layer, p, c)
+            else:
+                self.load(layer, "w_gate", p + "ffn_gate.weight", (c.ffn_dim, c.dim))  # [ffn, dim]
+                self.load(layer, "w_up", p + "ffn_up.weight", (c.ffn_dim, c.dim))      # [ffn, dim]
+                self.load(layer, "w_down", p + "ffn_down.weight", (c.dim, c.ffn_dim))  # [dim, ffn]
             self.layers.append(layer)
+
+    def load(self, layer, key, name, shape, optional=False):
+        """layer[key] = the tensor (or None); its storage type goes to layer["types"][key]
+        (only used to emulate ggml's activation rounding)."""
+        layer[key] = self.w(name, shape, optional)
+        if layer[key] is not None:
+            layer["types"][key] = self.file.tensors[name].type_name
+
+    def load_attention(self, layer, p, c: Config, arch):
+        q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        self.load(layer, "wq", p + "attn_q.weight", (q_dim, c.dim))          # [q_dim, dim]
+        self.load(layer, "wk", p + "attn_k.weight", (kv_dim, c.dim))         # [kv_dim, dim]
+        self.load(layer, "wv", p + "attn_v.weight", (kv_dim, c.dim))         # [kv_dim, dim]
+        self.load(layer, "wo", p + "attn_output.weight", (c.dim, q_dim))     # [dim, q_dim]
+        bias = arch["qkv_bias"]
+        self.load(layer, "bq", p + "attn_q.bias", (q_dim,), not bias)        # [q_dim]
+        self.load(layer, "bk", p + "attn_k.bias", (kv_dim,), not bias)       # [kv_dim]
+        self.load(layer, "bv", p + "attn_v.bias", (kv_dim,), not bias)       # [kv_dim]
+        norm = arch["qk_norm"]
+        self.load(layer, "q_norm", p + "attn_q_norm.weight", (c.head_dim,), not norm)
+        self.load(layer, "k_norm", p + "attn_k_norm.weight", (c.head_dim,), not norm)
+
+    def load_mla(self, layer, p, c: Config):
+        H, R, nope, rope, vd = c.n_heads, c.kv_lora_rank, c.qk_nope, c.n_rot, c.v_head_dim
+        q_out = H * (nope + rope)
+        # V2-Lite has attn_q; the others attn_q_a -> attn_q_a_norm -> attn_q_b (as llama.cpp's
+        # graph decides: by the presence of attn_q).
+        self.load(layer, "wq", p + "attn_q.weight", (q_out, c.dim), optional=True)
+        if layer["wq"] is None:
+            if c.q_lora_rank <= 0:
+                raise ValueError(f"{p}attn_q.weight missing and q_lora_rank is 0")
+            ql = c.q_lora_rank
+            self.load(layer, "wq_a", p + "attn_q_a.weight", (ql, c.dim))           # [ql, dim]
+            self.load(layer, "q_a_norm", p + "attn_q_a_norm.weight", (ql,))        # [ql]
+            self.load(layer, "wq_b", p + "attn_q_b.weight", (q_out, ql))           # [H*(n+r), ql]
+        self.load(layer, "wkv_a", p + "attn_kv_a_mqa.weight", (R + rope, c.dim))   # [R+r, dim]
+        self.load(layer, "kv_a_norm", p + "attn_kv_a_norm.weight", (R,))           # [R]
+        self.load(layer, "wo", p + "attn_output.weight", (c.dim, H * vd))          # [dim, H*v]
+        # Per head: wk_b[h] [R, nope] (k_nope_h = wk_b[h]^T c), wv_b[h] [v, R] (v_h = wv_b[h] c).
+        if p + "attn_kv_b.weight" in self.file.tensors:
+            self.load(layer, "wkv_b", p + "attn_kv_b.weight", (H * (nope + vd), R))
+            kv = layer["wkv_b"].reshape(H, nope + vd, R)        # per head: nope K rows, v V rows
+            layer["wk_b"] = kv[:, :nope, :].transpose(0, 2, 1)  # [H, R, nope]
+            layer["wv_b"] = kv[:, nope:, :]                     # [H, v, R]
+        else:
+            self.load(layer, "wk_b", p + "attn_k_b.weight", (H, R, nope))          # [H, R, nope]
+            self.load(layer, "wv_b", p + "attn_v_b.weight", (H, vd, R))            # [H, v, R]
+
+    def load_moe(self, layer, p, c: Config):
+        E, F, D = c.n_expert, c.expert_ffn_dim, c.dim
+        self.load(layer, "gate_inp", p + "ffn_gate_inp.weight", (E, D))            # [E, dim]
+        self.load(layer, "exp_probs_b", p + "exp_probs_b.bias", (E,), optional=True)  # [E]
+        if p + "ffn_gate_up_exps.weight" in self.file.tensors:
+            self.load(layer, "exp_gate_up", p + "ffn_gate_up_exps.weight", (E, 2 * F, D))
+            layer["exp_gate"] = layer["exp_gate_up"][:, :F, :]                     # [E, F, dim]
+            layer["exp_up"] = layer["exp_gate_up"][:, F:, :]                       # [E, F, dim]
+            t = layer["types"]["exp_gate_up"]
+            layer["types"]["exp_gate"] = layer["types"]["exp_up"] = t
+        else:
+            self.load(layer, "exp_gate", p + "ffn_gate_exps.weight", (E, F, D))    # [E, F, dim]
+            self.load(layer, "exp_up", p + "ffn_up_exps.weight", (E, F, D))        # [E, F, dim]
+        self.load(layer, "exp_down", p + "ffn_down_exps.weight", (E, D, F))        # [E, dim, F]
+        if c.n_expert_shared:
+            S = F * c.n_expert_shared
+            self.load(layer, "sh_gate", p + "ffn_gate_shexp.weight", (S, D))       # [S, dim]
+            self.load(layer, "sh_up", p + "ffn_up_shexp.weight", (S, D))           # [S, dim]
+            self.load(layer, "sh_down", p + "ffn_down_shexp.weight", (D, S))       # [dim, S]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,11 +403,38 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis, float64; -inf entries get probability 0."""
     m = np.max(x, axis=-1, keepdims=True)
     e = np.exp(x - m)
     return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def route(logits: np.ndarray, c: Config, bias=None) -> tuple:
+    """Router logits [T, E] -> (chosen experts [T, k], their weights [T, k]) as llama.cpp's
+    build_moe_ffn: gating function, selection bias (choice only), expert groups, top-k,
+    weights from the unbiased probabilities, optional renormalisation and scale."""
+    probs = softmax(logits) if c.expert_gating == "softmax" else sigmoid(logits)  # [T, E]
+    select = probs if bias is None else probs + bias                             # [T, E]
+    n_tok, n_exp = select.shape
+    if c.n_expert_groups > 1:
+        g = select.reshape(n_tok, c.n_expert_groups, n_exp // c.n_expert_groups)  # [T, G, E/G]
+        score = np.sort(g, axis=-1)[..., -2:].sum(axis=-1)                        # [T, G]
+        keep = np.argsort(-score, axis=-1, kind="stable")[:, :c.n_group_used]     # [T, g]
+        dropped = np.ones((n_tok, c.n_expert_groups), dtype=bool)
+        np.put_along_axis(dropped, keep, False, axis=-1)
+        select = np.where(dropped[..., None], -np.inf, g).reshape(n_tok, n_exp)
+    chosen = np.argsort(-select, axis=-1, kind="stable")[:, :c.n_expert_used]     # [T, k]
+    weights = np.take_along_axis(probs, chosen, axis=-1)                           # [T, k]
+    if c.expert_weights_norm:
+        weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), MIN_WEIGHT_SUM)
+    if c.expert_weights_scale not in (0.0, 1.0):
+        weights = weights * c.expert_weights_scale
+    return chosen, weights
 
 
 def _round_q8_blocks(x: np.ndarray, block: int, signed_max: bool) -> np.ndarray:
@@ -232,10 +482,11 @@ def rope_angles(c: Config, positions: np.ndarray, freq_factors) -> tuple:
 
     theta(pos, i) = pos * base^(-2i/n_rot), divided by freq_factors[i] if the file has them.
     linear scaling: theta *= 1/factor.
-    yarn (llama.cpp's ggml rope_yarn with ext_factor 1, attn_factor 1): a per-pair blend of the
-    interpolated (theta/factor) and extrapolated (theta) angle, ramped between the "correction
-    dims" computed from beta_fast=32 / beta_slow=1 and original_context_length, and both cos
-    and sin scaled by mscale = 1 + 0.1 * ln(factor).
+    yarn (ggml's rope_yarn with ext_factor 1): a per-pair blend of the interpolated
+    (theta/factor) and extrapolated (theta) angle, ramped between the "correction dims" computed
+    from beta_fast=32 / beta_slow=1 and original_context_length.
+    cos and sin are multiplied by c.rope_mag: 1 + 0.1 * ln(factor) for YaRN, except deepseek2
+    files with a yarn_log_multiplier, where llama.cpp's attn_factor cancels it to 1.
     """
     half = c.n_rot // 2
     i = np.arange(half, dtype=np.float64)                          # [n_rot/2]
@@ -243,7 +494,6 @@ def rope_angles(c: Config, positions: np.ndarray, freq_factors) -> tuple:
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors
     theta = positions[:, None].astype(np.float64) * inv_freq[None, :]  # [T, n_rot/2]
-    mscale = 1.0
     if c.rope_scaling == "linear":
         theta = theta / c.rope_factor
     elif c.rope_scaling == "yarn":
@@ -255,8 +505,7 @@ def rope_angles(c: Config, positions: np.ndarray, freq_factors) -> tuple:
         ramp = 1.0 - np.clip((i - low) / max(0.001, high - low), 0.0, 1.0)  # [n_rot/2]
         theta_interp = theta / c.rope_factor                       # [T, n_rot/2]
         theta = theta_interp * (1.0 - ramp) + theta * ramp
-        mscale = 1.0 + 0.1 * math.log(c.rope_factor)
-    return np.cos(theta) * mscale, np.sin(theta) * mscale
+    return np.cos(theta) * c.rope_mag, np.sin(theta) * c.rope_mag
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, style: str):
@@ -284,11 +533,17 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, styl
 class Transformer:
     """Holds config, float64 weights and a growing KV cache (one sequence)."""
 
-    def __init__(self, path: str, ggml_activations: bool = False):
+    def __init__(self, path: str, ggml_activations: bool = False,
+                 mla_form: str = "decompressed"):
         """ggml_activations: round each matmul's input as ggml's CPU backend does (see
         round_activations_like_ggml) to reproduce llama.cpp's own numbers on quantized files.
-        Off by default: the reference is exact float64 math on the dequantized weights."""
+        Off by default: the reference is exact float64 math on the dequantized weights.
+        mla_form (deepseek2 only): "decompressed" (per-head keys and values rebuilt from the
+        cached latent) or "absorbed" (attention in the latent space); the same math."""
+        if mla_form not in MLA_FORMS:
+            raise ValueError(f"mla_form {mla_form!r} not one of {MLA_FORMS}")
         self.ggml_activations = ggml_activations
+        self.mla_form = mla_form
         self.file = GGUFFile(path)
         self.config = Config.from_gguf(self.file)
         self.weights = Weights(self.file, self.config)
@@ -296,6 +551,13 @@ class Transformer:
 
     def reset(self):
         c = self.config
+        if c.mla:
+            # Per layer, one row per position: [normalised latent (kv_lora_rank) | roped k_pe
+            # (n_rot)], shared by all heads. v_cache is unused.
+            width = c.kv_lora_rank + c.n_rot
+            self.k_cache = [np.zeros((0, width)) for _ in range(c.n_layers)]
+            self.v_cache = [None for _ in range(c.n_layers)]
+            return
         # Per layer: keys / values of all positions so far, [n_past, n_kv_heads, head_dim].
         self.k_cache = [np.zeros((0, c.n_kv_heads, c.head_dim)) for _ in range(c.n_layers)]
         self.v_cache = [np.zeros((0, c.n_kv_heads, c.head_dim)) for _ in range(c.n_layers)]
@@ -310,6 +572,11 @@ class Transformer:
     def n_past(self) -> int:
         return self.k_cache[0].shape[0]
 
+    def causal_mask(self, n_past: int, n_new: int) -> np.ndarray:
+        """[T, S] True where key position s is in the future of query t (at n_past + t)."""
+        q_pos = n_past + np.arange(n_new)                               # [T]
+        return np.arange(n_past + n_new)[None, :] > q_pos[:, None]      # [T, S]
+
     def attention(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
         """q [T, H, hd], k/v [T, Hkv, hd] (new tokens) -> [T, H*hd]; appends k/v to the cache.
 
@@ -321,18 +588,91 @@ class Transformer:
         self.k_cache[layer] = np.concatenate([self.k_cache[layer], k], axis=0)  # [S, Hkv, hd]
         self.v_cache[layer] = np.concatenate([self.v_cache[layer], v], axis=0)  # [S, Hkv, hd]
         keys, values = self.k_cache[layer], self.v_cache[layer]
-        n_new, n_all = q.shape[0], keys.shape[0]
-        q_pos = n_past + np.arange(n_new)                               # [T]
-        mask = np.arange(n_all)[None, :] > q_pos[:, None]               # [T, S] True = future
+        n_new = q.shape[0]
+        mask = self.causal_mask(n_past, n_new)                          # [T, S]
         group = c.n_heads // c.n_kv_heads
         out = np.zeros((n_new, c.n_heads, c.head_dim))                  # [T, H, hd]
         for h in range(c.n_heads):
             kvh = h // group
-            scores = q[:, h, :] @ keys[:, kvh, :].T / math.sqrt(c.head_dim)  # [T, S]
+            scores = q[:, h, :] @ keys[:, kvh, :].T * c.kq_scale        # [T, S]
             scores[mask] = -np.inf
             att = softmax(scores)                                       # [T, S]
             out[:, h, :] = att @ values[:, kvh, :]                      # [T, hd]
         return out.reshape(n_new, c.n_heads * c.head_dim)
+
+    def mla_attention(self, layer: int, L: dict, xb: np.ndarray, cos, sin) -> np.ndarray:
+        """deepseek2's multi-head latent attention: xb [T, dim] (normed) -> [T, H*v].
+
+        Caches [latent | k_pe] per position; see the module docstring for both forms."""
+        c, ty = self.config, L["types"]
+        H, R, nope, rope, vd = c.n_heads, c.kv_lora_rank, c.qk_nope, c.n_rot, c.v_head_dim
+        n_new = xb.shape[0]
+        if L["wq"] is not None:
+            q = self.linear(xb, L["wq"], ty["wq"])                      # [T, H*(nope+rope)]
+        else:
+            qa = self.linear(xb, L["wq_a"], ty["wq_a"])                 # [T, q_lora]
+            qa = rmsnorm(qa, L["q_a_norm"], c.norm_eps)                 # [T, q_lora]
+            q = self.linear(qa, L["wq_b"], ty["wq_b"])                  # [T, H*(nope+rope)]
+        q = q.reshape(n_new, H, nope + rope)                            # [T, H, nope+rope]
+        q_nope = q[..., :nope]                                          # [T, H, nope]
+        q_pe = apply_rope(q[..., nope:], cos, sin, rope, c.rope_style)  # [T, H, rope]
+        kv = self.linear(xb, L["wkv_a"], ty["wkv_a"])                   # [T, R+rope]
+        latent = rmsnorm(kv[:, :R], L["kv_a_norm"], c.norm_eps)         # [T, R]
+        k_pe = apply_rope(kv[:, None, R:], cos, sin, rope, c.rope_style)[:, 0, :]  # [T, rope]
+
+        n_past = self.k_cache[layer].shape[0]
+        row = np.concatenate([latent, k_pe], axis=1)                    # [T, R+rope]
+        self.k_cache[layer] = np.concatenate([self.k_cache[layer], row], axis=0)  # [S, R+rope]
+        cache = self.k_cache[layer]
+        lat_all, pe_all = cache[:, :R], cache[:, R:]                    # [S, R], [S, rope]
+        mask = self.causal_mask(n_past, n_new)                          # [T, S]
+        out = np.zeros((n_new, H, vd))                                  # [T, H, v]
+        if self.mla_form == "decompressed":
+            k_nope = np.einsum("hrd,sr->shd", L["wk_b"], lat_all)       # [S, H, nope]
+            values = np.einsum("hvr,sr->shv", L["wv_b"], lat_all)       # [S, H, v]
+            qcur = np.concatenate([q_nope, q_pe], axis=-1)              # [T, H, nope+rope]
+            kcur = np.concatenate(
+                [k_nope, np.broadcast_to(pe_all[:, None, :], (pe_all.shape[0], H, rope))],
+                axis=-1)                                                # [S, H, nope+rope]
+            for h in range(H):
+                scores = qcur[:, h, :] @ kcur[:, h, :].T * c.kq_scale   # [T, S]
+                scores[mask] = -np.inf
+                out[:, h, :] = softmax(scores) @ values[:, h, :]        # [T, v]
+        else:  # absorbed
+            q_abs = np.einsum("hrd,thd->thr", L["wk_b"], q_nope)        # [T, H, R]
+            qcur = np.concatenate([q_abs, q_pe], axis=-1)               # [T, H, R+rope]
+            for h in range(H):
+                scores = qcur[:, h, :] @ cache.T * c.kq_scale           # [T, S]
+                scores[mask] = -np.inf
+                o_lat = softmax(scores) @ lat_all                       # [T, R]
+                out[:, h, :] = o_lat @ L["wv_b"][h].T                   # [T, v]
+        return out.reshape(n_new, H * vd)
+
+    def ffn(self, L: dict, xb: np.ndarray) -> np.ndarray:
+        """Dense SwiGLU FFN: xb [T, dim] -> [T, dim]."""
+        ty = L["types"]
+        gate = silu(self.linear(xb, L["w_gate"], ty["w_gate"]))         # [T, ffn]
+        up = self.linear(xb, L["w_up"], ty["w_up"])                     # [T, ffn]
+        return self.linear(gate * up, L["w_down"], ty["w_down"])        # [T, dim]
+
+    def moe(self, L: dict, xb: np.ndarray) -> np.ndarray:
+        """Mixture of experts (+ shared experts): xb [T, dim] -> [T, dim]."""
+        c, ty = self.config, L["types"]
+        logits = self.linear(xb, L["gate_inp"], ty["gate_inp"])         # [T, E]
+        chosen, weights = route(logits, c, L["exp_probs_b"])            # [T, k] each
+        out = np.zeros_like(xb)                                         # [T, dim]
+        for e in np.unique(chosen):
+            rows, slot = np.nonzero(chosen == e)                        # tokens routed to e
+            x = xb[rows]                                                # [n, dim]
+            gate = silu(self.linear(x, L["exp_gate"][e], ty["exp_gate"]))  # [n, F]
+            up = self.linear(x, L["exp_up"][e], ty["exp_up"])           # [n, F]
+            y = self.linear(gate * up, L["exp_down"][e], ty["exp_down"])   # [n, dim]
+            out[rows] += weights[rows, slot][:, None] * y
+        if c.n_expert_shared:
+            gate = silu(self.linear(xb, L["sh_gate"], ty["sh_gate"]))   # [T, S]
+            up = self.linear(xb, L["sh_up"], ty["sh_up"])               # [T, S]
+            out = out + self.linear(gate * up, L["sh_down"], ty["sh_down"])  # [T, dim]
+        return out
 
     def forward(self, tokens) -> np.ndarray:
         """Feeds `tokens` after the cached ones; returns logits [len(tokens), vocab] (float64)."""
@@ -347,25 +687,26 @@ class Transformer:
         for li, L in enumerate(w.layers):
             xb = rmsnorm(x, L["attn_norm"], c.norm_eps)                 # [T, dim]
             ty = L["types"]
-            q = self.linear(xb, L["wq"], ty["wq"])                      # [T, H*hd]
-            k = self.linear(xb, L["wk"], ty["wk"])                      # [T, Hkv*hd]
-            v = self.linear(xb, L["wv"], ty["wv"])                      # [T, Hkv*hd]
-            if L["bq"] is not None:
-                q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
-            q = q.reshape(n_new, c.n_heads, c.head_dim)                 # [T, H, hd]
-            k = k.reshape(n_new, c.n_kv_heads, c.head_dim)              # [T, Hkv, hd]
-            v = v.reshape(n_new, c.n_kv_heads, c.head_dim)              # [T, Hkv, hd]
-            if L["q_norm"] is not None:
-                q = rmsnorm(q, L["q_norm"], c.norm_eps)                 # per head, [T, H, hd]
-                k = rmsnorm(k, L["k_norm"], c.norm_eps)                 # [T, Hkv, hd]
-            q = apply_rope(q, cos, sin, c.n_rot, c.rope_style)          # [T, H, hd]
-            k = apply_rope(k, cos, sin, c.n_rot, c.rope_style)          # [T, Hkv, hd]
-            att = self.attention(li, q, k, v)                           # [T, H*hd]
+            if c.mla:
+                att = self.mla_attention(li, L, xb, cos, sin)           # [T, H*v]
+            else:
+                q = self.linear(xb, L["wq"], ty["wq"])                  # [T, H*hd]
+                k = self.linear(xb, L["wk"], ty["wk"])                  # [T, Hkv*hd]
+                v = self.linear(xb, L["wv"], ty["wv"])                  # [T, Hkv*hd]
+                if L["bq"] is not None:
+                    q, k, v = q + L["bq"], k + L["bk"], v + L["bv"]
+                q = q.reshape(n_new, c.n_heads, c.head_dim)             # [T, H, hd]
+                k = k.reshape(n_new, c.n_kv_heads, c.head_dim)          # [T, Hkv, hd]
+                v = v.reshape(n_new, c.n_kv_heads, c.head_dim)          # [T, Hkv, hd]
+                if L["q_norm"] is not None:
+                    q = rmsnorm(q, L["q_norm"], c.norm_eps)             # per head, [T, H, hd]
+                    k = rmsnorm(k, L["k_norm"], c.norm_eps)             # [T, Hkv, hd]
+                q = apply_rope(q, cos, sin, c.n_rot, c.rope_style)      # [T, H, hd]
+                k = apply_rope(k, cos, sin, c.n_rot, c.rope_style)      # [T, Hkv, hd]
+                att = self.attention(li, q, k, v)                       # [T, H*hd]
             x = x + self.linear(att, L["wo"], ty["wo"])                 # [T, dim]
             xb = rmsnorm(x, L["ffn_norm"], c.norm_eps)                  # [T, dim]
-            gate = silu(self.linear(xb, L["w_gate"], ty["w_gate"]))     # [T, ffn]
-            up = self.linear(xb, L["w_up"], ty["w_up"])                 # [T, ffn]
-            x = x + self.linear(gate * up, L["w_down"], ty["w_down"])   # [T, dim]
+            x = x + (self.moe(L, xb) if c.is_moe_layer(li) else self.ffn(L, xb))  # [T, dim]
         x = rmsnorm(x, w.output_norm, c.norm_eps)                       # [T, dim]
         return self.linear(x, w.output, w.output_type)                  # [T, vocab]
 
@@ -389,6 +730,23 @@ class Transformer:
         return out, margins
 
 
+def describe(c: Config) -> str:
+    s = (f"{c.arch}: layers={c.n_layers} dim={c.dim} ffn={c.ffn_dim} heads={c.n_heads}/"
+         f"{c.n_kv_heads} head_dim={c.head_dim} n_rot={c.n_rot} vocab={c.vocab_size} "
+         f"rope={c.rope_style} base={c.rope_base} scaling={c.rope_scaling} "
+         f"rope_mag={c.rope_mag:.6g} kq_scale={c.kq_scale:.6g}")
+    if c.mla:
+        s += (f" q_lora={c.q_lora_rank} kv_lora={c.kv_lora_rank} nope={c.qk_nope} "
+              f"v_head={c.v_head_dim}")
+    if c.n_expert:
+        s += (f" experts={c.n_expert} used={c.n_expert_used} expert_ffn={c.expert_ffn_dim} "
+              f"shared={c.n_expert_shared} dense_lead={c.n_dense_lead} gating={c.expert_gating}"
+              f" norm={c.expert_weights_norm} scale={c.expert_weights_scale}")
+        if c.n_expert_groups > 1:
+            s += f" groups={c.n_group_used}/{c.n_expert_groups}"
+    return s
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -397,20 +755,22 @@ def main(argv=None) -> int:
     ap.add_argument("--greedy", type=int, default=0, help="generate N tokens greedily")
     ap.add_argument("--ggml-activations", action="store_true",
                     help="round matmul inputs as ggml's CPU backend does (f16 / q8_0 / q8_K)")
+    ap.add_argument("--mla-form", choices=MLA_FORMS, default="decompressed",
+                    help="deepseek2 attention: per-head keys/values decompressed from the "
+                         "latent, or queries absorbed into the latent (same math)")
     args = ap.parse_args(argv)
     ids = [int(s) for s in args.ids.split(",") if s.strip()]
-    model = Transformer(args.model, ggml_activations=args.ggml_activations)
-    c = model.config
-    print(f"{c.arch}: layers={c.n_layers} dim={c.dim} ffn={c.ffn_dim} heads={c.n_heads}/"
-          f"{c.n_kv_heads} head_dim={c.head_dim} n_rot={c.n_rot} vocab={c.vocab_size} "
-          f"rope={c.rope_style} base={c.rope_base} scaling={c.rope_scaling}", file=sys.stderr)
+    model = Transformer(args.model, ggml_activations=args.ggml_activations,
+                        mla_form=args.mla_form)
+    print(describe(model.config), file=sys.stderr)
     logits = model.logits(ids)
     if args.out:
         np.save(args.out, logits.astype(np.float32))
     print("argmax per position:", ",".join(str(int(i)) for i in logits.argmax(axis=1)))
     if args.greedy:
-        gen, _ = model.greedy(ids, args.greedy)
+        gen, margins = model.greedy(ids, args.greedy)
         print("greedy:", ",".join(str(t) for t in gen))
+        print(f"min top-2 margin: {min(margins):.4g}")
     return 0
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import struct
 import subprocess
@@ -140,7 +141,7 @@ class ReaderTest(unittest.TestCase):
             with self.subTest(file=path.name):
                 f = gguf_ref.GGUFFile(str(path))
                 arch = f.metadata["general.architecture"]
-                self.assertIn(arch, ("llama", "qwen2", "qwen3"))
+                self.assertIn(arch, ("llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"))
                 self.assertEqual(f.version, 3)
                 self.assertEqual(f.metadata["tokenizer.ggml.model"], "llama")
                 n_vocab = len(f.metadata["tokenizer.ggml.tokens"])
@@ -242,6 +243,152 @@ class ReferenceModelTest(unittest.TestCase):
         # And the pairing matters: adjacent rope on un-permuted weights is a different model.
         c.rope_style = "adjacent"
         self.assertGreater(rel_err(m.logits(ids), want), 1e-3)
+
+
+# The mixture-of-experts / MLA fixtures written by tests/data/models/make_moe_fixtures.py:
+# file -> (arch, experts, used, shared, dense leading layers, gating, norm, scale).
+MOE_FIXTURES = {
+    "gguf-py-qwen3moe-f32.gguf": ("qwen3moe", 8, 2, 0, 0, "softmax", True, 0.0),
+    "gguf-py-mixtral-f32.gguf": ("llama", 4, 2, 0, 0, "softmax", True, 0.0),
+    "gguf-py-deepseek2-lite-f32.gguf": ("deepseek2", 8, 2, 1, 1, "softmax", False, 1.0),
+    "gguf-py-deepseek2-qlora-f32.gguf": ("deepseek2", 8, 3, 2, 1, "sigmoid", True, 2.5),
+}
+MLA_FIXTURES = ["gguf-py-deepseek2-lite-f32.gguf", "gguf-py-deepseek2-qlora-f32.gguf"]
+MLA_FORM_BOUND = 1e-12  # decompressed vs absorbed: the same math, float64 rounding apart
+
+
+class MoeMlaReferenceTest(unittest.TestCase):
+    """The reference on the qwen3moe, Mixtral and deepseek2 fixtures (no kvserve needed)."""
+
+    def test_fixtures_load_with_the_written_config(self):
+        for name, (arch, n_exp, n_used, n_shared, n_dense, gating, norm, scale) in \
+                MOE_FIXTURES.items():
+            with self.subTest(file=name):
+                m = ref_model.Transformer(str(FIXTURES / name))
+                c = m.config
+                self.assertEqual((c.arch, c.n_expert, c.n_expert_used, c.n_expert_shared,
+                                  c.n_dense_lead, c.expert_gating, c.expert_weights_norm,
+                                  c.expert_weights_scale),
+                                 (arch, n_exp, n_used, n_shared, n_dense, gating, norm, scale))
+                self.assertEqual(c.vocab_size, 288)
+                logits = m.logits(prompt_ids(c.vocab_size, 3, 6))
+                self.assertTrue(np.all(np.isfinite(logits)))
+
+    def test_deepseek2_head_sizes_from_both_key_styles(self):
+        """The lite file has the older key_length / value_length (the decompressed heads), the
+        qlora file the newer latent ones plus *_mla: both must give the same head sizes."""
+        for name in MLA_FIXTURES:
+            with self.subTest(file=name):
+                f = gguf_ref.GGUFFile(str(FIXTURES / name))
+                c = ref_model.Config.from_gguf(f)
+                self.assertEqual((c.head_dim, c.qk_nope, c.n_rot, c.v_head_dim, c.kv_lora_rank),
+                                 (24, 16, 8, 16, 32))
+                self.assertEqual(f.metadata["deepseek2.attention.head_count_kv"],
+                                 4 if "lite" in name else 1)
+
+    def test_deepseek2_yarn_scales(self):
+        """llama.cpp: with a yarn_log_multiplier (0.1 * mscale_all_dim) the rope is not
+        magnitude-scaled and kq_scale = (1 + 0.1 * mscale_all_dim * ln s)^2 / sqrt(nope+rope)."""
+        c = ref_model.Transformer(str(FIXTURES / "gguf-py-deepseek2-qlora-f32.gguf")).config
+        self.assertEqual((c.rope_scaling, c.rope_factor, c.rope_orig_ctx), ("yarn", 4.0, 64))
+        self.assertAlmostEqual(c.rope_mag, 1.0, places=12)
+        want = (1 + 0.1 * 1.0 * math.log(4.0)) ** 2 / math.sqrt(24)
+        self.assertAlmostEqual(c.kq_scale, want, delta=1e-7 * want)  # 0.1 is stored as f32
+        lite = ref_model.Transformer(str(FIXTURES / "gguf-py-deepseek2-lite-f32.gguf")).config
+        self.assertEqual((lite.rope_mag, lite.kq_scale), (1.0, 1 / math.sqrt(24)))
+
+    def test_mla_forms_agree(self):
+        for name in MLA_FIXTURES:
+            with self.subTest(file=name):
+                ids = prompt_ids(288, 12, 24)
+                dec = ref_model.Transformer(str(FIXTURES / name), mla_form="decompressed")
+                absd = ref_model.Transformer(str(FIXTURES / name), mla_form="absorbed")
+                want = dec.logits(ids)
+                got = absd.logits(ids)
+                err = rel_err(got, want)
+                RESULTS.append((path_stem(name), "F32", "-", "MLA absorbed vs decompressed", err,
+                                MLA_FORM_BOUND))
+                self.assertLessEqual(err, MLA_FORM_BOUND)
+                # ... also token by token through the latent cache.
+                absd.reset()
+                steps = np.concatenate([absd.forward(ids[:7])] +
+                                       [absd.forward([t]) for t in ids[7:]])
+                self.assertLessEqual(rel_err(steps, want), MLA_FORM_BOUND)
+
+    def test_deepseek2_rope_convention_equals_hf(self):
+        """DeepSeek's HF code de-interleaves q_pe / k_pe (view(d/2, 2).transpose) and then
+        applies rotate-half; llama.cpp applies adjacent-pair rope to the file's rows as they
+        are. De-interleave the rope rows of attn_q and attn_kv_a_mqa and run NEOX rope: the
+        logits must not change."""
+        m = ref_model.Transformer(str(FIXTURES / "gguf-py-deepseek2-lite-f32.gguf"))
+        c = m.config
+        ids = prompt_ids(c.vocab_size, 13, 16)
+        want = m.logits(ids)
+        deint = np.concatenate([np.arange(0, c.n_rot, 2), np.arange(1, c.n_rot, 2)])
+        for L in m.weights.layers:
+            wq = L["wq"].reshape(c.n_heads, c.head_dim, -1).copy()
+            wq[:, c.qk_nope:, :] = wq[:, c.qk_nope + deint, :]
+            L["wq"] = wq.reshape(L["wq"].shape)
+            L["wkv_a"] = L["wkv_a"].copy()
+            L["wkv_a"][c.kv_lora_rank:] = L["wkv_a"][c.kv_lora_rank + deint]
+        c.rope_style = "neox"
+        got = m.logits(ids)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9 * np.abs(want).max())
+        c.rope_style = "adjacent"  # and the pairing matters
+        self.assertGreater(rel_err(m.logits(ids), want), 1e-3)
+
+    def test_moe_of_identical_experts_is_the_dense_ffn(self):
+        """With every expert equal to expert 0 and weights renormalised to sum 1 (Mixtral,
+        qwen3moe), the mixture is exactly that expert's dense FFN."""
+        for name in ["gguf-py-mixtral-f32.gguf", "gguf-py-qwen3moe-f32.gguf"]:
+            with self.subTest(file=name):
+                m = ref_model.Transformer(str(FIXTURES / name))
+                c = m.config
+                ids = prompt_ids(c.vocab_size, 14, 10)
+                for L in m.weights.layers:
+                    for k in ("exp_gate", "exp_up", "exp_down"):
+                        L[k] = np.broadcast_to(L[k][0], L[k].shape)
+                want = m.logits(ids)
+                for L in m.weights.layers:
+                    L["w_gate"], L["w_up"], L["w_down"] = \
+                        L["exp_gate"][0], L["exp_up"][0], L["exp_down"][0]
+                    L["types"].update(w_gate="F32", w_up="F32", w_down="F32")
+                c.n_dense_lead = c.n_layers  # every layer dense now
+                np.testing.assert_allclose(m.logits(ids), want, rtol=0,
+                                           atol=1e-12 * np.abs(want).max())
+
+    def test_router(self):
+        """build_moe_ffn's rules on hand-made router logits."""
+        def cfg(**kw):
+            base = dict(arch="deepseek2", n_layers=1, dim=1, ffn_dim=0, n_heads=1, n_kv_heads=1,
+                        head_dim=1, n_rot=0, vocab_size=1, norm_eps=1e-6, rope_base=1e4,
+                        rope_style="adjacent", n_expert=4, n_expert_used=2)
+            base.update(kw)
+            return ref_model.Config(**base)
+
+        logits = np.array([[0.0, 2.0, 1.0, -1.0]])
+        probs = np.exp(logits) / np.exp(logits).sum()
+        chosen, w = ref_model.route(logits, cfg())  # softmax, no norm, no scale
+        self.assertEqual(chosen.tolist(), [[1, 2]])
+        np.testing.assert_allclose(w, probs[:, [1, 2]], rtol=1e-15)
+        _, w = ref_model.route(logits, cfg(expert_weights_norm=True, expert_weights_scale=2.5))
+        np.testing.assert_allclose(w, 2.5 * probs[:, [1, 2]] / probs[0, [1, 2]].sum(),
+                                   rtol=1e-15)
+        # Sigmoid; the bias changes the choice (expert 3 instead of 2) but not the weights.
+        sig = 1 / (1 + np.exp(-logits))
+        bias = np.array([0.0, 0.0, 0.0, 0.6])
+        chosen, w = ref_model.route(logits, cfg(expert_gating="sigmoid"), bias)
+        self.assertEqual(chosen.tolist(), [[1, 3]])
+        np.testing.assert_allclose(w, sig[:, [1, 3]], rtol=1e-15)
+        # Groups of 2, one kept: group scores (sums of the top 2) sigmoid(2)+sigmoid(0) = 1.38
+        # vs sigmoid(1)+sigmoid(-1) = 1.0, so the choice is made inside group 0.
+        chosen, _ = ref_model.route(logits, cfg(expert_gating="sigmoid", n_expert_groups=2,
+                                                n_group_used=1))
+        self.assertEqual(chosen.tolist(), [[1, 0]])
+
+
+def path_stem(name: str) -> str:
+    return name[:-len(".gguf")] if name.endswith(".gguf") else name
 
 
 class LlamaCppFixtureTest(unittest.TestCase):
