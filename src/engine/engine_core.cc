@@ -24,6 +24,26 @@ double Seconds(EngineCore::Clock::time_point a, EngineCore::Clock::time_point b)
   return std::chrono::duration<double>(b - a).count();
 }
 
+// The routing and latent-attention settings read from the metadata, and the MLA form (the two
+// forms round differently, so their blocks differ).
+std::string MoeMlaFingerprint(const Model& model) {
+  const ModelConfig& c = model.config();
+  std::string out;
+  if (c.moe.num_experts > 0) {
+    const MoeConfig& m = c.moe;
+    out += fmt::format("|moe e{} k{} ff{} sh{} ld{} g{} n{} s{}", m.num_experts, m.num_used,
+                       m.expert_ffn, m.num_shared, m.leading_dense, static_cast<int>(m.gating),
+                       m.norm_weights, m.weights_scale);
+  }
+  if (c.is_mla()) {
+    const MlaConfig& m = c.mla;
+    out += fmt::format("|mla q{} kv{} n{} r{} v{} s{} {}", m.q_lora_rank, m.kv_lora_rank,
+                       m.qk_nope, m.qk_rope, m.v_head, m.kq_scale,
+                       model.options().mla_form == MlaForm::kAbsorbed ? "absorbed" : "decompressed");
+  }
+  return out;
+}
+
 // What makes two models' K/V differ for the same tokens: the exact weights (their digest), the
 // configuration read from the metadata, the KV layout.
 std::string ModelFingerprint(const Model& model, const KvLayout& layout,
@@ -35,7 +55,8 @@ std::string ModelFingerprint(const Model& model, const KvLayout& layout,
       c.arch ? c.arch->name : "?", c.name, c.num_layers, c.hidden, c.num_heads, c.num_kv_heads,
       c.head_dim, c.ffn, c.vocab, c.rms_eps, c.rope.freq_base, c.rope.rotary_dim,
       static_cast<int>(c.rope.scaling), c.rope.scaling_factor, model.weight_bytes(),
-      KvDtypeName(layout.k_dtype), KvDtypeName(layout.v_dtype), layout.block_size);
+      KvDtypeName(layout.k_dtype), KvDtypeName(layout.v_dtype), layout.block_size) +
+         MoeMlaFingerprint(model);
 }
 
 }  // namespace

@@ -103,6 +103,10 @@ void WriteMoeMetadata(const SyntheticModelSpec& s, GgufWriter& w) {
     w.SetUint32(a + ".expert_gating_func", m.gating);
     w.SetBool(a + ".expert_weights_norm", m.weights_norm);
     w.SetFloat32(a + ".expert_weights_scale", m.weights_scale);
+    if (m.num_groups > 0) {
+      w.SetUint32(a + ".expert_group_count", m.num_groups);
+      w.SetUint32(a + ".expert_group_used_count", m.num_groups_used);
+    }
   }
 }
 

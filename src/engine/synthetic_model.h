@@ -30,6 +30,8 @@ struct SyntheticMoeSpec {
   bool weights_norm = false;     // deepseek2's expert_weights_norm
   float weights_scale = 1.f;     // deepseek2's expert_weights_scale
   bool selection_bias = false;   // deepseek2: exp_probs_b
+  int num_groups = 0;            // deepseek2: expert_group_count (0: not written)
+  int num_groups_used = 0;       // expert_group_used_count
 };
 
 // deepseek2's latent attention. split_kv_b: attn_k_b / attn_v_b with head_count_kv 1 and the

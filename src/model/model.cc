@@ -547,8 +547,9 @@ void Model::MlaDecompressedAttend(int li, const ForwardBatch& batch, const KvSto
 namespace {
 
 // One token's routing: probabilities from the router logits (softmax or sigmoid), the top k by
-// probability plus the selection bias (ties to the lower expert id), their probabilities as
-// weights, renormalised and scaled as the config says. experts/weights: [k] in rank order.
+// probability plus the selection bias (ties to the lower expert id; within the best groups if
+// the experts are grouped), their probabilities as weights, renormalised and scaled as the
+// config says. probs: scratch of 2 * num_experts floats; experts/weights: [k] in rank order.
 void RouteToken(const float* logits, const std::vector<float>& bias, const MoeConfig& m,
                 float* probs, int32_t* experts, float* weights) {
   const int E = m.num_experts;
@@ -558,13 +559,36 @@ void RouteToken(const float* logits, const std::vector<float>& bias, const MoeCo
   } else {
     for (int e = 0; e < E; ++e) probs[e] = 1.f / (1.f + std::exp(-logits[e]));
   }
-  auto score = [&](int e) { return bias.empty() ? probs[e] : probs[e] + bias[e]; };
+  // Selection scores; experts of groups left out are -inf.
+  float* score = probs + E;
+  for (int e = 0; e < E; ++e) score[e] = bias.empty() ? probs[e] : probs[e] + bias[e];
+  if (m.num_groups > 1 && m.num_groups_used < m.num_groups) {
+    const int per = E / m.num_groups;
+    std::vector<std::pair<float, int>> groups;  // (-(best two summed), group): ascending
+    for (int g = 0; g < m.num_groups; ++g) {
+      float a = -INFINITY, b = -INFINITY;
+      for (int e = g * per; e < (g + 1) * per; ++e) {
+        if (score[e] > a) {
+          b = a;
+          a = score[e];
+        } else if (score[e] > b) {
+          b = score[e];
+        }
+      }
+      groups.push_back({-(a + (per > 1 ? b : 0.f)), g});
+    }
+    std::sort(groups.begin(), groups.end());
+    for (int i = m.num_groups_used; i < m.num_groups; ++i) {
+      const int g = groups[static_cast<size_t>(i)].second;
+      std::fill(score + g * per, score + (g + 1) * per, -INFINITY);
+    }
+  }
   for (int r = 0; r < m.num_used; ++r) {
     int best = -1;
     for (int e = 0; e < E; ++e) {
       bool taken = false;
       for (int q = 0; q < r; ++q) taken = taken || experts[q] == e;
-      if (!taken && (best < 0 || score(e) > score(best))) best = e;
+      if (!taken && (best < 0 || score[e] > score[best])) best = e;
     }
     experts[r] = best;
     weights[r] = probs[best];
@@ -572,6 +596,7 @@ void RouteToken(const float* logits, const std::vector<float>& bias, const MoeCo
   if (m.norm_weights) {
     float sum = 0.f;
     for (int r = 0; r < m.num_used; ++r) sum += weights[r];
+    sum = std::max(sum, 6.103515625e-5f);  // as llama.cpp clamps it (2^-14)
     for (int r = 0; r < m.num_used; ++r) weights[r] /= sum;
   }
   for (int r = 0; r < m.num_used; ++r) weights[r] *= m.weights_scale;
@@ -598,14 +623,14 @@ void Model::MoeFeedForward(int li, int n, ThreadPool& pool) {
               s.xn.data() + t * hidden);
     }
   });
-  s.router_logits.resize(static_cast<size_t>(n) * E * 2);
+  s.router_logits.resize(static_cast<size_t>(n) * E * 3);
   s.moe_expert.resize(static_cast<size_t>(n) * K);
   s.moe_weight.resize(static_cast<size_t>(n) * K);
   MatMul(L.router, s.xn.data(), n, s.router_logits.data(), pool);
   pool.ParallelFor(n, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       RouteToken(s.router_logits.data() + t * E, L.selection_bias, m,
-                 s.router_logits.data() + static_cast<int64_t>(n) * E + t * E,
+                 s.router_logits.data() + static_cast<int64_t>(n) * E + t * E * 2,
                  s.moe_expert.data() + t * K, s.moe_weight.data() + t * K);
     }
   });

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -60,7 +61,10 @@ Status ReadMoe(const GgufFile& f, const std::string& arch, ModelConfig* c) {
     return InvalidArgument(fmt::format("expert_used_count {} exceeds expert_count {}", m.num_used,
                                        m.num_experts));
   }
-  KV_ASSIGN_OR_RETURN(m.expert_ffn, PositiveInt(f, arch, "expert_feed_forward_length", c->ffn));
+  // Mixtral (llama) has none: its experts are feed_forward_length wide. qwen3moe files without
+  // the key split feed_forward_length among the used experts.
+  const int default_ffn = arch == "qwen3moe" ? std::max(1, c->ffn / m.num_used) : c->ffn;
+  KV_ASSIGN_OR_RETURN(m.expert_ffn, PositiveInt(f, arch, "expert_feed_forward_length", default_ffn));
   KV_ASSIGN_OR_RETURN(m.num_shared, CountOr(f, arch, "expert_shared_count", 0));
   KV_ASSIGN_OR_RETURN(m.leading_dense, CountOr(f, arch, "leading_dense_block_count", 0));
   if (m.leading_dense > c->num_layers) {
@@ -80,17 +84,23 @@ Status ReadMoe(const GgufFile& f, const std::string& arch, ModelConfig* c) {
   if (const std::string key = arch + ".expert_weights_norm"; f.Find(key) != nullptr) {
     KV_ASSIGN_OR_RETURN(m.norm_weights, f.GetBool(key));
   }
-  KV_ASSIGN_OR_RETURN(double scale, OptionalFloat(f, arch + ".expert_weights_scale", 1.0));
-  if (!(scale > 0.0 && scale < 1e6)) {
-    return InvalidArgument(fmt::format("expert_weights_scale {} is out of range", scale));
+  // Only deepseek2 reads the scale (0, absent or 1: none).
+  if (arch == "deepseek2") {
+    KV_ASSIGN_OR_RETURN(double scale, OptionalFloat(f, arch + ".expert_weights_scale", 0.0));
+    if (!(scale >= 0.0 && scale < 1e6)) {
+      return InvalidArgument(fmt::format("expert_weights_scale {} is out of range", scale));
+    }
+    m.weights_scale = scale == 0.0 ? 1.f : static_cast<float>(scale);
   }
-  m.weights_scale = static_cast<float>(scale);
-  KV_ASSIGN_OR_RETURN(int groups, CountOr(f, arch, "expert_group_count", 1));
-  KV_ASSIGN_OR_RETURN(int groups_used, CountOr(f, arch, "expert_group_used_count", groups));
-  if (groups > 1 && groups_used < groups) {
-    return Unimplemented(fmt::format(
-        "group-limited expert routing ({} of {} expert groups) is not supported", groups_used,
-        groups));
+  KV_ASSIGN_OR_RETURN(m.num_groups, CountOr(f, arch, "expert_group_count", 1));
+  KV_ASSIGN_OR_RETURN(m.num_groups_used, CountOr(f, arch, "expert_group_used_count", m.num_groups));
+  if (m.num_groups == 0) m.num_groups = m.num_groups_used = 1;
+  if (m.num_experts % m.num_groups != 0 || m.num_groups_used == 0 ||
+      m.num_groups_used > m.num_groups ||
+      m.num_groups_used * (m.num_experts / m.num_groups) < m.num_used) {
+    return InvalidArgument(fmt::format(
+        "expert groups ({} used of {}) do not fit {} experts with {} used", m.num_groups_used,
+        m.num_groups, m.num_experts, m.num_used));
   }
   return Status::Ok();
 }
@@ -123,10 +133,18 @@ Status ReadMlaScale(const GgufFile& f, const std::string& arch, ModelConfig* c) 
   c->rope.yarn_magnitude = false;
   // DeepSeek's YaRN: the attention magnitude goes into the softmax scale (squared, as it applies
   // to both q and k), the rotation itself is not scaled.
-  KV_ASSIGN_OR_RETURN(double log_mul, OptionalFloat(f, arch + ".rope.scaling.yarn_log_multiplier", 0.0));
+  // The file's multiplier is 0.1 * DeepSeek's mscale_all_dim. Files with YaRN but without it
+  // keep YaRN's own magnitude on the rotation and square it into the scale as well.
   float mscale = 1.f;
   if (c->rope.scaling == RopeScaling::kYarn) {
-    mscale = 1.f + static_cast<float>(log_mul) * std::log(c->rope.scaling_factor);
+    const float ln_s = std::log(c->rope.scaling_factor);
+    if (f.Find(arch + ".rope.scaling.yarn_log_multiplier") != nullptr) {
+      KV_ASSIGN_OR_RETURN(double log_mul, f.GetFloat(arch + ".rope.scaling.yarn_log_multiplier"));
+      mscale = 1.f + static_cast<float>(log_mul) * ln_s;
+    } else {
+      c->rope.yarn_magnitude = true;
+      mscale = 1.f + 0.1f * ln_s;
+    }
   }
   m.kq_scale = mscale * mscale / std::sqrt(static_cast<float>(m.q_head()));
   return Status::Ok();
@@ -206,6 +224,10 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   if (!(eps > 0.0 && eps < 1.0)) return InvalidArgument("layer_norm_rms_epsilon out of range");
   c.rms_eps = static_cast<float>(eps);
   if (c.arch->mla) {
+    // DeepSeek-V3's multi-token-prediction layers come last; inference runs the others.
+    KV_ASSIGN_OR_RETURN(int nextn, CountOr(f, arch, "nextn_predict_layers", 0));
+    if (nextn >= c.num_layers) return InvalidArgument("nextn_predict_layers leaves no layer");
+    c.num_layers -= nextn;
     KV_RETURN_IF_ERROR(ReadMla(f, arch, &c));
     KV_RETURN_IF_ERROR(ReadRope(f, arch, &c));
     if (c.rope.rotary_dim != c.mla.qk_rope) return InvalidArgument("MLA rope dims disagree");

@@ -31,7 +31,7 @@ uint64_t Get64(const uint8_t* p) {
 bool SameLayout(const KvLayout& a, const KvLayout& b) {
   return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads &&
          a.head_dim == b.head_dim && a.block_size == b.block_size && a.k_dtype == b.k_dtype &&
-         a.v_dtype == b.v_dtype;
+         a.v_dtype == b.v_dtype && a.v_from_k == b.v_from_k;
 }
 
 }  // namespace
@@ -65,6 +65,7 @@ void EncodeUnsealedBlockRecord(const TreeBlock& b, const KvStorage& kv,
   Put32(p + 124, static_cast<uint32_t>(layout.head_dim));
   p[128] = static_cast<uint8_t>(layout.k_dtype);
   p[129] = static_cast<uint8_t>(layout.v_dtype);
+  p[130] = layout.v_from_k ? 1 : 0;
   Put64(p + 136, layout.bytes_per_block());
   uint8_t* t = p + kRecordHeaderBytes;
   for (TokenId tok : b.tokens) {
@@ -108,7 +109,7 @@ Result<BlockRecordHeader> ParseBlockRecordHeader(std::span<const uint8_t> bytes)
                  dim = Get32(p + 124);
   if (bs == 0 || bs > 1024 || layers == 0 || layers > 4096 || heads == 0 || heads > 4096 ||
       dim == 0 || dim > 65536 || p[128] > static_cast<uint8_t>(KvDtype::kInt4) ||
-      p[129] > static_cast<uint8_t>(KvDtype::kInt4)) {
+      p[129] > static_cast<uint8_t>(KvDtype::kInt4) || p[130] > 1) {
     return DataLoss("block record layout out of range");
   }
   h.layout.block_size = static_cast<int>(bs);
@@ -117,6 +118,7 @@ Result<BlockRecordHeader> ParseBlockRecordHeader(std::span<const uint8_t> bytes)
   h.layout.head_dim = static_cast<int>(dim);
   h.layout.k_dtype = static_cast<KvDtype>(p[128]);
   h.layout.v_dtype = static_cast<KvDtype>(p[129]);
+  h.layout.v_from_k = p[130] == 1;
   h.payload_bytes = Get64(p + 136);
   if (h.payload_bytes != h.layout.bytes_per_block()) {
     return DataLoss("block record payload size does not match its layout");

@@ -9,7 +9,8 @@
 //   48      32    key: the block's chained key (block_key.h)
 //   80      32    parent key: the previous block's key (the root key for a first block)
 //   112     4+4+4+4  block_size, num_layers, num_kv_heads, head_dim
-//   128     1+1+2    k dtype, v dtype (KvDtype numbers), zero
+//   128     1+1+1+1  k dtype, v dtype (KvDtype numbers), layout flags (bit 0: latent, values
+//                    read from the keys: KvLayout::v_from_k), zero
 //   132     4     zero
 //   136     8     payload bytes
 //   144     4*block_size  token ids (int32)

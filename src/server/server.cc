@@ -55,6 +55,7 @@ Status Serve(const ServeConfig& config) {
   ModelOptions mo;
   if (config.engine.max_num_batched_tokens > 0) mo.max_batch_tokens = config.engine.max_num_batched_tokens;
   mo.max_context = config.engine.max_model_len;
+  mo.mla_form = config.mla_form;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(std::move(file), mo));
   const std::string name = ServedName(config, *model);
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,

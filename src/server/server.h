@@ -7,6 +7,7 @@
 
 #include "engine/engine_config.h"
 #include "kvserve/status.h"
+#include "model/model.h"
 #include "server/engine_bridge.h"
 #include "server/http_server.h"
 
@@ -17,6 +18,7 @@ struct ServeConfig {
   std::string served_model_name;   // empty = general.name, else the file name
   std::string chat_template;       // empty = the model's, else chatml
   EngineConfig engine;
+  MlaForm mla_form = MlaForm::kAbsorbed;  // --mla-attention (deepseek2 only)
   HttpConfig http;
   int max_queued_requests = 256;
   uint64_t max_response_bytes = uint64_t{64} << 20;  // --max-response-bytes

@@ -97,6 +97,8 @@ void AddMakeModelCommand(CLI::App& app) {
                 "Renormalise the chosen experts' weights (deepseek2)");
   cmd->add_option("--expert-weights-scale", o->moe.weights_scale, "Scale of the expert weights (deepseek2)");
   cmd->add_flag("--selection-bias", o->moe.selection_bias, "Write exp_probs_b (deepseek2, V3-style)");
+  cmd->add_option("--expert-groups", o->moe.num_groups, "Expert groups (deepseek2, V3-style)");
+  cmd->add_option("--expert-groups-used", o->moe.num_groups_used, "Groups each token chooses from");
   // deepseek2's latent attention.
   cmd->add_option("--q-lora-rank", o->mla.q_lora_rank, "Low-rank query (0: full attn_q, V2-Lite)");
   cmd->add_option("--kv-lora-rank", o->mla.kv_lora_rank, "KV latent rank");

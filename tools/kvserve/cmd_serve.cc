@@ -144,6 +144,7 @@ void AddServeCommand(CLI::App& app) {
                   "Chat template name (default: the model's, else chatml)");
   cmd->add_option("-t,--threads", c.engine.num_threads, "Compute threads (default: all)");
   AddPollOption(cmd, c.engine.poll_us);
+  AddMlaOption(cmd, c.mla_form);
   cmd->add_option("--log-level", o->log_level,
                   "debug, info (default: also one access line per request), warning (4xx and "
                   "worse), error or off");

@@ -19,6 +19,18 @@ void AddEngineOptions(CLI::App* cmd, EngineOptions& o) {
   cmd->add_option("-c,--ctx,--max-model-len", o.ctx, "Maximum tokens per sequence (default: model's)");
   cmd->add_option("--block-size", o.block_size, "Tokens per KV block");
   cmd->add_option("-b,--batch", o.batch, "Most tokens per forward pass (prefill chunk)");
+  AddMlaOption(cmd, o.mla_form);
+}
+
+void AddMlaOption(CLI::App* cmd, MlaForm& form) {
+  cmd->add_option_function<std::string>(
+         "--mla-attention",
+         [&form](const std::string& v) {
+           form = v == "decompressed" ? MlaForm::kDecompressed : MlaForm::kAbsorbed;
+         },
+         "deepseek2: absorbed (default; queries into the latent space) or decompressed "
+         "(per-head keys and values expanded each step)")
+      ->check(CLI::IsMember({"absorbed", "decompressed"}));
 }
 
 KvOptions ParseKvOptions(const EngineOptions& o) {
@@ -49,6 +61,7 @@ LoadedModel LoadModel(const EngineOptions& o, bool need_tokenizer) {
   ModelOptions mo;
   mo.max_batch_tokens = o.batch;
   mo.max_context = o.ctx;
+  mo.mla_form = o.mla_form;
   auto model = Model::Load(std::move(file).value(), mo);
   if (!model.ok()) Fail(model.status().ToString());
   out.model = std::move(model).value();

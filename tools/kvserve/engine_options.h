@@ -25,6 +25,7 @@ struct EngineOptions {
   int block_size = 16;
   int batch = 512;
   std::string kv_cache_memory;  // budget, e.g. "2GiB"; empty = room for one --ctx sequence
+  MlaForm mla_form = MlaForm::kAbsorbed;
 };
 
 void AddEngineOptions(CLI::App* cmd, EngineOptions& o);
@@ -60,6 +61,8 @@ EngineConfig OneSequenceEngineConfig(const EngineOptions& o);
 
 // --poll-us: how long compute threads spin before sleeping (run, serve, bench's in-process side).
 void AddPollOption(CLI::App* cmd, int& poll_us);
+// --mla-attention absorbed|decompressed (deepseek2's attention form, model/model.h).
+void AddMlaOption(CLI::App* cmd, MlaForm& form);
 
 // --no-jump-forward and --jump-forward-mode (run and serve): structured output's jump-forward.
 struct JumpForwardOptions {

@@ -14,8 +14,10 @@ Supported `general.architecture` values and what they change (llama.cpp's conven
              applied before rope; head_dim from `{arch}.attention.key_length`.
   qwen3moe : qwen3's attention; every FFN a mixture of experts of expert_feed_forward_length
              (or feed_forward_length / expert_used_count without it): softmax, top-k,
-             renormalised (llama.cpp passes norm = true for qwen3moe whatever the file says).
-  deepseek2: multi-head latent attention (MLA) + DeepSeek MoE, see below.
+             renormalised (llm_build_qwen3moe passes norm = true whatever the file says).
+  deepseek2: multi-head latent attention (MLA) + DeepSeek MoE, see below; rope on adjacent
+             pairs (llama_model_rope_type: "normal" for deepseek2; the converter permutes
+             nothing, DeepSeek's HF code de-interleaves before its rotate-half).
 
 Mixture of experts (llama.cpp's build_moe_ffn), for one token with FFN input m:
   probs = softmax(Wgate_inp·m) or sigmoid(Wgate_inp·m)   (expert_gating_func 1 / 2)
@@ -40,7 +42,9 @@ rope = `rope.dimension_count`; nope = key size - rope):
                 out_h = Wv_b,h·(attention output in the latent)
   attn_kv_b [kv_lora, H*(nope+v)] holds, per head, nope rows of K then v rows of V; the split
   attn_k_b has GGUF dims [nope, kv_lora, H] (Wk_b,h is [kv_lora, nope]: transposed from HF),
-  attn_v_b [kv_lora, v, H] (Wv_b,h is [v, kv_lora]: as HF). The two forms are the same math.
+  attn_v_b [kv_lora, v, H] (Wv_b,h is [v, kv_lora]: as HF) -- convert_hf_to_gguf.py's
+  DeepseekV2Model.modify_tensors. The two forms are the same math; llama.cpp runs the absorbed
+  one on files with *_mla keys (split tensors), the decompressed one on the others.
   The first leading_dense_block_count layers have a dense FFN (feed_forward_length), the rest
   are MoE with expert_shared_count shared experts (ffn_*_shexp, n_ff_exp * n_shared wide).
 
@@ -48,14 +52,17 @@ RoPE magnitude and attention scale (llama.cpp's llama_context constructor, ggml'
 the deepseek2 graph). s = rope.scaling.factor (1 without scaling), yarn => ext = 1:
   attn_ctx = 1                                      without YaRN
            = mscale(s, 1) / (1 + 0.1 ln s)          YaRN, no yarn_log_multiplier
-           = 1 / (1 + 0.1 ln s)                     YaRN with it (deepseek2: the ratio
-                                                    mscale(s, M)/mscale(s, M) is 1)
+           = 1 / (1 + 0.1 ln s)                     YaRN with it (only deepseek2 reads it:
+                                                    mscale(s, M) / mscale(s, M) = 1)
            times rope.scaling.attn_factor (default 1);  mscale(s, m) = 1 + 0.1 m ln s (s > 1)
   rope multiplies cos and sin by attn_ctx * (1 + 0.1 ln s) under YaRN (so 1 for deepseek2 with
   a yarn_log_multiplier), by attn_ctx otherwise.
   kq_scale = 1/sqrt(head_dim), and for deepseek2
   kq_scale = (attn_ctx * (1 + 0.1 ln s) * (1 + 0.1 M ln s))^2 / sqrt(nope + rope)
-  where M = rope.scaling.yarn_log_multiplier / 0.1 (the converter writes 0.1 * mscale_all_dim).
+  where M = rope.scaling.yarn_log_multiplier / 0.1 (the converter writes 0.1 * mscale_all_dim,
+  the deepseek2 loader divides by 0.1) and s is 1 without rope scaling. With YaRN and M present
+  this is (rope.scaling.attn_factor * (1 + 0.1 M ln s))^2 / sqrt(nope + rope).
+Where each rule was read in llama.cpp, and the self-test that pins it: tools/reference/README.md.
 
 Per layer:  h = x + Wo · Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n),  n = RMSNorm(x) * attn_norm
             x' = h + Wdown · (silu(Wgate·m) * (Wup·m)),       m = RMSNorm(h) * ffn_norm
