@@ -133,19 +133,19 @@ void SpmFromMerges(const std::vector<std::string>& merges,
 
 Status ReadPreTokenizer(const Json& root, TokenizerSpec* spec) {
   const Json& pre = Field(root, "pre_tokenizer");
-  std::string regex;
+  std::vector<std::string> regexes;
   bool byte_level_regex = false;
   ForEachComponent(pre, [&](const Json& c) {
     if (Field(c, "type") == "Split" && Field(Field(c, "pattern"), "Regex").is_string()) {
-      regex = Field(Field(c, "pattern"), "Regex").get<std::string>();
+      regexes.push_back(Field(Field(c, "pattern"), "Regex").get<std::string>());
     }
     if (Field(c, "type") == "ByteLevel" && Field(c, "use_regex") != false) byte_level_regex = true;
   });
-  if (!regex.empty()) {
-    spec->pre = PreNameForRegex(regex);
+  if (!regexes.empty()) {
+    spec->pre = PreNameForRegexes(regexes);
     if (spec->pre.empty()) {
       return Unimplemented("tokenizer.json: pre-tokenizer regex is not one kvserve knows: " +
-                           regex);
+                           regexes.back());
     }
   } else if (byte_level_regex) {
     spec->pre = "gpt2";

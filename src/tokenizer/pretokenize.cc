@@ -28,6 +28,29 @@ constexpr char kHfQwen2Regex[] =
 std::string Llama3Regex() { return std::string(kContractions) + kLlama3Tail; }
 std::string Qwen2Regex() { return std::string(kContractions) + kQwen2Tail; }
 
+// DeepSeek's pre-tokenizers: sequences of Split(Isolated) regexes, as their tokenizer.json files
+// spell them (deepseek-llm: DeepSeek-LLM and V2; deepseek-v3: V3 and R1).
+const std::vector<std::string>& DeepseekLlmRegexes() {
+  static const std::vector<std::string> r = {
+      "[\r\n]",
+      "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+      "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+      "\\s+$",
+      "[一-龥ࠀ-一가-퟿]+",
+      "\\p{N}+",
+  };
+  return r;
+}
+
+const std::vector<std::string>& DeepseekV3Regexes() {
+  static const std::vector<std::string> r = {
+      "\\p{N}{1,3}",
+      "[一-龥぀-ゟ゠-ヿ]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+  };
+  return r;
+}
+
 }  // namespace
 
 Result<PreTokenizerConfig> LookupPreTokenizer(std::string_view pre, TokenizerModel model) {
@@ -43,10 +66,14 @@ Result<PreTokenizerConfig> LookupPreTokenizer(std::string_view pre, TokenizerMod
     config.nfc = true;
   } else if (pre == "smollm" || pre == "starcoder" || pre == "refact") {
     config.regexes = {R"(\p{N})", kGpt2Regex};
+  } else if (pre == "deepseek-llm") {
+    config.regexes = DeepseekLlmRegexes();
+  } else if (pre == "deepseek-v3") {
+    config.regexes = DeepseekV3Regexes();
   } else {
     return Unimplemented("tokenizer.ggml.pre '" + std::string(pre) +
                          "' is not supported; supported: default, gpt2, llama-bpe, llama3, "
-                         "qwen2, smollm, starcoder, refact");
+                         "qwen2, smollm, starcoder, refact, deepseek-llm, deepseek-v3");
   }
   return config;
 }
@@ -55,6 +82,13 @@ std::string PreNameForRegex(std::string_view regex) {
   if (regex == kHfLlama3Regex || regex == Llama3Regex()) return "llama-bpe";
   if (regex == kHfQwen2Regex || regex == Qwen2Regex()) return "qwen2";
   if (regex == kGpt2Regex) return "gpt2";
+  return "";
+}
+
+std::string PreNameForRegexes(const std::vector<std::string>& regexes) {
+  if (regexes.size() == 1) return PreNameForRegex(regexes[0]);
+  if (regexes == DeepseekLlmRegexes()) return "deepseek-llm";
+  if (regexes == DeepseekV3Regexes()) return "deepseek-v3";
   return "";
 }
 

@@ -30,6 +30,8 @@ Result<PreTokenizerConfig> LookupPreTokenizer(std::string_view pre, TokenizerMod
 
 // The pre value whose single regex equals `regex` (HF tokenizer.json → GGUF); empty if none.
 std::string PreNameForRegex(std::string_view regex);
+// The same for a Sequence of Split regexes (DeepSeek's), in order.
+std::string PreNameForRegexes(const std::vector<std::string>& regexes);
 
 class PreTokenizer {
  public:

@@ -47,7 +47,8 @@ TEST(PreTokenizerTest, UnicodeLettersUseProperties) {
 
 TEST(PreTokenizerTest, PiecesAlwaysConcatenateToInput) {
   const std::string text = "  mixed\t\ttabs \r\n and \xF0\x9F\x98\x80 emoji 12345678 ''' ";
-  for (std::string_view pre : {"gpt2", "llama-bpe", "qwen2", "smollm"}) {
+  for (std::string_view pre :
+       {"gpt2", "llama-bpe", "qwen2", "smollm", "deepseek-llm", "deepseek-v3"}) {
     std::string joined;
     for (const auto& p : Split(pre, text)) joined += p;
     EXPECT_EQ(joined, text) << pre;
@@ -59,6 +60,34 @@ TEST(PreTokenizerTest, VeryLongRunsSplitLikeShortOnes) {
   EXPECT_THAT(Split("llama-bpe", spaces + "a"), ElementsAre(spaces.substr(1), " a"));
   const std::string letters(200000, 'x');
   EXPECT_THAT(Split("gpt2", letters + "!"), ElementsAre(letters, "!"));
+}
+
+// deepseek-llm (DeepSeek-LLM, V2): six Split regexes in sequence. Newlines alone, Latin-script
+// letter runs with one leading space, ASCII/full-width punctuation runs, trailing whitespace,
+// CJK runs, then digit runs (whole, not by three). No reference tokenizer package exists for it,
+// so these follow HF's Split(Isolated) semantics by hand; deepseek-v3 is checked against a
+// reference tokenizer in tests/tokenizer/conformance.
+TEST(PreTokenizerTest, DeepseekLlmSplitsScriptsPunctuationAndDigitRuns) {
+  EXPECT_THAT(Split("deepseek-llm", "Hello world 12345"),
+              ElementsAre("Hello", " world", " ", "12345"));
+  EXPECT_THAT(Split("deepseek-llm", "中文abc"), ElementsAre("中文", "abc"));
+  EXPECT_THAT(Split("deepseek-llm", "a\nb"), ElementsAre("a", "\n", "b"));
+  EXPECT_THAT(Split("deepseek-llm", "x, y!!  "), ElementsAre("x", ",", " y", "!!", "  "));
+  EXPECT_THAT(Split("deepseek-llm", "１２，ｘ"), ElementsAre("１２", "，", "ｘ"));
+}
+
+TEST(PreTokenizerTest, DeepseekV3GroupsDigitsByThreeAndKeepsCjkRuns) {
+  EXPECT_THAT(Split("deepseek-v3", "abc1234中文x"), ElementsAre("abc", "123", "4", "中文", "x"));
+  EXPECT_THAT(Split("deepseek-v3", "it's ok"), ElementsAre("it", "'s", " ok"));
+}
+
+TEST(PreTokenizerTest, DeepseekSequencesAreRecognisedFromTokenizerJson) {
+  for (std::string_view pre : {"deepseek-llm", "deepseek-v3"}) {
+    auto config = LookupPreTokenizer(pre, TokenizerModel::kBpe);
+    ASSERT_TRUE(config.ok());
+    EXPECT_EQ(PreNameForRegexes(config->regexes), pre);
+  }
+  EXPECT_EQ(PreNameForRegexes({"x", "y"}), "");
 }
 
 TEST(PreTokenizerTest, UnknownPreIsUnimplemented) {

