@@ -198,22 +198,60 @@ double DecodeSteps(Bench& b, int num_seqs, int context, int steps, std::vector<f
 double AttentionStep(Bench& b, int context, int steps) {
   const ModelConfig& c = b.model->config();
   const KvLayout& l = b.kv->layout();
-  std::vector<float> q(c.q_dim()), out(c.q_dim());
+  // Query heads of the cache's head size: for MLA the absorbed queries over the latent.
+  const int64_t q_dim = static_cast<int64_t>(c.num_heads) * c.head_dim;
+  std::vector<float> q(static_cast<size_t>(q_dim)), out(static_cast<size_t>(q_dim));
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 37) % 17) / 17.f - 0.5f;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float scale = c.is_mla() ? c.mla.kq_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   std::vector<double> runs;
+  // Fewer KV heads than threads (MLA's one latent head): partitions on the threads, then the
+  // merge, as Model::Attend splits a decode step.
+  const int parts = AttentionPartitions(context);
+  const bool split = l.num_kv_heads < b.pool->num_threads() && parts > 1 && AttentionCanSplit(c.head_dim);
+  const size_t pf = AttentionPartialFloats(c.head_dim);
+  std::vector<float> partials(static_cast<size_t>(l.num_kv_heads) * parts * c.group() * pf);
   for (int s = 0; s < steps; ++s) {
     const auto t0 = Clock::now();
     for (int layer = 0; layer < l.num_layers; ++layer) {
       const PagedKvLayerView v = KvLayerView(*b.kv, layer);
+      if (split) {
+        auto tile_of = [&](int h) {
+          AttentionTile tile;
+          const int64_t head0 = static_cast<int64_t>(h) * c.group() * c.head_dim;
+          tile.q = q.data() + head0;
+          tile.q_stride = q_dim;
+          tile.out = out.data() + head0;
+          tile.out_stride = q_dim;
+          tile.group = c.group();
+          tile.kv_head = h;
+          tile.first_slots = context;
+          tile.block_table = b.Table(0);
+          return tile;
+        };
+        const int64_t rows = c.group();
+        b.pool->ForEach(static_cast<int64_t>(l.num_kv_heads) * parts, [&](int64_t i) {
+          const int h = static_cast<int>(i / parts), p = static_cast<int>(i % parts);
+          AttendTilePartition(tile_of(h), v, scale, p,
+                              partials.data() + (static_cast<size_t>(h) * parts + p) * rows * pf);
+        });
+        for (int h = 0; h < l.num_kv_heads; ++h) {
+          const AttentionTile tile = tile_of(h);
+          for (int64_t r = 0; r < rows; ++r) {
+            MergeAttentionPartials(partials.data() + (static_cast<size_t>(h) * parts * rows + r) * pf,
+                                   parts, rows * static_cast<int64_t>(pf), c.head_dim,
+                                   tile.out + r * c.head_dim);
+          }
+        }
+        continue;
+      }
       b.pool->Run([&](int t, int nt) {
         for (int h = t; h < l.num_kv_heads; h += nt) {
           AttentionTile tile;
           const int64_t head0 = static_cast<int64_t>(h) * c.group() * c.head_dim;
           tile.q = q.data() + head0;
-          tile.q_stride = c.q_dim();
+          tile.q_stride = q_dim;
           tile.out = out.data() + head0;
-          tile.out_stride = c.q_dim();
+          tile.out_stride = q_dim;
           tile.group = c.group();
           tile.kv_head = h;
           tile.first_slots = context;
@@ -227,17 +265,13 @@ double AttentionStep(Bench& b, int context, int steps) {
   return Median(runs);
 }
 
-double MatmulFlopsPerToken(const Model& m) {
-  const ModelConfig& c = m.config();
-  const double per_layer = 2.0 * c.hidden * (c.q_dim() + 2.0 * c.kv_dim()) + 2.0 * c.q_dim() * c.hidden +
-                           3.0 * 2.0 * c.hidden * c.ffn;
-  return per_layer * c.num_layers + 2.0 * c.hidden * c.vocab;
-}
+double MatmulFlopsPerToken(const Model& m) { return 2.0 * m.active_params_per_token(); }
 
 struct Options {
   std::vector<std::string> models;
   int threads = 0, reps = 3, pp = 512, tg = 128, long_context = 4096;
   KvDtype k_dtype = KvDtype::kF16, v_dtype = KvDtype::kF16;
+  MlaForm mla_form = MlaForm::kAbsorbed;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   std::vector<int> pp_at;  // cached contexts for prefill-at-context runs
 };
@@ -253,7 +287,7 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   const int max_batch = std::max(o.pp, max_seqs);
   const int ctx = std::max(o.pp + o.tg, o.long_context + o.tg) + 16;
   // The context may exceed the model's trained one (synthetic models): speed only.
-  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch, ctx});
+  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch, ctx, o.mla_form});
   if (!model.ok()) {
     fmt::print(stderr, "{}: {}\n", path, model.status().ToString());
     return;
@@ -289,6 +323,12 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   const double bound = bandwidth / read_gb;
   const double pp_med = Median(pp), tg_med = Median(tg);
   const double gflops = MatmulFlopsPerToken(**model) * pp_med / 1e9;
+  if (const ModelConfig& c = (*model)->config(); c.moe.num_experts > 0 || c.is_mla()) {
+    fmt::print("{}: {:.3g}B active parameters per token{}{}\n", path.substr(path.find_last_of('/') + 1),
+               (*model)->active_params_per_token() / 1e9,
+               c.moe.num_experts > 0 ? fmt::format(", {} of {} experts", c.moe.num_used, c.moe.num_experts) : "",
+               c.is_mla() ? fmt::format(", MLA {}", o.mla_form == MlaForm::kAbsorbed ? "absorbed" : "decompressed") : "");
+  }
   fmt::print("{:<28} {:>6.2f} GB ({:.2f} read/token)  pp{} {:>7.1f} t/s ({:>6.1f} GFLOP/s, "
              "{:>4.1f}% of peak)  tg{} {:>6.2f} t/s  bound {:>6.2f} t/s at {:.1f} GB/s "
              "({:>4.1f}%)\n",
@@ -298,16 +338,27 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   if (o.batches.empty() || o.long_context <= 0) return;  // pp/tg only
   // Batched decode: num_seqs sequences of 128 tokens, one step each for 16 steps.
   std::string line = "    batched decode t/s:";
+  std::string experts;
   double base = 0;
   for (int q = 0; q < max_seqs; ++q) Prefill(b, q, 0, 128, logits);
   for (int n : o.batches) {
     std::vector<double> runs;
+    const MoeStats before = (*model)->moe_stats();
     for (int r = 0; r < o.reps; ++r) runs.push_back(DecodeSteps(b, n, 128, 16, logits));
     const double med = Median(runs);
     if (n == 1) base = med;
     line += fmt::format("  b{}={:.1f} ({:.2f}x)", n, med, base > 0 ? med / base : 0);
+    // Mixture of experts: expert bytes one step read (each chosen expert once) against reading
+    // every token's experts separately.
+    const MoeStats& after = (*model)->moe_stats();
+    if (const uint64_t steps = after.steps - before.steps; steps > 0) {
+      experts += fmt::format("  b{}={:.0f} MB ({:.0f} MB ungrouped)", n,
+                             (after.expert_bytes_read - before.expert_bytes_read) / 1e6 / steps,
+                             (after.expert_bytes_ungrouped - before.expert_bytes_ungrouped) / 1e6 / steps);
+    }
   }
   fmt::print("{}\n", line);
+  if (!experts.empty()) fmt::print("    expert weights read per step:{}\n", experts);
 
   // Decode with a short and a long context already cached.
   Prefill(b, 0, 0, o.long_context, logits);
@@ -361,6 +412,13 @@ int main(int argc, char** argv) {
   std::string cache_type_k = "f16", cache_type_v = "f16";
   app.add_option("--cache-type-k", cache_type_k, "KV cache type of keys (" + KvDtypeNames() + ")");
   app.add_option("--cache-type-v", cache_type_v, "KV cache type of values");
+  app.add_option_function<std::string>(
+         "--mla-attention",
+         [&o](const std::string& v) {
+           o.mla_form = v == "decompressed" ? MlaForm::kDecompressed : MlaForm::kAbsorbed;
+         },
+         "deepseek2: absorbed (default) or decompressed")
+      ->check(CLI::IsMember({"absorbed", "decompressed"}));
   CLI11_PARSE(app, argc, argv);
   for (auto [name, flag, out] : {std::tuple{&cache_type_k, "--cache-type-k", &o.k_dtype},
                                  std::tuple{&cache_type_v, "--cache-type-v", &o.v_dtype}}) {

@@ -67,15 +67,28 @@ class Model {
   int max_context() const { return options_.max_context; }
   const ModelOptions& options() const { return options_; }
   const MoeStats& moe_stats() const { return moe_stats_; }
+  // Bytes of the routed experts' matrices (all experts of all layers; 0 for a dense model).
+  uint64_t expert_weight_bytes() const { return expert_weight_bytes_; }
+  // Weight elements one token multiplies by (its top-k experts only, the absorbed or the
+  // decompressed MLA products, the output matrix; not the embedding row): FLOPs / 2.
+  double active_params_per_token() const { return active_params_; }
   // The KV layout this model needs, for the given block size and dtypes.
   KvLayout MakeKvLayout(int block_size, KvDtype k_dtype, KvDtype v_dtype) const;
   // Bytes of the weights as stored.
   uint64_t weight_bytes() const { return weight_bytes_; }
-  // Weight bytes one decode step reads: all of them, except that an embedding table not tied
-  // to the output matrix is read one row per token.
+  // Weight bytes one decode step of one token reads: all of them, except that an embedding
+  // table not tied to the output matrix is read one row per token, and of the routed experts
+  // only the top-k of each layer (assuming experts of equal size).
   uint64_t decode_read_bytes() const {
-    if (output_.data == token_embd_.data) return weight_bytes_;
-    return weight_bytes_ - token_embd_.row_bytes * static_cast<uint64_t>(token_embd_.rows - 1);
+    uint64_t b = weight_bytes_;
+    if (output_.data != token_embd_.data) {
+      b -= token_embd_.row_bytes * static_cast<uint64_t>(token_embd_.rows - 1);
+    }
+    if (expert_weight_bytes_ > 0) {
+      b -= expert_weight_bytes_ - expert_weight_bytes_ / static_cast<uint64_t>(config_.moe.num_experts) *
+                                      static_cast<uint64_t>(config_.moe.num_used);
+    }
+    return b;
   }
 
   // Runs the batch: writes the K/V of every new token into `kv` and fills
@@ -107,6 +120,7 @@ class Model {
   Status LoadMlaAttention(int layer);
   Status LoadFeedForward(int layer);
   void AllocateScratch();
+  void CountActiveParams();
   // Where a cached key's rotary part starts: 0, or after the latent for MLA.
   int KeyRopeOffset() const { return config_.is_mla() ? config_.mla.kv_lora_rank : 0; }
   Status ValidateBatch(const ForwardBatch& batch, const KvStorage& kv) const;
@@ -134,6 +148,8 @@ class Model {
   std::vector<Layer> layers_;
   std::unique_ptr<Scratch> scratch_;
   uint64_t weight_bytes_ = 0;
+  uint64_t expert_weight_bytes_ = 0;
+  double active_params_ = 0;
   MoeStats moe_stats_;
 };
 

@@ -156,6 +156,7 @@ Status Model::LoadWeights() {
     KV_RETURN_IF_ERROR(LoadFeedForward(i));
   }
   for (const GgufTensorInfo& t : f.tensors()) weight_bytes_ += t.size_bytes;
+  CountActiveParams();
   AllocateScratch();
   return Status::Ok();
 }
@@ -265,6 +266,38 @@ Status Model::LoadFeedForward(int i) {
     KV_ASSIGN_OR_RETURN(l.sh_down, Matrix(f, name("ffn_down_shexp.weight"), c.hidden, sf));
   }
   return Status::Ok();
+}
+
+void Model::CountActiveParams() {
+  const ModelConfig& c = config_;
+  auto elems = [](const WeightMatrix& w) { return static_cast<double>(w.rows) * w.cols; };
+  double n = elems(output_);
+  for (int i = 0; i < c.num_layers; ++i) {
+    const Layer& l = layers_[static_cast<size_t>(i)];
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a,
+                                  &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.sh_gate, &l.sh_up,
+                                  &l.sh_down}) {
+      n += elems(*w);
+    }
+    if (c.is_mla()) {
+      if (options_.mla_form == MlaForm::kAbsorbed) {
+        for (const WeightMatrix& w : l.kb_abs) n += elems(w);
+        for (const WeightMatrix& w : l.vb) n += elems(w);
+      } else {
+        n += elems(l.kv_b);  // per cached slot and step, in fact: see docs/mla_moe.md
+      }
+    }
+    if (!l.exp_gate.empty()) {
+      const double one = elems(l.exp_gate[0]) + elems(l.exp_up[0]) + elems(l.exp_down[0]);
+      n += one * c.moe.num_used;
+      for (size_t e = 0; e < l.exp_gate.size(); ++e) {
+        for (const WeightMatrix* w : {&l.exp_gate[e], &l.exp_up[e], &l.exp_down[e]}) {
+          expert_weight_bytes_ += static_cast<uint64_t>(w->rows) * w->row_bytes;
+        }
+      }
+    }
+  }
+  active_params_ = n;
 }
 
 void Model::AllocateScratch() {

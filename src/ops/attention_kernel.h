@@ -419,10 +419,20 @@ inline void FinishRow(const float* merged, float* out, float* lse) {
 struct TileScratch {
   std::vector<float> kt, vf, scores, probs, state, merged, qrot, qsum;
   std::vector<const float*> qrows;  // the tile's query rows (PrepareTile)
+  // Long head vectors (D > 128): per row of a chunk, its rescale factor (0: none), the int4
+  // minimums' share and its visible slots, between the two passes over the rows.
+  std::vector<float> row_alpha, row_pm;
+  std::vector<int> row_v;
   void Reserve(int rows, int d) {
     auto grow = [](std::vector<float>& v, size_t n) {
       if (v.size() < n) v.resize(n);
     };
+    if (d > 128) {
+      grow(row_alpha, static_cast<size_t>(rows));
+      grow(row_pm, static_cast<size_t>(rows));
+      if (row_v.size() < static_cast<size_t>(rows)) row_v.resize(static_cast<size_t>(rows));
+      grow(probs, static_cast<size_t>(rows) * W);
+    }
     grow(kt, static_cast<size_t>(d) * W);
     grow(vf, static_cast<size_t>(d) * W);
     grow(scores, static_cast<size_t>(rows) * W);
@@ -499,6 +509,41 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
       off = 0;
       ++blk;
     }
+  }
+}
+
+// One row's running values, NB vectors of columns at st (the row's state; vf holds the chunk's
+// converted values, D floats per slot, offset to the same columns): rescaled by alpha when the
+// row's maximum grew, then acc += Σ_k probs[k] v_k over the row's v visible slots. Two
+// interleaved partial sums (even and odd slots) halve the FMA dependency chains; acc += even + odd
+// (+ pm, the minimums' share, for int4 values).
+template <int D, int NB>
+inline void AccumulateValues(float* st, const float* vf, const float* probs, int v, bool rescale,
+                             float alpha, bool v_min, float pm) {
+  VF acc[NB];
+  for (int i = 0; i < NB; ++i) acc[i] = LoadF(st + i * W);
+  if (rescale) {
+    for (int i = 0; i < NB; ++i) acc[i] *= alpha;
+  }
+  VF even[NB] = {}, odd[NB] = {};
+  int k = 0;
+  for (; k + 2 <= v; k += 2) {
+    const float p0 = probs[k], p1 = probs[k + 1];
+    const float* v0 = vf + k * D;
+    const float* v1 = v0 + D;
+    for (int i = 0; i < NB; ++i) {
+      even[i] = Fma(p0, LoadF(v0 + i * W), even[i]);
+      odd[i] = Fma(p1, LoadF(v1 + i * W), odd[i]);
+    }
+  }
+  if (k < v) {
+    const float* v0 = vf + k * D;
+    for (int i = 0; i < NB; ++i) even[i] = Fma(probs[k], LoadF(v0 + i * W), even[i]);
+  }
+  if (v_min) {
+    for (int i = 0; i < NB; ++i) StoreF(st + i * W, acc[i] + ((even[i] + odd[i]) + pm));
+  } else {
+    for (int i = 0; i < NB; ++i) StoreF(st + i * W, acc[i] + (even[i] + odd[i]));
   }
 }
 
@@ -657,6 +702,54 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
     ScoreChunk<D>(rc, rows, qrows, kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
     const VF vs = v_scaled ? vcs.Scales() * v_factor : SplatF(1.f);
     const VF vm = v_min ? vcs.Mins() : VF{};
+    if constexpr (D > 128) {
+      // Long vectors: first every row's softmax update and probabilities, then the values a
+      // block of columns at a time for all rows, so that block of the chunk's values stays in
+      // L1 while the rows use it. Each element's arithmetic is that of the one-pass loop below.
+      float* probs_rows = sc.probs.data();
+      for (int r = rc; r < rows; ++r) {
+        const int v = std::min(W, t.first_slots + r / t.group - c0);
+        float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
+        const VI valid = iota < (VI{} + v);
+        VF s = LoadF(sc.scores.data() + static_cast<size_t>(r) * W);
+        s = valid ? s : SplatF(kNegInf);
+        const float cm = HMax(s);
+        float m = st[D], l = st[D + 1];
+        float alpha = -1.f;  // < 0: no rescale (an alpha of 0 zeroes the running values)
+        if (cm > m) {
+          if (m != kNegInf) {
+            alpha = ExpScalar(m - cm);
+            l *= alpha;
+          }
+          m = cm;
+        }
+        VF pr = Exp(s - m);
+        pr = valid ? pr : VF{};
+        l += HSum(pr);
+        sc.row_pm[static_cast<size_t>(r)] = v_min ? HSum(pr * vm) : 0.f;
+        if (v_scaled) pr = pr * vs;
+        StoreF(probs_rows + static_cast<size_t>(r) * W, pr);
+        sc.row_alpha[static_cast<size_t>(r)] = alpha;
+        sc.row_v[static_cast<size_t>(r)] = v;
+        st[D] = m;
+        st[D + 1] = l;
+      }
+      constexpr int kAccBlock = 128;
+      auto columns = [&]<int NB>(int b) {
+        for (int r = rc; r < rows; ++r) {
+          const float alpha = sc.row_alpha[static_cast<size_t>(r)];
+          AccumulateValues<D, NB>(sc.state.data() + static_cast<size_t>(r) * (D + 2) + b, vf + b,
+                                  probs_rows + static_cast<size_t>(r) * W,
+                                  sc.row_v[static_cast<size_t>(r)], alpha >= 0.f, alpha, v_min,
+                                  sc.row_pm[static_cast<size_t>(r)]);
+        }
+      };
+      for (int b = 0; b + kAccBlock <= D; b += kAccBlock) columns.template operator()<kAccBlock / W>(b);
+      if constexpr (D % kAccBlock != 0) {
+        columns.template operator()<(D % kAccBlock) / W>(D - D % kAccBlock);
+      }
+      continue;
+    }
     for (int r = rc; r < rows; ++r) {
       const int visible = t.first_slots + r / t.group;
       const int v = std::min(W, visible - c0);  // slots of this chunk the row sees, >= 1
@@ -666,13 +759,13 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
       s = valid ? s : SplatF(kNegInf);
       const float cm = HMax(s);
       float m = st[D], l = st[D + 1];
-      VF acc[D / W];
-      for (int i = 0; i < D / W; ++i) acc[i] = LoadF(st + i * W);
+      bool rescale = false;
+      float alpha = 1.f;
       if (cm > m) {
         if (m != kNegInf) {
-          const float alpha = ExpScalar(m - cm);
+          alpha = ExpScalar(m - cm);
           l *= alpha;
-          for (int i = 0; i < D / W; ++i) acc[i] *= alpha;
+          rescale = true;
         }
         m = cm;
       }
@@ -684,28 +777,7 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
       if (v_scaled) pr = pr * vs;
       float* probs = sc.probs.data();
       StoreF(probs, pr);
-      // Two interleaved partial sums (even and odd slots) halve the FMA dependency chains;
-      // acc += even + odd.
-      VF even[D / W] = {}, odd[D / W] = {};
-      int k = 0;
-      for (; k + 2 <= v; k += 2) {
-        const float p0 = probs[k], p1 = probs[k + 1];
-        const float* v0 = vf + k * D;
-        const float* v1 = v0 + D;
-        for (int i = 0; i < D / W; ++i) {
-          even[i] = Fma(p0, LoadF(v0 + i * W), even[i]);
-          odd[i] = Fma(p1, LoadF(v1 + i * W), odd[i]);
-        }
-      }
-      if (k < v) {
-        const float* v0 = vf + k * D;
-        for (int i = 0; i < D / W; ++i) even[i] = Fma(probs[k], LoadF(v0 + i * W), even[i]);
-      }
-      if (v_min) {
-        for (int i = 0; i < D / W; ++i) StoreF(st + i * W, acc[i] + ((even[i] + odd[i]) + pm));
-      } else {
-        for (int i = 0; i < D / W; ++i) StoreF(st + i * W, acc[i] + (even[i] + odd[i]));
-      }
+      AccumulateValues<D, D / W>(st, vf, probs, v, rescale, alpha, v_min, pm);
       st[D] = m;
       st[D + 1] = l;
     }

@@ -183,6 +183,44 @@ TEST(AttentionFast, MatchesReference) {
   }
 }
 
+// MLA's head sizes: the absorbed form's 576-value latent (values read from the key arena: one
+// copy) and the decompressed form's 192-value heads, with the query-group sizes they run at.
+TEST(AttentionFast, LatentHeadSizesMatchReference) {
+  IsaGuard guard;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const std::string& isa : Isas()) {
+    ASSERT_TRUE(SetAttentionIsa(isa));
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kF32, KvDtype::kBF16, KvDtype::kInt8,
+                          KvDtype::kFp8E4M3}) {
+      for (int head_dim : {576, 192}) {
+        Arena a(dtype, head_dim, 16, 1, 700, rng);
+        PagedKvLayerView view = a.view;
+        if (head_dim == 576) view.v = view.k;  // the latent layout
+        for (int group : {1, 16}) {
+          for (int len : {1, 17, 513, 700}) {
+            std::vector<float> q(static_cast<size_t>(group) * head_dim);
+            for (float& x : q) x = nd(rng) * 0.3f;
+            const float scale = 1.f / std::sqrt(192.f);
+            std::vector<float> scratch(AttentionScratchFloats(len, group, head_dim));
+            std::vector<float> want(q.size()), got(q.size());
+            AttendGroupReference(q.data(), group, 0, view, a.table, len, scale, scratch.data(),
+                                 want.data());
+            AttendGroup(q.data(), group, 0, view, a.table, len, scale, nullptr, got.data());
+            double max_ref = 0;
+            for (float x : want) max_ref = std::max(max_ref, std::fabs(static_cast<double>(x)));
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_LE(std::fabs(got[i] - want[i]), 1e-5 + 2e-5 * max_ref)
+                  << isa << " " << KvDtypeName(dtype) << " d=" << head_dim << " group=" << group
+                  << " len=" << len << " i=" << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Batch invariance: a row's output is bit-identical whether it is computed alone, in a tile of
 // several tokens (prefill), from partitions computed separately and merged, for any tile split.
 TEST(AttentionFast, RowsAreBitIdenticalHoweverTheWorkIsSplit) {
@@ -192,10 +230,11 @@ TEST(AttentionFast, RowsAreBitIdenticalHoweverTheWorkIsSplit) {
   for (const std::string& isa : Isas()) {
     ASSERT_TRUE(SetAttentionIsa(isa));
     for (KvDtype dtype : kAllKvDtypes) {
-      for (int head_dim : {64, 128}) {
+      for (int head_dim : {64, 128, 576}) {
         for (int group : {1, 4, 8}) {
           const bool plain = dtype == KvDtype::kF16 || dtype == KvDtype::kF32;
           if (!plain && group == 4) continue;
+          if (head_dim == 576 && (!Supports(dtype, head_dim) || group != 8)) continue;
           const int cached = head_dim == 64 ? 1000 : 500, num_new = 40;
           const int total = cached + num_new;
           Arena a(dtype, head_dim, 16, 1, total, rng);
