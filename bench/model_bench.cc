@@ -210,24 +210,24 @@ double AttentionStep(Bench& b, int context, int steps) {
   const bool split = l.num_kv_heads < b.pool->num_threads() && parts > 1 && AttentionCanSplit(c.head_dim);
   const size_t pf = AttentionPartialFloats(c.head_dim);
   std::vector<float> partials(static_cast<size_t>(l.num_kv_heads) * parts * c.group() * pf);
+  auto tile_of = [&](int h) {
+    AttentionTile tile;
+    const int64_t head0 = static_cast<int64_t>(h) * c.group() * c.head_dim;
+    tile.q = q.data() + head0;
+    tile.q_stride = q_dim;
+    tile.out = out.data() + head0;
+    tile.out_stride = q_dim;
+    tile.group = c.group();
+    tile.kv_head = h;
+    tile.first_slots = context;
+    tile.block_table = b.Table(0);
+    return tile;
+  };
   for (int s = 0; s < steps; ++s) {
     const auto t0 = Clock::now();
     for (int layer = 0; layer < l.num_layers; ++layer) {
       const PagedKvLayerView v = KvLayerView(*b.kv, layer);
       if (split) {
-        auto tile_of = [&](int h) {
-          AttentionTile tile;
-          const int64_t head0 = static_cast<int64_t>(h) * c.group() * c.head_dim;
-          tile.q = q.data() + head0;
-          tile.q_stride = q_dim;
-          tile.out = out.data() + head0;
-          tile.out_stride = q_dim;
-          tile.group = c.group();
-          tile.kv_head = h;
-          tile.first_slots = context;
-          tile.block_table = b.Table(0);
-          return tile;
-        };
         const int64_t rows = c.group();
         b.pool->ForEach(static_cast<int64_t>(l.num_kv_heads) * parts, [&](int64_t i) {
           const int h = static_cast<int>(i / parts), p = static_cast<int>(i % parts);
@@ -245,19 +245,7 @@ double AttentionStep(Bench& b, int context, int steps) {
         continue;
       }
       b.pool->Run([&](int t, int nt) {
-        for (int h = t; h < l.num_kv_heads; h += nt) {
-          AttentionTile tile;
-          const int64_t head0 = static_cast<int64_t>(h) * c.group() * c.head_dim;
-          tile.q = q.data() + head0;
-          tile.q_stride = q_dim;
-          tile.out = out.data() + head0;
-          tile.out_stride = q_dim;
-          tile.group = c.group();
-          tile.kv_head = h;
-          tile.first_slots = context;
-          tile.block_table = b.Table(0);
-          AttendTile(tile, v, scale);
-        }
+        for (int h = t; h < l.num_kv_heads; h += nt) AttendTile(tile_of(h), v, scale);
       });
     }
     runs.push_back(SecondsSince(t0));

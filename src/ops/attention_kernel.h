@@ -512,6 +512,39 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
   }
 }
 
+// One row's online-softmax step over a chunk (its v visible slots' scores at `scores`): the
+// running maximum and sum in st[D] and st[D + 1] are updated, the probabilities (times the value
+// scales) written to probs, the int4 minimums' share Σ p_s m_s to *pm, and the factor the row's
+// running values must be rescaled by is returned (< 0: none; an alpha of 0 still zeroes them).
+template <int D>
+inline float SoftmaxStep(float* st, const float* scores, int v, VI iota, bool v_scaled, VF vs,
+                         bool v_min, VF vm, float* probs, float* pm) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const VI valid = iota < (VI{} + v);
+  VF s = LoadF(scores);
+  s = valid ? s : SplatF(kNegInf);
+  const float cm = HMax(s);
+  float m = st[D], l = st[D + 1];
+  float alpha = -1.f;
+  if (cm > m) {
+    if (m != kNegInf) {
+      alpha = ExpScalar(m - cm);
+      l *= alpha;
+    }
+    m = cm;
+  }
+  VF pr = Exp(s - m);
+  pr = valid ? pr : VF{};
+  l += HSum(pr);
+  // Quantized values: Σ p_s (s_s c_s + m_s) = Σ (p_s s_s) c_s + Σ p_s m_s.
+  *pm = v_min ? HSum(pr * vm) : 0.f;
+  if (v_scaled) pr = pr * vs;
+  StoreF(probs, pr);
+  st[D] = m;
+  st[D + 1] = l;
+  return alpha;
+}
+
 // One row's running values, NB vectors of columns at st (the row's state; vf holds the chunk's
 // converted values, D floats per slot, offset to the same columns): rescaled by alpha when the
 // row's maximum grew, then acc += Σ_k probs[k] v_k over the row's v visible slots. Two
@@ -702,84 +735,40 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
     ScoreChunk<D>(rc, rows, qrows, kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
     const VF vs = v_scaled ? vcs.Scales() * v_factor : SplatF(1.f);
     const VF vm = v_min ? vcs.Mins() : VF{};
-    if constexpr (D > 128) {
-      // Long vectors: first every row's softmax update and probabilities, then the values a
-      // block of columns at a time for all rows, so that block of the chunk's values stays in
-      // L1 while the rows use it. Each element's arithmetic is that of the one-pass loop below.
-      float* probs_rows = sc.probs.data();
-      for (int r = rc; r < rows; ++r) {
-        const int v = std::min(W, t.first_slots + r / t.group - c0);
-        float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
-        const VI valid = iota < (VI{} + v);
-        VF s = LoadF(sc.scores.data() + static_cast<size_t>(r) * W);
-        s = valid ? s : SplatF(kNegInf);
-        const float cm = HMax(s);
-        float m = st[D], l = st[D + 1];
-        float alpha = -1.f;  // < 0: no rescale (an alpha of 0 zeroes the running values)
-        if (cm > m) {
-          if (m != kNegInf) {
-            alpha = ExpScalar(m - cm);
-            l *= alpha;
-          }
-          m = cm;
-        }
-        VF pr = Exp(s - m);
-        pr = valid ? pr : VF{};
-        l += HSum(pr);
-        sc.row_pm[static_cast<size_t>(r)] = v_min ? HSum(pr * vm) : 0.f;
-        if (v_scaled) pr = pr * vs;
-        StoreF(probs_rows + static_cast<size_t>(r) * W, pr);
+    // Long vectors (D > 128): every row's softmax step first, then the values a block of 128
+    // columns at a time for all rows, so that block of the chunk's values stays in L1 while the
+    // rows use it (and a row's accumulators fit the registers). Each element's arithmetic is the
+    // same either way.
+    float* probs_rows = sc.probs.data();
+    for (int r = rc; r < rows; ++r) {
+      const int v = std::min(W, t.first_slots + r / t.group - c0);  // slots the row sees, >= 1
+      float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
+      float* probs = D > 128 ? probs_rows + static_cast<size_t>(r) * W : probs_rows;
+      float pm = 0.f;
+      const float alpha = SoftmaxStep<D>(st, sc.scores.data() + static_cast<size_t>(r) * W, v,
+                                         iota, v_scaled, vs, v_min, vm, probs, &pm);
+      if constexpr (D > 128) {
         sc.row_alpha[static_cast<size_t>(r)] = alpha;
+        sc.row_pm[static_cast<size_t>(r)] = pm;
         sc.row_v[static_cast<size_t>(r)] = v;
-        st[D] = m;
-        st[D + 1] = l;
+      } else {
+        AccumulateValues<D, D / W>(st, vf, probs, v, alpha >= 0.f, alpha, v_min, pm);
       }
+    }
+    if constexpr (D > 128) {
       constexpr int kAccBlock = 128;
       auto columns = [&]<int NB>(int b) {
         for (int r = rc; r < rows; ++r) {
-          const float alpha = sc.row_alpha[static_cast<size_t>(r)];
-          AccumulateValues<D, NB>(sc.state.data() + static_cast<size_t>(r) * (D + 2) + b, vf + b,
-                                  probs_rows + static_cast<size_t>(r) * W,
-                                  sc.row_v[static_cast<size_t>(r)], alpha >= 0.f, alpha, v_min,
-                                  sc.row_pm[static_cast<size_t>(r)]);
+          const size_t ur = static_cast<size_t>(r);
+          AccumulateValues<D, NB>(sc.state.data() + ur * (D + 2) + b, vf + b, probs_rows + ur * W,
+                                  sc.row_v[ur], sc.row_alpha[ur] >= 0.f, sc.row_alpha[ur], v_min,
+                                  sc.row_pm[ur]);
         }
       };
       for (int b = 0; b + kAccBlock <= D; b += kAccBlock) columns.template operator()<kAccBlock / W>(b);
       if constexpr (D % kAccBlock != 0) {
         columns.template operator()<(D % kAccBlock) / W>(D - D % kAccBlock);
       }
-      continue;
-    }
-    for (int r = rc; r < rows; ++r) {
-      const int visible = t.first_slots + r / t.group;
-      const int v = std::min(W, visible - c0);  // slots of this chunk the row sees, >= 1
-      float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
-      const VI valid = iota < (VI{} + v);
-      VF s = LoadF(sc.scores.data() + static_cast<size_t>(r) * W);
-      s = valid ? s : SplatF(kNegInf);
-      const float cm = HMax(s);
-      float m = st[D], l = st[D + 1];
-      bool rescale = false;
-      float alpha = 1.f;
-      if (cm > m) {
-        if (m != kNegInf) {
-          alpha = ExpScalar(m - cm);
-          l *= alpha;
-          rescale = true;
-        }
-        m = cm;
-      }
-      VF pr = Exp(s - m);
-      pr = valid ? pr : VF{};
-      l += HSum(pr);
-      // Quantized values: Σ p_s (s_s c_s + m_s) = Σ (p_s s_s) c_s + Σ p_s m_s.
-      const float pm = v_min ? HSum(pr * vm) : 0.f;
-      if (v_scaled) pr = pr * vs;
-      float* probs = sc.probs.data();
-      StoreF(probs, pr);
-      AccumulateValues<D, D / W>(st, vf, probs, v, rescale, alpha, v_min, pm);
-      st[D] = m;
-      st[D + 1] = l;
     }
   }
   // Rotated values: the partial sums are in the rotated basis; map them back (linear, so doing

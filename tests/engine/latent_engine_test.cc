@@ -111,7 +111,9 @@ TEST_P(LatentEngine, CachedBatchedPreemptedGreedyEqualsEachRequestAlone) {
     for (const RequestOutput& e : events) {
       auto& ids = got[e.id.value()];
       ids.insert(ids.end(), e.new_tokens.begin(), e.new_tokens.end());
-      if (e.finished) EXPECT_EQ(e.finish_reason, FinishReason::kLength);
+      if (e.finished) {
+        EXPECT_EQ(e.finish_reason, FinishReason::kLength);
+      }
     }
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -132,8 +134,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"deepseek2", KvDtype::kF16}, Case{"deepseek2", KvDtype::kBF16},
                       Case{"deepseek2", KvDtype::kInt8}, Case{"deepseek2", KvDtype::kFp8E4M3},
                       Case{"qwen3moe", KvDtype::kF16}),
-    [](const auto& info) {
-      return std::string(info.param.arch) + "_" + std::string(KvDtypeName(info.param.dtype));
+    [](const auto& param_info) {
+      return std::string(param_info.param.arch) + "_" +
+             std::string(KvDtypeName(param_info.param.dtype));
     });
 
 // Latent blocks go to disk and come back after a restart with the same output.
@@ -142,43 +145,20 @@ TEST(LatentEngineTier, RestartServesLatentBlocksFromDisk) {
   EngineConfig config = testing_util::SmallConfig();
   config.tiers.disk_path = dir.path();
   const auto prompts = Prompts();
-  auto run = [&](EngineCore& core, int64_t first_id) {
-    std::map<int64_t, std::vector<TokenId>> got;
-    std::map<int64_t, RequestMetrics> metrics;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      EXPECT_TRUE(core.Add(RequestId(first_id + static_cast<int64_t>(i)), Greedy(prompts[i], 6)).ok());
-    }
-    std::vector<RequestOutput> events;
-    while (core.HasWork() || core.HasPendingTierLoads()) {
-      if (!core.HasWork()) {
-        core.WaitForTierLoad(std::chrono::milliseconds(100));
-        continue;
-      }
-      EXPECT_TRUE(core.Step(&events).ok());
-      for (const RequestOutput& e : events) {
-        auto& ids = got[e.id.value() - first_id];
-        ids.insert(ids.end(), e.new_tokens.begin(), e.new_tokens.end());
-        if (e.finished) metrics[e.id.value() - first_id] = e.metrics;
-      }
-      events.clear();
-    }
-    return std::make_pair(got, metrics);
-  };
-  std::map<int64_t, std::vector<TokenId>> first;
+  std::vector<testing_util::Done> first;
   {
     auto core = EngineCore::Create(LoadModel("deepseek2"), config);
     ASSERT_TRUE(core.ok()) << core.status().ToString();
-    first = run(**core, 0).first;
+    first = testing_util::RunAll(**core, prompts, 6);
   }
   auto core = EngineCore::Create(LoadModel("deepseek2"), config);
   ASSERT_TRUE(core.ok()) << core.status().ToString();
-  const auto [again, metrics] = run(**core, 100);
+  const auto again = testing_util::RunAll(**core, prompts, 6);
   int from_disk = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const int64_t k = static_cast<int64_t>(i);
-    EXPECT_EQ(again.at(k), first.at(k)) << "prompt " << i;
-    EXPECT_EQ(first.at(k), Alone("deepseek2", KvDtype::kF16, prompts[i], 6)) << "prompt " << i;
-    for (const auto& t : metrics.at(k).cached_tokens_by_tier) {
+    EXPECT_EQ(again[i].tokens, first[i].tokens) << "prompt " << i;
+    EXPECT_EQ(first[i].tokens, Alone("deepseek2", KvDtype::kF16, prompts[i], 6)) << "prompt " << i;
+    for (const auto& t : again[i].metrics.cached_tokens_by_tier) {
       if (t.tier == "disk") from_disk += t.tokens;
     }
   }

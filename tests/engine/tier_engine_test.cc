@@ -52,44 +52,8 @@ std::unique_ptr<EngineCore> Core(const EngineConfig& c, std::unique_ptr<Model> m
   return std::move(core).value();
 }
 
-struct Done {
-  std::vector<TokenId> tokens;
-  RequestMetrics metrics;
-};
-
-// Adds every request at once and steps (waiting for tier loads) until all have finished.
-std::vector<Done> RunAll(EngineCore& core, const std::vector<std::vector<TokenId>>& prompts,
-                         int max_tokens) {
-  static int64_t next_id = 1;
-  std::map<int64_t, size_t> index;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    index[next_id] = i;
-    EXPECT_TRUE(core.Add(RequestId(next_id++), Greedy(prompts[i], max_tokens)).ok());
-  }
-  std::vector<Done> done(prompts.size());
-  std::vector<RequestOutput> events;
-  while (core.HasWork() || core.HasPendingTierLoads()) {
-    if (!core.HasWork()) {
-      core.WaitForTierLoad(std::chrono::milliseconds(100));
-      continue;
-    }
-    EXPECT_TRUE(core.Step(&events).ok());
-    core.CheckInvariants();
-    for (RequestOutput& e : events) {
-      Done& d = done[index.at(e.id.value())];
-      d.tokens.insert(d.tokens.end(), e.new_tokens.begin(), e.new_tokens.end());
-      if (e.finished) {
-        EXPECT_NE(e.finish_reason, FinishReason::kError) << e.error.ToString();
-        d.metrics = e.metrics;
-      }
-    }
-    events.clear();
-  }
-  const EngineStats st = core.stats();
-  EXPECT_EQ(st.kv.num_in_use, 0);
-  EXPECT_EQ(core.kv_manager().num_live_sequences(), 0);
-  return done;
-}
+using testing_util::Done;
+using testing_util::RunAll;
 
 int TierTokens(const RequestMetrics& m, const std::string& tier) {
   for (const auto& t : m.cached_tokens_by_tier) {

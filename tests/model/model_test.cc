@@ -155,8 +155,8 @@ TEST_P(ForwardTest, OneBatchOfSeveralSequencesEqualsEachAlone) {
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe", "mixtral",
                                            "deepseek2", "deepseek2-qlora"),
-                         [](const auto& info) {
-                           std::string n = info.param;
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
