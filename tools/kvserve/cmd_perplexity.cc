@@ -280,7 +280,8 @@ void RunPerplexity(PerplexityOptions& o) {
   const double top1 = compare ? static_cast<double>(t.agree) / count : 1.0;
   const std::string k_name(KvDtypeName(layout.k_dtype)), v_name(KvDtypeName(layout.v_dtype));
   const size_t f16_bytes = KvLayout{layout.num_layers, layout.num_kv_heads, layout.head_dim,
-                                    layout.block_size, KvDtype::kF16, KvDtype::kF16}
+                                    layout.block_size, KvDtype::kF16, KvDtype::kF16,
+                                    layout.v_from_k}
                                .bytes_per_token();
   if (o.json) {
     nlohmann::json j = {
