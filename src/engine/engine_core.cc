@@ -202,9 +202,17 @@ const KvEvictionConfig& EngineCore::EvictionConfigFor(const EngineRequest& r) co
 }
 
 Result<KvEvictionPlan> EngineCore::EvictionPlanFor(const EngineRequest& r) const {
-  return PlanKvEviction(EvictionConfigFor(r), config_.block_size,
-                        std::min<int>(config_.max_model_len,
-                                      kv_manager_->num_blocks() * config_.block_size));
+  KV_ASSIGN_OR_RETURN(KvEvictionPlan plan,
+                      PlanKvEviction(EvictionConfigFor(r), config_.block_size,
+                                     std::min<int>(config_.max_model_len,
+                                                   kv_manager_->num_blocks() * config_.block_size)));
+  // The scores come from the attention kernel over the cache; the decompressed MLA form
+  // attends over per-head copies instead.
+  if (plan.by_score && model_->config().is_mla() &&
+      model_->options().mla_form == MlaForm::kDecompressed) {
+    return InvalidArgument("kv_eviction h2o and snapkv need --mla-attention absorbed");
+  }
+  return plan;
 }
 
 Result<EngineCore::SeqCtx> EngineCore::MakeSeq(RequestId id, const EngineRequest& r,

@@ -1,7 +1,8 @@
 // Runs the server test suite under node's test runner: every *.test.mjs here, against
 // $KVSERVE_BIN (default ../../build/kvserve). Exits 77 (CTest's skip code) when node_modules is
 // missing: run `npm ci` in tests/server first (scripts/setup.sh does). Extra arguments go to
-// `node --test` (e.g. --test-name-pattern=stop).
+// `node --test` (e.g. --test-name-pattern=stop). KVSERVE_SERVER_TEST_FILES (comma-separated
+// names without .test.mjs) runs only those files.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import path from "node:path";
@@ -12,7 +13,11 @@ if (!existsSync(path.join(here, "node_modules", "openai"))) {
   console.log("server tests skipped: run `npm ci` in tests/server");
   process.exit(77);
 }
-const files = readdirSync(here).filter((f) => f.endsWith(".test.mjs")).sort();
+const only = (process.env.KVSERVE_SERVER_TEST_FILES ?? "").split(",").filter((f) => f !== "");
+const files = readdirSync(here)
+  .filter((f) => f.endsWith(".test.mjs"))
+  .filter((f) => only.length === 0 || only.includes(f.replace(/\.test\.mjs$/, "")))
+  .sort();
 const r = spawnSync(process.execPath, ["--test", ...process.argv.slice(2), ...files],
   { cwd: here, stdio: "inherit" });
 process.exit(r.status ?? 1);
