@@ -131,12 +131,7 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
   Scratch& s = *scratch_;
   const ModelConfig& c = config_;
   const int n = batch.num_tokens();
-  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      RmsNorm(s.x.data() + t * c.hidden, L.attn_norm.data(), c.hidden, c.rms_eps,
-              s.xn.data() + t * c.hidden);
-    }
-  });
+  NormRows(L.attn_norm, n, pool);
   MatMul(L.wq, s.xn.data(), n, s.q.data(), pool);
   MatMul(L.wk, s.xn.data(), n, s.k.data(), pool);
   MatMul(L.wv, s.xn.data(), n, s.v.data(), pool);
@@ -366,22 +361,41 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
   });
 }
 
+void Model::NormRows(const std::vector<float>& weight, int n, ThreadPool& pool) {
+  Scratch& s = *scratch_;
+  const int64_t hidden = config_.hidden;
+  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      RmsNorm(s.x.data() + t * hidden, weight.data(), hidden, config_.rms_eps,
+              s.xn.data() + t * hidden);
+    }
+  });
+}
+
+namespace {
+
+// y = down(silu(gate x) * up x) for n rows of x (dense, expert and shared feed-forwards); g and
+// u: scratch of n * gate.rows floats each.
+void SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
+                       const float* x, int64_t n, float* g, float* u, float* y, ThreadPool& pool) {
+  MatMul(gate, x, n, g, pool);
+  MatMul(up, x, n, u, pool);
+  const int64_t ff = gate.rows;
+  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) SwiGlu(g + t * ff, u + t * ff, ff);
+  });
+  MatMul(down, g, n, y, pool);
+}
+
+}  // namespace
+
 void Model::FeedForwardBlock(int li, int n, ThreadPool& pool) {
   const Layer& L = layers_[li];
   Scratch& s = *scratch_;
   const ModelConfig& c = config_;
-  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      RmsNorm(s.x.data() + t * c.hidden, L.ffn_norm.data(), c.hidden, c.rms_eps,
-              s.xn.data() + t * c.hidden);
-    }
-  });
-  MatMul(L.w_gate, s.xn.data(), n, s.gate.data(), pool);
-  MatMul(L.w_up, s.xn.data(), n, s.up.data(), pool);
-  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) SwiGlu(s.gate.data() + t * c.ffn, s.up.data() + t * c.ffn, c.ffn);
-  });
-  MatMul(L.w_down, s.gate.data(), n, s.proj.data(), pool);
+  NormRows(L.ffn_norm, n, pool);
+  SwiGluFeedForward(L.w_gate, L.w_up, L.w_down, s.xn.data(), n, s.gate.data(), s.up.data(),
+                    s.proj.data(), pool);
   AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * c.hidden);
 }
 
@@ -404,12 +418,7 @@ void Model::MlaAttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, 
   const MlaConfig& m = c.mla;
   const int n = batch.num_tokens();
   const int64_t H = c.num_heads, qh = m.q_head(), lat = m.latent_dim(), lora = m.kv_lora_rank;
-  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      RmsNorm(s.x.data() + t * c.hidden, L.attn_norm.data(), c.hidden, c.rms_eps,
-              s.xn.data() + t * c.hidden);
-    }
-  });
+  NormRows(L.attn_norm, n, pool);
   if (m.q_lora_rank > 0) {
     const int64_t ql = m.q_lora_rank;
     MatMul(L.wq_a, s.xn.data(), n, s.q_a.data(), pool);
@@ -602,8 +611,6 @@ void RouteToken(const float* logits, const std::vector<float>& bias, const MoeCo
   for (int r = 0; r < m.num_used; ++r) weights[r] *= m.weights_scale;
 }
 
-uint64_t MatrixBytes(const WeightMatrix& w) { return static_cast<uint64_t>(w.rows) * w.row_bytes; }
-
 }  // namespace
 
 // NOTE: the batch's tokens are grouped by expert, so each chosen expert's matrices are read
@@ -616,13 +623,8 @@ void Model::MoeFeedForward(int li, int n, ThreadPool& pool) {
   const ModelConfig& c = config_;
   const MoeConfig& m = c.moe;
   const int E = m.num_experts, K = m.num_used;
-  const int64_t hidden = c.hidden, ff = m.expert_ffn;
-  pool.ParallelFor(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      RmsNorm(s.x.data() + t * hidden, L.ffn_norm.data(), hidden, c.rms_eps,
-              s.xn.data() + t * hidden);
-    }
-  });
+  const int64_t hidden = c.hidden;
+  NormRows(L.ffn_norm, n, pool);
   s.router_logits.resize(static_cast<size_t>(n) * E * 3);
   s.moe_expert.resize(static_cast<size_t>(n) * K);
   s.moe_weight.resize(static_cast<size_t>(n) * K);
@@ -648,18 +650,13 @@ void Model::MoeFeedForward(int li, int n, ThreadPool& pool) {
                   sizeof(float) * hidden);
     }
     const size_t ue = static_cast<size_t>(e);
-    MatMul(L.exp_gate[ue], s.moe_x.data(), nr, s.moe_gate.data(), pool);
-    MatMul(L.exp_up[ue], s.moe_x.data(), nr, s.moe_up.data(), pool);
-    pool.ParallelFor(nr, [&](int64_t b, int64_t end) {
-      for (int64_t r = b; r < end; ++r) SwiGlu(s.moe_gate.data() + r * ff, s.moe_up.data() + r * ff, ff);
-    });
-    MatMul(L.exp_down[ue], s.moe_gate.data(), nr, s.moe_y.data(), pool);
+    SwiGluFeedForward(L.exp_gate[ue], L.exp_up[ue], L.exp_down[ue], s.moe_x.data(), nr,
+                      s.moe_gate.data(), s.moe_up.data(), s.moe_y.data(), pool);
     for (int64_t r = 0; r < nr; ++r) {
       std::memcpy(s.moe_out.data() + static_cast<int64_t>(rows[r]) * hidden,
                   s.moe_y.data() + r * hidden, sizeof(float) * hidden);
     }
-    const uint64_t bytes = MatrixBytes(L.exp_gate[ue]) + MatrixBytes(L.exp_up[ue]) +
-                           MatrixBytes(L.exp_down[ue]);
+    const uint64_t bytes = L.exp_gate[ue].bytes() + L.exp_up[ue].bytes() + L.exp_down[ue].bytes();
     moe_stats_.expert_bytes_read += bytes;
     moe_stats_.expert_bytes_ungrouped += bytes * static_cast<uint64_t>(nr);
   }
@@ -679,13 +676,8 @@ void Model::MoeFeedForward(int li, int n, ThreadPool& pool) {
     }
   });
   if (m.num_shared > 0) {
-    const int64_t sf = ff * m.num_shared;
-    MatMul(L.sh_gate, s.xn.data(), n, s.moe_gate.data(), pool);
-    MatMul(L.sh_up, s.xn.data(), n, s.moe_up.data(), pool);
-    pool.ParallelFor(n, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) SwiGlu(s.moe_gate.data() + t * sf, s.moe_up.data() + t * sf, sf);
-    });
-    MatMul(L.sh_down, s.moe_gate.data(), n, s.moe_y.data(), pool);
+    SwiGluFeedForward(L.sh_gate, L.sh_up, L.sh_down, s.xn.data(), n, s.moe_gate.data(),
+                      s.moe_up.data(), s.moe_y.data(), pool);
     AddInPlace(s.proj.data(), s.moe_y.data(), static_cast<int64_t>(n) * hidden);
   }
   AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * hidden);

@@ -129,6 +129,8 @@ class Model {
   void MlaAttentionBlock(int layer, const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool);
   void MlaDecompressedAttend(int layer, const ForwardBatch& batch, const KvStorage& kv,
                              ThreadPool& pool);
+  // xn = RMSNorm(x) * weight for the batch's n rows of the residual stream.
+  void NormRows(const std::vector<float>& weight, int n, ThreadPool& pool);
   void FeedForwardBlock(int layer, int num_tokens, ThreadPool& pool);
   void MoeFeedForward(int layer, int num_tokens, ThreadPool& pool);
   // Attention of every query row of the batch over the paged view: query heads of token t at

@@ -292,7 +292,7 @@ void Model::CountActiveParams() {
       n += one * c.moe.num_used;
       for (size_t e = 0; e < l.exp_gate.size(); ++e) {
         for (const WeightMatrix* w : {&l.exp_gate[e], &l.exp_up[e], &l.exp_down[e]}) {
-          expert_weight_bytes_ += static_cast<uint64_t>(w->rows) * w->row_bytes;
+          expert_weight_bytes_ += w->bytes();
         }
       }
     }

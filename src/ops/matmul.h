@@ -24,6 +24,7 @@ struct WeightMatrix {
   size_t row_bytes = 0;
 
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+  uint64_t bytes() const { return static_cast<uint64_t>(rows) * row_bytes; }
 };
 
 // y[t, r] = sum_c w[r, c] * x[t, c]
