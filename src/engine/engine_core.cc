@@ -31,9 +31,10 @@ std::string MoeMlaFingerprint(const Model& model) {
   std::string out;
   if (c.moe.num_experts > 0) {
     const MoeConfig& m = c.moe;
-    out += fmt::format("|moe e{} k{} ff{} sh{} ld{} g{} n{} s{}", m.num_experts, m.num_used,
-                       m.expert_ffn, m.num_shared, m.leading_dense, static_cast<int>(m.gating),
-                       m.norm_weights, m.weights_scale);
+    out += fmt::format("|moe e{} k{} ff{} sh{} ld{} g{} n{} s{} grp{}/{}", m.num_experts,
+                       m.num_used, m.expert_ffn, m.num_shared, m.leading_dense,
+                       static_cast<int>(m.gating), m.norm_weights, m.weights_scale,
+                       m.num_groups_used, m.num_groups);
   }
   if (c.is_mla()) {
     const MlaConfig& m = c.mla;

@@ -39,7 +39,6 @@ struct MoeConfig {
   MoeGating gating = MoeGating::kSoftmax;  // expert_gating_func: probabilities from the logits
   bool norm_weights = true;   // expert_weights_norm: the top-k weights divided by their sum
   float weights_scale = 1.f;  // expert_weights_scale: then multiplied by this
-  bool has_selection_bias = false;  // exp_probs_b: added to the probabilities to choose only
   // expert_group_count / expert_group_used_count (DeepSeek-V3): experts are chosen only from the
   // num_groups_used groups whose two best selection scores sum highest.
   int num_groups = 1;

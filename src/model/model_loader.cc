@@ -257,7 +257,6 @@ Status Model::LoadFeedForward(int i) {
   KV_ASSIGN_OR_RETURN(l.exp_down, Experts(f, name("ffn_down_exps.weight"), c.hidden, ff, E));
   if (f.FindTensor(name("exp_probs_b.bias")) != nullptr) {
     KV_ASSIGN_OR_RETURN(l.selection_bias, Vector(f, name("exp_probs_b.bias"), E));
-    config_.moe.has_selection_bias = true;
   }
   if (m.num_shared > 0) {
     const int64_t sf = ff * m.num_shared;
