@@ -419,7 +419,7 @@ inline void FinishRow(const float* merged, float* out, float* lse) {
 struct TileScratch {
   std::vector<float> kt, vf, scores, probs, state, merged, qrot, qsum;
   std::vector<const float*> qrows;  // the tile's query rows (PrepareTile)
-  // Long head vectors (D > 128): per row of a chunk, its rescale factor (0: none), the int4
+  // Long head vectors (D > 128): per row of a chunk, its rescale factor (< 0: none), the int4
   // minimums' share and its visible slots, between the two passes over the rows.
   std::vector<float> row_alpha, row_pm;
   std::vector<int> row_v;
@@ -547,15 +547,15 @@ inline float SoftmaxStep(float* st, const float* scores, int v, VI iota, bool v_
 
 // One row's running values, NB vectors of columns at st (the row's state; vf holds the chunk's
 // converted values, D floats per slot, offset to the same columns): rescaled by alpha when the
-// row's maximum grew, then acc += Σ_k probs[k] v_k over the row's v visible slots. Two
+// row's maximum grew (alpha >= 0, as SoftmaxStep returns it), then acc += Σ_k probs[k] v_k over the row's v visible slots. Two
 // interleaved partial sums (even and odd slots) halve the FMA dependency chains; acc += even + odd
 // (+ pm, the minimums' share, for int4 values).
 template <int D, int NB>
-inline void AccumulateValues(float* st, const float* vf, const float* probs, int v, bool rescale,
-                             float alpha, bool v_min, float pm) {
+inline void AccumulateValues(float* st, const float* vf, const float* probs, int v, float alpha,
+                             bool v_min, float pm) {
   VF acc[NB];
   for (int i = 0; i < NB; ++i) acc[i] = LoadF(st + i * W);
-  if (rescale) {
+  if (alpha >= 0.f) {
     for (int i = 0; i < NB; ++i) acc[i] *= alpha;
   }
   VF even[NB] = {}, odd[NB] = {};
@@ -752,7 +752,7 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
         sc.row_pm[static_cast<size_t>(r)] = pm;
         sc.row_v[static_cast<size_t>(r)] = v;
       } else {
-        AccumulateValues<D, D / W>(st, vf, probs, v, alpha >= 0.f, alpha, v_min, pm);
+        AccumulateValues<D, D / W>(st, vf, probs, v, alpha, v_min, pm);
       }
     }
     if constexpr (D > 128) {
@@ -761,8 +761,7 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
         for (int r = rc; r < rows; ++r) {
           const size_t ur = static_cast<size_t>(r);
           AccumulateValues<D, NB>(sc.state.data() + ur * (D + 2) + b, vf + b, probs_rows + ur * W,
-                                  sc.row_v[ur], sc.row_alpha[ur] >= 0.f, sc.row_alpha[ur], v_min,
-                                  sc.row_pm[ur]);
+                                  sc.row_v[ur], sc.row_alpha[ur], v_min, sc.row_pm[ur]);
         }
       };
       for (int b = 0; b + kAccBlock <= D; b += kAccBlock) columns.template operator()<kAccBlock / W>(b);
