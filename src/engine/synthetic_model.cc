@@ -113,7 +113,9 @@ void WriteMoeMetadata(const SyntheticModelSpec& s, GgufWriter& w) {
 void WriteMlaMetadata(const SyntheticModelSpec& s, GgufWriter& w) {
   const std::string& a = s.arch;
   const SyntheticMlaSpec& m = s.mla;
-  if (m.q_lora_rank > 0) w.SetUint32(a + ".attention.q_lora_rank", m.q_lora_rank);
+  // Written even when 0 (a full attn_q): converted V2-Lite files omit it, and llama.cpp then
+  // takes only a 26- or 27-layer file for a full-query one; with the key it loads any depth.
+  w.SetUint32(a + ".attention.q_lora_rank", m.q_lora_rank);
   w.SetUint32(a + ".attention.kv_lora_rank", m.kv_lora_rank);
   w.SetUint32(a + ".rope.dimension_count", m.qk_rope);
   if (m.split_kv_b) {
