@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: install dependencies, build, run every test, run the fast unit tests
 # again under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded ones (compute pool, tier I/O, engine)
-# under ThreadSanitizer, and fuzz the GGUF reader, the HTTP request parser and the OpenAI codec for a bounded time. Ends with one summary line "summary: N passed, M failed".
+# under ThreadSanitizer, and fuzz the GGUF reader, the HTTP request parser and the OpenAI codec for a bounded time.
+# Ends with how long each phase took, the ten slowest tests, and one summary line
+# "summary: N passed, M failed".
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc 2>/dev/null || echo 2)"
@@ -9,6 +11,21 @@ logdir="$(mktemp -d)"
 passed=0
 failed=0
 status=0
+
+# phase NAME: closes the running phase (its seconds go to the timing table) and opens NAME.
+phase_names=()
+phase_secs=()
+phase_name=""
+phase_start=$SECONDS
+phase() {
+  if [ -n "$phase_name" ]; then
+    phase_names+=("$phase_name")
+    phase_secs+=($((SECONDS - phase_start)))
+  fi
+  phase_name="$1"
+  phase_start=$SECONDS
+  [ -n "$1" ] && echo "== $1"
+}
 
 count() {  # count LOG: adds CTest's totals from LOG to passed/failed
   local line total fails
@@ -23,29 +40,32 @@ count() {  # count LOG: adds CTest's totals from LOG to passed/failed
   failed=$((failed + fails))
 }
 
+phase "setup"
 bash "$root/scripts/setup.sh" || exit 1
 
-echo "== build (Release)"
+phase "build (Release)"
 bash "$root/scripts/build.sh" || exit 1
-echo "== tests"
+phase "tests (Release)"
 ctest --test-dir "$root/build" --output-on-failure -j"$jobs" 2>&1 | tee "$logdir/main.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 count "$logdir/main.log"
 
-echo "== unit tests under ASan + UBSan"
+phase "build (ASan + UBSan)"
 cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKVSERVE_SANITIZE=ON -DKVSERVE_BUILD_BENCH=OFF >/dev/null || exit 1
 cmake --build "$root/build-asan" -j"$jobs" || exit 1
+phase "unit tests under ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan" -L unit --output-on-failure \
   -j"$jobs" 2>&1 | tee "$logdir/asan.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 count "$logdir/asan.log"
 
-echo "== threaded tests under ThreadSanitizer (compute pool, tier I/O threads, engine thread, HTTP server and client, kvserve serve under the server tests)"
+phase "build (ThreadSanitizer)"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKVSERVE_TSAN=ON -DKVSERVE_BUILD_BENCH=OFF >/dev/null || exit 1
 cmake --build "$root/build-tsan" -j"$jobs" --target util_test tier_test tier_engine_test engine_test \
   http_server_test http_client_test kvserve || exit 1
+phase "threaded tests under ThreadSanitizer"
 # server_openai runs the black-box server tests against the ThreadSanitizer build of kvserve:
 # a race in the HTTP layer, the bridge or the engine ends that server, and its tests fail. Under
 # ThreadSanitizer only the files whose servers are busy with concurrent clients, streams,
@@ -59,7 +79,7 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/b
 count "$logdir/tsan.log"
 
 if [ -f "$root/scripts/fuzz.sh" ] && command -v clang++ >/dev/null 2>&1; then
-  echo "== fuzzing the GGUF reader, the HTTP request parser and the OpenAI codec (${KVSERVE_FUZZ_SECONDS:-45} s each)"
+  phase "fuzzing (build, then ${KVSERVE_FUZZ_SECONDS:-45} s per target)"
   if bash "$root/scripts/fuzz.sh" "${KVSERVE_FUZZ_SECONDS:-45}"; then
     passed=$((passed + 1))
   else
@@ -67,6 +87,21 @@ if [ -f "$root/scripts/fuzz.sh" ] && command -v clang++ >/dev/null 2>&1; then
     status=1
   fi
 fi
+
+phase ""
+
+echo "== time per phase"
+total=0
+for i in "${!phase_names[@]}"; do
+  printf '%6d s  %s\n' "${phase_secs[$i]}" "${phase_names[$i]}"
+  total=$((total + phase_secs[i]))
+done
+printf '%6d s  total\n' "$total"
+# CTest's result lines: "  3/599 Test  #12: Name ......   Passed    1.23 sec".
+echo "== ten slowest tests"
+for log in "$logdir"/*.log; do
+  sed -nE "s/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec\$/\2 \1 $(basename "$log" .log)/p" "$log"
+done | sort -rn | head -n 10 | awk '{ printf "%8.1f s  %s (%s)\n", $1, $2, $3 }'
 
 # The failures again, last, where a reader of only the log's tail sees them.
 if grep -q 'The following tests FAILED' "$logdir"/*.log 2>/dev/null; then
