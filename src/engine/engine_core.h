@@ -22,6 +22,10 @@
 // step. A request whose next block is being loaded for another request waits for that load and
 // then looks again, so one block is fetched once.
 //
+// Files: engine_core.cc (Create, admission, Step), engine_batch.cc (the forward batch, eviction
+// inside a sequence, prompt scoring), engine_output.cc (sampling, text, finishing samples),
+// engine_spec.cc (drafts, verification, jump-forward), engine_tiers.cc (lower-tier loads).
+//
 // Thread safety: none; one thread calls everything.
 #pragma once
 
@@ -180,7 +184,15 @@ class EngineCore {
 
   EngineCore(std::unique_ptr<Model> model, KvStorage kv, const EngineConfig& config,
              const Tokenizer* tokenizer);
-  Result<SeqCtx> MakeSeq(RequestId id, const EngineRequest& request, int index) const;
+  static double Seconds(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  }
+  SeqId NewSeqId() { return SeqId(next_seq_++); }
+
+  // engine_core.cc: admission and the step.
+  void Schedule(RequestId id);  // hands the request's first sequence to the scheduler
+
+  // engine_batch.cc: the forward batch of a step, and the KV edits inside sequences.
   ForwardBatch BuildBatch(const ScheduleOutput& so);
   // The request's eviction config: its own, else the engine's; and that config checked and
   // planned.
@@ -195,12 +207,25 @@ class EngineCore {
   int ScoredRows(const ScheduledSeq& s) const;
   void ScorePrompt(const ScheduledSeq& s, const float* rows, int num_rows,
                    std::vector<RequestOutput>* out);
+
+  // engine_output.cc: sampling, streaming text, finishing samples.
+  Result<SeqCtx> MakeSeq(RequestId id, const EngineRequest& request, int index) const;
   void SampleFromRow(SeqId seq, float* row, std::vector<RequestOutput>* out);
   void ForkSamples(SeqId parent, const float* row, std::vector<RequestOutput>* out);
   // Samples, appends and emits one token; says which, and whether the sample finished with it.
   Emitted SampleOne(SeqId seq, std::span<float> logits, std::vector<RequestOutput>* out);
   // Appends and emits a token chosen already (sampled, or forced by a constraint).
   Emitted EmitToken(SeqId seq, SampleOutput sample, std::vector<RequestOutput>* out);
+  // Appends `text` to the sample's held-back text and moves to *emit what can be streamed.
+  // True when a stop string was found (*emit then ends before or after it).
+  bool TakeText(SeqCtx& s, const EngineRequest& r, std::string text, bool final,
+                std::string* emit) const;
+  // Ends the sample: its last text, metrics and finish reason into *event (or a new event in
+  // *out when null); releases its blocks, and the request once its last sample ends.
+  void FinishSeq(SeqId seq, FinishReason reason, Status error, std::vector<RequestOutput>* out,
+                 RequestOutput* event);
+
+  // engine_spec.cc: speculative decoding and jump-forward.
   // Speculative decoding: sets this step's drafts on the decoding sequences (before Schedule).
   Status ProposeDrafts();
   // Measures verify_cost_ for 1..max_rows rows of one scratch sequence (start-up, adaptive
@@ -214,16 +239,10 @@ class EngineCore {
   // Verifies a sequence's drafts against its logits rows (rows[0] follows its last token).
   void VerifyRows(const ScheduledSeq& s, float* rows, std::vector<RequestOutput>* out);
   CacheNamespace DraftNamespaceFor(const std::string& cache_salt) const;
-  // Appends `text` to the sample's held-back text and moves to *emit what can be streamed.
-  // True when a stop string was found (*emit then ends before or after it).
-  bool TakeText(SeqCtx& s, const EngineRequest& r, std::string text, bool final,
-                std::string* emit) const;
-  void FinishSeq(SeqId seq, FinishReason reason, Status error, std::vector<RequestOutput>* out,
-                 RequestOutput* event);
-  SeqId NewSeqId() { return SeqId(next_seq_++); }
+
+  // engine_tiers.cc: the lower KV tiers.
   // Opens the configured tiers (a tier that cannot be used is logged and left out).
   Status OpenTiers();
-  void Schedule(RequestId id);  // hands the request's first sequence to the scheduler
   // Starts loading what follows the request's RAM hit from the lower tiers; false when there is
   // nothing to load (the caller schedules it).
   bool StartTierLoad(RequestId id);
