@@ -2,6 +2,8 @@
 // modules above it (server, loadgen, a router) need no Boost headers of their own.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +17,13 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 std::string_view FindHeader(const Headers& headers, std::string_view name);
 // How many headers are named `name`.
 size_t CountHeaders(const Headers& headers, std::string_view name);
+
+// What the server reads of one request at most (beyond it: 431 or 413).
+struct Limits {
+  size_t max_header_bytes = size_t{16} << 10;  // request line and headers together
+  int max_header_fields = 100;
+  uint64_t max_body_bytes = uint64_t{8} << 20;
+};
 
 struct Request {
   std::string method;  // "GET", "POST", ...

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <string_view>
+#include <vector>
 
 #include <boost/asio/buffer.hpp>
 
@@ -52,29 +54,39 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limi
   const auto& head = parser.get();
   if (auto refusal = CheckFieldCount(parser, limits)) return refusal;
   size_t lengths = 0;
-  int transfer_encodings = 0;
-  bool only_chunked = true;
+  // The codings of every Transfer-Encoding field, in order (a field may list several).
+  std::vector<std::string_view> codings;
+  std::string_view unknown;  // the first coding other than chunked
   for (const auto& f : head.base()) {
     if (f.name() == bhttp::field::content_length) ++lengths;
-    if (f.name() == bhttp::field::transfer_encoding) {
-      ++transfer_encodings;
-      std::string_view v = f.value();
+    if (f.name() != bhttp::field::transfer_encoding) continue;
+    std::string_view list = f.value();
+    while (true) {
+      const size_t comma = list.find(',');
+      std::string_view v = list.substr(0, comma);
       while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
       while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-      only_chunked = only_chunked && boost::beast::iequals(v, "chunked");
+      codings.push_back(v);
+      if (unknown.empty() && !boost::beast::iequals(v, "chunked")) unknown = v.empty() ? "''" : v;
+      if (comma == std::string_view::npos) break;
+      list.remove_prefix(comma + 1);
     }
   }
-  const bool transfer_encoding = transfer_encodings > 0;
-  // Beast refuses two Content-Length values that differ. A length beside a chunked body, or a
-  // Transfer-Encoding whose last coding is not chunked (the body's end is then unknowable), is
+  // Beast refuses two Content-Length values that differ. A length beside a Transfer-Encoding is
   // refused here: a proxy in front could frame the body differently (request smuggling).
-  if (lengths > 0 && transfer_encoding) {
+  if (lengths > 0 && !codings.empty()) {
     return Refusal{400, "a request may not carry both Content-Length and Transfer-Encoding"};
   }
-  // No other coding is decoded here, so the one accepted Transfer-Encoding is exactly
-  // "chunked", once: anything else would leave the body's end to a guess.
-  if (transfer_encoding && (transfer_encodings > 1 || !only_chunked || !parser.chunked())) {
-    return Refusal{400, "invalid Transfer-Encoding: a request may carry only 'chunked'"};
+  // No coding but chunked is decoded here: any other is 501 (RFC 9112, 6.1), and the connection
+  // closes, since the body's end is then unknown.
+  if (!unknown.empty()) {
+    return Refusal{501, fmt::format("transfer coding '{}' is not implemented: send the body with "
+                                    "Content-Length or 'Transfer-Encoding: chunked' alone",
+                                    unknown)};
+  }
+  // Only chunked, then exactly once (the parser's flag says Beast framed the body with it).
+  if (codings.size() > 1 || (!codings.empty() && !parser.chunked())) {
+    return Refusal{400, "invalid Transfer-Encoding: 'chunked' may be applied only once"};
   }
   if (head.method() == bhttp::verb::post && lengths == 0 && !parser.chunked()) {
     return Refusal{411, "a POST needs a Content-Length header (or a chunked body)"};

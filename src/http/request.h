@@ -16,13 +16,7 @@
 
 namespace kvserve::http {
 
-struct Limits {
-  size_t max_header_bytes = size_t{16} << 10;  // request line and headers together
-  int max_header_fields = 100;
-  uint64_t max_body_bytes = uint64_t{8} << 20;
-};
-
-// A request that is not served: its status (400, 408, 411, 413, 431, ...) and why.
+// A request that is not served: its status (400, 408, 411, 413, 431, 501, ...) and why.
 struct Refusal {
   int status = 400;
   std::string message;
@@ -34,7 +28,8 @@ void ConfigureParser(RequestParser& parser, const Limits& limits);
 // The answer to an error of Beast's parser while reading a head or a body.
 Refusal RefusalFor(const boost::beast::error_code& ec);
 // Checks a parsed head: its framing (RFC 9112 section 6.3: one Content-Length or a chunked body,
-// never both, and a POST must declare one) and its number of header fields.
+// never both, and a POST must declare one; a transfer coding other than chunked is 501) and its
+// number of header fields.
 std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limits);
 // Checks the number of header fields: CheckHead calls it on the head, and it is called again
 // once a chunked body has been read, since Beast adds the body's trailer fields to the same list.

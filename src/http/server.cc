@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "http/request.h"
 #include "util/log.h"
 
 namespace kvserve::http {
@@ -73,31 +75,50 @@ void RaiseFileLimit(int max_connections) {
   }
 }
 
-// Threads for the requests that block. They start on demand, up to `max`, and stay.
+// Threads for the requests that block. They start on demand, up to `max`; one left idle for
+// `idle_timeout` ends, so a burst's threads do not stay for the life of the process. A thread
+// that ends is joined by the next Submit (or by Join), never by itself.
 class WorkerPool {
  public:
-  explicit WorkerPool(int max) : max_(std::max(1, max)) {}
+  WorkerPool(int max, std::chrono::milliseconds idle_timeout)
+      : max_(std::max(1, max)), idle_timeout_(idle_timeout) {}
   ~WorkerPool() { Join(); }
 
   void Submit(std::function<void()> fn) {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(fn));
-    // Tasks are long (a stream lasts as long as its generation): a task must not wait behind
-    // one that a woken thread has not picked up yet, so count the queue against idle threads.
-    if (queue_.size() > idle_ && static_cast<int>(threads_.size()) < max_) {
-      threads_.emplace_back([this] { Loop(); });
+    std::vector<std::thread> ended;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ended.swap(ended_);
+      queue_.push_back(std::move(fn));
+      // Tasks are long (a stream lasts as long as its generation): a task must not wait behind
+      // one that a woken thread has not picked up yet, so count the queue against idle threads.
+      if (queue_.size() > idle_ && static_cast<int>(threads_.size()) < max_) {
+        std::thread t([this] { Loop(); });
+        const std::thread::id id = t.get_id();
+        threads_.emplace(id, std::move(t));
+      }
+      cv_.notify_one();
     }
-    cv_.notify_one();
+    for (std::thread& t : ended) t.join();
   }
 
   void Join() {
+    std::vector<std::thread> all;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
+      all.swap(ended_);
+      for (auto& [id, t] : threads_) all.push_back(std::move(t));
+      threads_.clear();
     }
     cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
+    for (std::thread& t : all) t.join();
+  }
+
+  // Threads started and not ended.
+  int num_threads() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(threads_.size());
   }
 
  private:
@@ -105,9 +126,16 @@ class WorkerPool {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       ++idle_;
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      const bool woken = cv_.wait_for(lock, idle_timeout_,
+                                      [this] { return stop_ || !queue_.empty(); });
       --idle_;
-      if (queue_.empty()) return;
+      if (!woken) {  // idle for the whole timeout: this thread ends
+        auto self = threads_.find(std::this_thread::get_id());
+        ended_.push_back(std::move(self->second));
+        threads_.erase(self);
+        return;
+      }
+      if (queue_.empty()) return;  // stopping
       std::function<void()> fn = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
@@ -117,10 +145,12 @@ class WorkerPool {
   }
 
   const int max_;
-  std::mutex mu_;
+  const std::chrono::milliseconds idle_timeout_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  std::vector<std::thread> threads_;
+  std::unordered_map<std::thread::id, std::thread> threads_;  // running, by id
+  std::vector<std::thread> ended_;  // ended on their idle timeout, to be joined
   size_t idle_ = 0;
   bool stop_ = false;
 };
@@ -154,7 +184,8 @@ struct Server::Impl {
   Clock::time_point last_accept_warning{};
 
   Impl(ServerConfig c, Handlers h)
-      : config(std::move(c)), handlers(std::move(h)), pool(config.num_workers) {
+      : config(std::move(c)), handlers(std::move(h)), pool(config.num_workers, std::chrono::milliseconds(std::max<int64_t>(
+                                     1, std::llround(config.worker_idle_timeout_s * 1e3)))) {
     if (!handlers.error) handlers.error = PlainError;
   }
 
@@ -844,5 +875,7 @@ void Server::Stop() {
 }
 
 int Server::num_connections() const { return impl_->num_conns.load(); }
+
+int Server::num_worker_threads() const { return impl_->pool.num_threads(); }
 
 }  // namespace kvserve::http

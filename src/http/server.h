@@ -21,7 +21,6 @@
 #include <string_view>
 
 #include "http/message.h"
-#include "http/request.h"
 #include "kvserve/status.h"
 
 namespace kvserve::http {
@@ -37,7 +36,8 @@ struct ServerConfig {
   double shutdown_timeout_s = 5; // Stop(): running requests get this long, then are closed
   int backlog = 1024;            // listen(2) backlog (the kernel may cap it: somaxconn)
   int max_connections = 4096;    // beyond it a new connection gets 503 and is closed
-  int num_workers = 64;          // threads for the requests that block
+  int num_workers = 64;          // threads for the requests that block, at most
+  double worker_idle_timeout_s = 30;  // a worker thread idle this long ends
 };
 
 // The response side of one request, for a handler on a worker thread. Each call blocks until
@@ -89,6 +89,8 @@ class Server {
 
   // Open connections, for tests and metrics.
   int num_connections() const;
+  // Worker threads running now (busy or idle), for tests and metrics.
+  int num_worker_threads() const;
 
  private:
   friend class Conn;

@@ -105,6 +105,10 @@ ApiError StatusError(int status) {
       e.message = "unsupported Content-Type: send the body as application/json";
       e.code = "unsupported_media_type";
       break;
+    case 501:  // a transfer coding the layer does not decode: the client's to change
+      e.message = "not implemented";
+      e.code = "not_implemented";
+      break;
     case 503:
       e.type = "server_error";
       e.message = "the server is overloaded";

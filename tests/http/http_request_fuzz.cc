@@ -33,10 +33,14 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-// The last coding of a Transfer-Encoding list ("gzip, chunked" -> "chunked").
-std::string_view LastCoding(std::string_view value) {
-  const size_t comma = value.rfind(',');
-  return Trim(comma == std::string_view::npos ? value : value.substr(comma + 1));
+// Calls fn on each coding of a Transfer-Encoding list ("gzip, chunked": "gzip", "chunked").
+template <typename Fn>
+void ForEachCoding(std::string_view value, Fn fn) {
+  for (size_t comma; (comma = value.find(',')) != std::string_view::npos;) {
+    fn(Trim(value.substr(0, comma)));
+    value.remove_prefix(comma + 1);
+  }
+  fn(Trim(value));
 }
 
 void CheckRequest(const Request& r, const Limits& limits, size_t input_size) {
@@ -53,6 +57,7 @@ void CheckRequest(const Request& r, const Limits& limits, size_t input_size) {
   // Framing (RFC 9112 section 6.3): a served request has one unambiguous body length, or a
   // proxy in front of the server could split the stream elsewhere (request smuggling).
   size_t transfer_encodings = 0;
+  size_t codings = 0;
   for (const auto& [name, value] : r.headers) {
     if (IEquals(name, "Content-Length")) {
       // Beast lets repeats of one value through; each must then agree with the body read.
@@ -64,10 +69,15 @@ void CheckRequest(const Request& r, const Limits& limits, size_t input_size) {
     }
     if (IEquals(name, "Transfer-Encoding")) {
       ++transfer_encodings;
-      // A request whose final coding is not chunked has no knowable length: RFC 9112 says 400.
-      Require(IEquals(LastCoding(value), "chunked"));
+      // Only chunked is decoded: a request with any other coding is refused (501, or 400 where
+      // the final coding is not chunked and the length is unknowable).
+      ForEachCoding(value, [&](std::string_view coding) {
+        Require(IEquals(coding, "chunked"));
+        ++codings;
+      });
     }
   }
+  Require(codings <= 1);  // chunked applied twice is refused
   const bool has_length = kvserve::http::CountHeaders(r.headers, "Content-Length") > 0;
   Require(!(has_length && transfer_encodings > 0));
   if (r.method == "POST") Require(has_length || transfer_encodings > 0);
@@ -77,7 +87,7 @@ void Check(const ParseOutcome& out, const Limits& limits, size_t input_size) {
   Require(!(out.refusal && out.incomplete));
   if (out.refusal) {
     const int s = out.refusal->status;
-    Require(s == 400 || s == 408 || s == 411 || s == 413 || s == 431 || s == 505);
+    Require(s == 400 || s == 408 || s == 411 || s == 413 || s == 431 || s == 501 || s == 505);
     Require(!out.refusal->message.empty());
   }
   size_t bodies = 0;

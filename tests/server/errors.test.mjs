@@ -336,6 +336,20 @@ describe("framing (400, 411, 413) and Range", () => {
     assert.match(errorOf(res).message, /both Content-Length and Transfer-Encoding/);
   });
 
+  test("a transfer coding other than chunked is a 501, and the connection closes", async () => {
+    for (const coding of ["gzip", "gzip, chunked", "deflate,chunked", "identity"]) {
+      const res = await post(`Transfer-Encoding: ${coding}\r\n`);
+      assert.equal(res.status, 501, `${coding}: ${res.body}`);
+      assertErrorShape(JSON.parse(res.body), { type: "invalid_request_error" });
+      assert.equal(errorOf(res).code, "not_implemented");
+      assert.match(errorOf(res).message, /transfer coding '(gzip|deflate|identity)' is not implemented/);
+      assert.equal(res.headers.connection, "close");
+    }
+    // chunked twice is malformed, not unsupported.
+    const twice = await post(`Transfer-Encoding: chunked, chunked\r\n`);
+    assert.equal(twice.status, 400, twice.body);
+  });
+
   test("a negative or malformed Content-Length is a 400, a huge one a 413, at once", async () => {
     for (const value of ["-5", "12abc", "0x20", "1 2"]) {
       const res = await post(`Content-Length: ${value}\r\n`);

@@ -63,7 +63,8 @@ void RunServe(ServeOptions& o) {
        {std::pair<const char*, double>{"--header-timeout", hc.header_timeout_s},
         {"--read-timeout", hc.read_timeout_s},
         {"--write-timeout", hc.write_timeout_s},
-        {"--idle-timeout", hc.idle_timeout_s}}) {
+        {"--idle-timeout", hc.idle_timeout_s},
+        {"--worker-idle-timeout", hc.worker_idle_timeout_s}}) {
     if (!(value > 0) || value > 86400) Fail(fmt::format("{} must be in (0, 86400] seconds", flag));
   }
   if (!(hc.shutdown_timeout_s >= 0) || hc.shutdown_timeout_s > 3600) {
@@ -222,6 +223,9 @@ void AddServeCommand(CLI::App& app) {
                   "dropped (default 30)");
   cmd->add_option("--idle-timeout", h.idle_timeout_s,
                   "Seconds a connection may wait with no request in progress (default 5)");
+  cmd->add_option("--worker-idle-timeout", h.worker_idle_timeout_s,
+                  "Seconds a worker thread (one per request being served) waits for the next "
+                  "request before it ends; a burst's threads do not stay (default 30)");
   cmd->add_option("--shutdown-timeout", h.shutdown_timeout_s,
                   "On SIGTERM or SIGINT, seconds that running requests get to finish before "
                   "their connections are closed (default 5)");
