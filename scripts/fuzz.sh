@@ -5,12 +5,14 @@
 # Usage: scripts/fuzz.sh [SECONDS]      (per target; default 60)
 # Env:   JOBS (build parallelism, default 2), FUZZ_FLAGS (extra libFuzzer flags, for every target),
 #        KVSERVE_FUZZ_BUILD (build dir, default build-fuzz), KVSERVE_FUZZ_SOURCE (source tree).
-# Configures build-fuzz with clang and -DKVSERVE_FUZZ=ON, builds gguf_fuzz, http_request_fuzz and
-# openai_codec_fuzz, and runs each over a temporary copy of its seed corpus (tests/data/gguf/corpus
-# plus the .gguf fixtures, tests/data/http/corpus, tests/data/openai/corpus) with its dictionary
-# where it has one, so the committed corpora are never modified. Crash inputs land in
-# $KVSERVE_FUZZ_BUILD/fuzz-artifacts/<target>-.... Every target runs even when an earlier one
-# fails; exits non-zero if any finds a crash, leak, timeout, sanitizer report or broken invariant.
+# Configures build-fuzz with clang and -DKVSERVE_FUZZ=ON (a build configured so already, such as
+# scripts/test.sh's build-asan, keeps its other settings and is only brought up to date), builds
+# gguf_fuzz, http_request_fuzz and openai_codec_fuzz, and runs each over a temporary copy of its
+# seed corpus (tests/data/gguf/corpus plus the .gguf fixtures, tests/data/http/corpus,
+# tests/data/openai/corpus) with its dictionary where it has one, so the committed corpora are
+# never modified. Crash inputs land in $KVSERVE_FUZZ_BUILD/fuzz-artifacts/<target>-.... Every
+# target runs even when an earlier one fails; exits non-zero if any finds a crash, leak, timeout,
+# sanitizer report or broken invariant.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

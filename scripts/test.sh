@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: install dependencies, build, run every test, run the fast unit tests
-# again under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded ones (compute pool, tier I/O, engine)
-# under ThreadSanitizer, and fuzz the GGUF reader, the HTTP request parser and the OpenAI codec for a bounded time.
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded ones (compute pool, tier
+# I/O, engine, HTTP, kvserve serve) under ThreadSanitizer, and fuzz the GGUF reader, the HTTP
+# request parser and the OpenAI codec for a bounded time.
 # Ends with how long each phase took, the ten slowest tests, and one summary line
 # "summary: N passed, M failed".
 set -uo pipefail
@@ -50,10 +51,20 @@ ctest --test-dir "$root/build" --output-on-failure -j"$jobs" 2>&1 | tee "$logdir
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 count "$logdir/main.log"
 
-phase "build (ASan + UBSan)"
-cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DKVSERVE_SANITIZE=ON -DKVSERVE_BUILD_BENCH=OFF >/dev/null || exit 1
-cmake --build "$root/build-asan" -j"$jobs" || exit 1
+# The sanitizer builds use clang (the Release build above is g++: both compilers build the
+# project) and compile only what their tests run. The ASan + UBSan build also holds the libFuzzer
+# targets (-DKVSERVE_FUZZ=ON, as scripts/fuzz.sh configures it), so fuzzing needs no build of
+# its own.
+sanitizer_cmake() {  # sanitizer_cmake DIR ARGS...: configures DIR with clang, no benchmarks
+  local dir="$1"
+  shift
+  CC=clang CXX=clang++ cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DKVSERVE_BUILD_BENCH=OFF "$@" >/dev/null
+}
+phase "build (ASan + UBSan, with the fuzz targets)"
+sanitizer_cmake "$root/build-asan" -DKVSERVE_SANITIZE=ON -DKVSERVE_FUZZ=ON || exit 1
+cmake --build "$root/build-asan" -j"$jobs" --target kvserve_unit_tests gguf_fuzz \
+  http_request_fuzz openai_codec_fuzz || exit 1
 phase "unit tests under ASan + UBSan"
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan" -L unit --output-on-failure \
   -j"$jobs" 2>&1 | tee "$logdir/asan.log"
@@ -61,8 +72,7 @@ ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$root/build-asan" -L unit --output
 count "$logdir/asan.log"
 
 phase "build (ThreadSanitizer)"
-cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DKVSERVE_TSAN=ON -DKVSERVE_BUILD_BENCH=OFF >/dev/null || exit 1
+sanitizer_cmake "$root/build-tsan" -DKVSERVE_TSAN=ON || exit 1
 cmake --build "$root/build-tsan" -j"$jobs" --target util_test tier_test tier_engine_test engine_test \
   http_server_test http_client_test kvserve || exit 1
 phase "threaded tests under ThreadSanitizer"
@@ -79,8 +89,8 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/b
 count "$logdir/tsan.log"
 
 if [ -f "$root/scripts/fuzz.sh" ] && command -v clang++ >/dev/null 2>&1; then
-  phase "fuzzing (build, then ${KVSERVE_FUZZ_SECONDS:-45} s per target)"
-  if bash "$root/scripts/fuzz.sh" "${KVSERVE_FUZZ_SECONDS:-45}"; then
+  phase "fuzzing (${KVSERVE_FUZZ_SECONDS:-45} s per target)"
+  if KVSERVE_FUZZ_BUILD="$root/build-asan" bash "$root/scripts/fuzz.sh" "${KVSERVE_FUZZ_SECONDS:-45}"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
