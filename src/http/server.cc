@@ -184,8 +184,11 @@ struct Server::Impl {
   Clock::time_point last_accept_warning{};
 
   Impl(ServerConfig c, Handlers h)
-      : config(std::move(c)), handlers(std::move(h)), pool(config.num_workers, std::chrono::milliseconds(std::max<int64_t>(
-                                     1, std::llround(config.worker_idle_timeout_s * 1e3)))) {
+      : config(std::move(c)),
+        handlers(std::move(h)),
+        pool(config.num_workers,
+             std::chrono::milliseconds(
+                 std::max<int64_t>(1, std::llround(config.worker_idle_timeout_s * 1e3)))) {
     if (!handlers.error) handlers.error = PlainError;
   }
 
