@@ -4,7 +4,6 @@
 
 #include <iterator>
 #include <string_view>
-#include <vector>
 
 #include <boost/asio/buffer.hpp>
 
@@ -54,8 +53,7 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limi
   const auto& head = parser.get();
   if (auto refusal = CheckFieldCount(parser, limits)) return refusal;
   size_t lengths = 0;
-  // The codings of every Transfer-Encoding field, in order (a field may list several).
-  std::vector<std::string_view> codings;
+  size_t num_codings = 0;  // of every Transfer-Encoding field (a field may list several)
   std::string_view unknown;  // the first coding other than chunked
   for (const auto& f : head.base()) {
     if (f.name() == bhttp::field::content_length) ++lengths;
@@ -66,7 +64,7 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limi
       std::string_view v = list.substr(0, comma);
       while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
       while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-      codings.push_back(v);
+      ++num_codings;
       if (unknown.empty() && !boost::beast::iequals(v, "chunked")) unknown = v.empty() ? "''" : v;
       if (comma == std::string_view::npos) break;
       list.remove_prefix(comma + 1);
@@ -74,7 +72,7 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limi
   }
   // Beast refuses two Content-Length values that differ. A length beside a Transfer-Encoding is
   // refused here: a proxy in front could frame the body differently (request smuggling).
-  if (lengths > 0 && !codings.empty()) {
+  if (lengths > 0 && num_codings > 0) {
     return Refusal{400, "a request may not carry both Content-Length and Transfer-Encoding"};
   }
   // No coding but chunked is decoded here: any other is 501 (RFC 9112, 6.1), and the connection
@@ -85,7 +83,7 @@ std::optional<Refusal> CheckHead(const RequestParser& parser, const Limits& limi
                                     unknown)};
   }
   // Only chunked, then exactly once (the parser's flag says Beast framed the body with it).
-  if (codings.size() > 1 || (!codings.empty() && !parser.chunked())) {
+  if (num_codings > 1 || (num_codings == 1 && !parser.chunked())) {
     return Refusal{400, "invalid Transfer-Encoding: 'chunked' may be applied only once"};
   }
   if (head.method() == bhttp::verb::post && lengths == 0 && !parser.chunked()) {
