@@ -13,6 +13,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace engine_test {
 
 using testing_util::Greedy;
 using testing_util::MakeCore;
@@ -310,5 +312,6 @@ TEST(ByteSize, ParsesUnitsAsWritten) {
   EXPECT_FALSE(ParseByteSize("3 parsecs").ok());
 }
 
+}  // namespace engine_test
 }  // namespace
 }  // namespace kvserve

@@ -8,6 +8,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace generator_test {
 
 std::unique_ptr<Generator> MakeGenerator(GeneratorConfig config, SyntheticModelSpec spec = SmallSyntheticModelSpec()) {
   auto writer = BuildSyntheticModel(spec);
@@ -100,5 +102,6 @@ TEST(Generator, StopsAtAStopToken) {
   EXPECT_EQ(stopped->ids.back(), free_run->ids[2]);
 }
 
+}  // namespace generator_test
 }  // namespace
 }  // namespace kvserve

@@ -12,6 +12,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace golden_test {
 
 TEST(Golden, DefaultModelGreedyTextIsPinned) {
   auto writer = BuildSyntheticModel(SmallSyntheticModelSpec());
@@ -43,5 +45,6 @@ TEST(Golden, DefaultModelGreedyTextIsPinned) {
   }
 }
 
+}  // namespace golden_test
 }  // namespace
 }  // namespace kvserve

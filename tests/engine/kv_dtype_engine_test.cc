@@ -14,6 +14,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace kv_dtype_engine_test {
 
 using testing_util::Greedy;
 using testing_util::MakeCore;
@@ -153,5 +155,6 @@ TEST(KvCapacity, SummaryStatesTypesBytesPerTokenAndTokens) {
   EXPECT_EQ(FormatByteSize(1536), "1.5 KiB");
 }
 
+}  // namespace kv_dtype_engine_test
 }  // namespace
 }  // namespace kvserve

@@ -12,6 +12,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace kv_eviction_engine_test {
 
 using testing_util::Greedy;
 using testing_util::MakeCore;
@@ -303,5 +305,6 @@ TEST(KvEviction, RefusesWhatCannotWorkWithClearErrors) {
   EXPECT_FALSE(EngineCore::Create(TinyModel(64), bad).ok());
 }
 
+}  // namespace kv_eviction_engine_test
 }  // namespace
 }  // namespace kvserve

@@ -14,6 +14,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace latent_engine_test {
 
 using testing_util::Greedy;
 
@@ -223,5 +225,6 @@ TEST(LatentEngineTier, RestartServesLatentBlocksFromDisk) {
   EXPECT_GT(from_disk, 0);
 }
 
+}  // namespace latent_engine_test
 }  // namespace
 }  // namespace kvserve

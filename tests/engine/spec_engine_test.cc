@@ -13,6 +13,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace spec_engine_test {
 
 using testing_util::Greedy;
 using testing_util::MakeCore;
@@ -358,5 +360,6 @@ TEST(SpecEngine, DraftWithAnotherVocabularyIsRefused) {
   EXPECT_NE(missing.status().message().find("missing.gguf"), std::string::npos);
 }
 
+}  // namespace spec_engine_test
 }  // namespace
 }  // namespace kvserve

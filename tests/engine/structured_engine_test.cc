@@ -13,6 +13,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace structured_engine_test {
 
 using structured::ConstraintKind;
 using structured::ConstraintSpec;
@@ -246,5 +248,6 @@ TEST(StructuredEngine, JumpForwardForcedKeepsTheTextValidAndSkipsDecodeSteps) {
   EXPECT_TRUE(on1.text == choice.choices[0] || on1.text == choice.choices[1]) << on1.text;
 }
 
+}  // namespace structured_engine_test
 }  // namespace
 }  // namespace kvserve

@@ -9,6 +9,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace block_record_test {
 
 // 2 layers, 2 KV heads, head_dim 8, block_size 4, f16: 512 payload bytes.
 KvLayout SmallLayout() { return KvLayout{2, 2, 8, 4, KvDtype::kF16, KvDtype::kF16}; }
@@ -176,5 +178,6 @@ TEST(BlockKey, ChainKeyIsSha256OfParentAndLittleEndianTokens) {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+}  // namespace block_record_test
 }  // namespace
 }  // namespace kvserve

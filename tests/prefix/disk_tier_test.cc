@@ -19,6 +19,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace disk_tier_test {
 
 namespace fs = std::filesystem;
 
@@ -422,5 +424,6 @@ TEST_F(DiskTierTest, ConcurrentPutsReadsAndRemovesKeepTheIndexEqualToTheFiles) {
   EXPECT_EQ(tier->stats().errors, (std::array<int64_t, kNumTierErrors>{}));
 }
 
+}  // namespace disk_tier_test
 }  // namespace
 }  // namespace kvserve

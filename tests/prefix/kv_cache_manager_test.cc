@@ -11,6 +11,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace kv_cache_manager_test {
 
 constexpr CacheNamespace kNs{1};
 
@@ -435,5 +437,6 @@ TEST(KvCacheManagerEvict, AHitIsCappedAtTheBudget) {
   kv.CheckInvariants();
 }
 
+}  // namespace kv_cache_manager_test
 }  // namespace
 }  // namespace kvserve

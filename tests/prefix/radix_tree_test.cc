@@ -8,6 +8,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace radix_tree_test {
 
 constexpr CacheNamespace kNs{7};
 
@@ -173,5 +175,6 @@ TEST(EvictionPolicy, ParsesTheThreeNames) {
   EXPECT_NE(bad.status().message().find("lru"), std::string::npos);
 }
 
+}  // namespace radix_tree_test
 }  // namespace
 }  // namespace kvserve

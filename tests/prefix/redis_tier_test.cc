@@ -17,6 +17,8 @@
 
 namespace kvserve {
 namespace {
+// The test executables are unity builds: this file's helpers stay apart from its neighbours'.
+namespace redis_tier_test {
 
 using testing_util::RedisTestServer;
 using Clock = std::chrono::steady_clock;
@@ -229,5 +231,6 @@ TEST(RedisTier, ConcurrentReadersAndWritersShareTheConnectionPool) {
   EXPECT_EQ(Errors(*tier, TierError::kConnection), 0);
 }
 
+}  // namespace redis_tier_test
 }  // namespace
 }  // namespace kvserve
