@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "bench_stats.h"
+#include "maskbench.h"
 #include "gguf/gguf_file.h"
 #include "sample/token_history.h"
 #include "structured/constraint.h"
@@ -386,7 +387,15 @@ int Main(int argc, char** argv) {
   uint64_t seed = 1;
   std::string only;
   bool show_unfinished = false;
+  bench::MaskBenchOptions mb;
   app.add_option("--vocab", vocabs, "GGUF with a tokenizer (repeatable)")->required();
+  app.add_option("--maskbench", mb.dir,
+                 "run MaskBench's data folder (maskbench/data) with the first --vocab instead");
+  app.add_option("--maskbench-only", mb.only, "only MaskBench files whose name contains this");
+  app.add_option("--maskbench-limit", mb.limit, "at most this many MaskBench files");
+  app.add_option("--maskbench-out", mb.out, "write one JSON line per MaskBench schema here");
+  app.add_option("--compile-timeout-ms", mb.compile_timeout_ms, "MaskBench: compile time limit");
+  app.add_flag("--json", mb.json, "MaskBench: end with the totals as one JSON object");
   app.add_option("--walks", walks, "simulated outputs per schema, cold and warm each");
   app.add_option("--max-tokens", max_tokens, "longest output");
   app.add_option("--compile-runs", compile_runs, "fresh compilers per schema (median)");
@@ -394,6 +403,14 @@ int Main(int argc, char** argv) {
   app.add_option("--schema", only, "only this schema (flat, nested, recursive)");
   app.add_flag("--show-unfinished", show_unfinished, "print the outputs cut at --max-tokens");
   CLI11_PARSE(app, argc, argv);
+
+  if (!mb.dir.empty()) {
+    auto file = GgufFile::Open(vocabs.front());
+    if (!file.ok()) return std::fprintf(stderr, "%s\n", file.status().ToString().c_str()), 1;
+    auto tok = Tokenizer::FromGguf(*file);
+    if (!tok.ok()) return std::fprintf(stderr, "%s\n", tok.status().ToString().c_str()), 1;
+    return bench::RunMaskBench(mb, TokenVocab::FromTokenizer(*tok), *tok);
+  }
 
   std::vector<Row> rows;
   for (const std::string& path : vocabs) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <regex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -26,14 +27,17 @@ int JsonCharRule(GrammarBuilder* b);
 bool ScalarFits(const nlohmann::ordered_json& v, const nlohmann::ordered_json& schema);
 int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* b);
 // json_schema_strings.cc
+bool IsDefinedFormat(const std::string& format);
+Result<int> PatternKeyRule(const std::string& pattern, const std::string& path, GrammarBuilder* b);
 int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b);
 Result<int> StringRule(const nlohmann::ordered_json& schema, int json_char, const std::string& path,
                        GrammarBuilder* b);
 // json_schema_merge.cc
-bool IsAnnotation(const std::string& k);
+bool IsIgnored(const std::string& k);
 std::string Where(const std::string& path);
 std::string Child(const std::string& path, std::string_view key);
 Status CheckKeywords(const nlohmann::ordered_json& s, const std::string& path);
+nlohmann::ordered_json TypeNames(unsigned mask);
 Result<unsigned> TypeMask(const nlohmann::ordered_json& t, const std::string& path);
 Result<const nlohmann::ordered_json*> ResolveRef(const nlohmann::ordered_json& root, const nlohmann::ordered_json& ref,
                                          const std::string& path);
@@ -50,7 +54,9 @@ using json_schema_internal::CheckKeywords;
 using json_schema_internal::Child;
 using json_schema_internal::ExtraKeyRule;
 using json_schema_internal::FlattenSchema;
-using json_schema_internal::IsAnnotation;
+using json_schema_internal::IsDefinedFormat;
+using json_schema_internal::PatternKeyRule;
+using json_schema_internal::IsIgnored;
 using json_schema_internal::JsonCharRule;
 using json_schema_internal::MergeSchemas;
 using json_schema_internal::NumberRule;
@@ -59,6 +65,7 @@ using json_schema_internal::ResolveRef;
 using json_schema_internal::ScalarFits;
 using json_schema_internal::StringRule;
 using json_schema_internal::TypeMask;
+using json_schema_internal::TypeNames;
 using json_schema_internal::Where;
 using json = nlohmann::ordered_json;
 using Sym = GrammarBuilder;  // for Sym::Ref
@@ -78,7 +85,9 @@ enum TypeBits : unsigned {
 // Keys that constrain a value (everything but annotations and definitions).
 bool HasConstraints(const json& s, std::initializer_list<std::string_view> ignore) {
   for (const auto& [k, v] : s.items()) {
-    if (IsAnnotation(k) || k == "$defs" || k == "definitions") continue;
+    if (IsIgnored(k) || k == "$defs" || k == "definitions") {
+      continue;
+    }
     if (std::find(ignore.begin(), ignore.end(), k) != ignore.end()) continue;
     return true;
   }
@@ -107,6 +116,17 @@ bool HasType(const json& v, unsigned mask) {
       return mask & kObj;
     default:
       return false;
+  }
+}
+
+// Whether `pattern` (ECMA-262, as JSON Schema's patterns are) finds a match in `name`.
+Result<bool> SearchMatches(const std::string& pattern, const std::string& name,
+                           const std::string& path) {
+  try {
+    return std::regex_search(name, std::regex(pattern, std::regex::ECMAScript));
+  } catch (const std::regex_error& e) {
+    return InvalidArgument(fmt::format("'patternProperties' at {}: pattern '{}' is not supported: {}",
+                                       Where(path), pattern, e.what()));
   }
 }
 
@@ -148,6 +168,7 @@ class Compiler {
   Result<int> CompileRef(const json& ref, const std::string& path);
   // A schema without $ref and allOf at its top.
   Result<int> CompileFlat(const json& s, const std::string& path);
+  Result<json> ApplyNot(const json& s, const std::string& path) const;
   Result<int> CompileAlternatives(const json& s, const std::string& path);
   Result<int> CompileEnum(const json& s, const std::string& path);
   Result<int> CompileType(unsigned bit, unsigned mask, const json& s, const std::string& path);
@@ -155,7 +176,8 @@ class Compiler {
   Result<int> ObjectRule(const json& s, const std::string& path);
   Result<std::vector<Prop>> CollectProperties(const json& s, const json& additional,
                                               const std::string& path);
-  int ObjectChain(const std::vector<Prop>& props, const std::vector<int>& values, int extra_pair);
+  int ObjectChain(const std::vector<Prop>& props, const std::vector<int>& values, int extra_pair,
+                  int64_t min_props, int64_t max_props);
   Result<int> ArrayRule(const json& s, const std::string& path);
   int GenericString();
   int WsRule();  // -1: compact JSON
@@ -251,6 +273,10 @@ Result<int> Compiler::CompileRef(const json& ref, const std::string& path) {
 }
 
 Result<int> Compiler::CompileFlat(const json& s, const std::string& path) {
+  if (s.contains("not")) {
+    KV_ASSIGN_OR_RETURN(const json without_not, ApplyNot(s, path));
+    return CompileFlat(without_not, path);
+  }
   if (s.contains("anyOf") || s.contains("oneOf")) return CompileAlternatives(s, path);
   if (s.contains("enum") || s.contains("const")) return CompileEnum(s, path);
   KV_ASSIGN_OR_RETURN(const unsigned mask, Types(s, path));
@@ -262,6 +288,55 @@ Result<int> Compiler::CompileFlat(const json& s, const std::string& path) {
   }
   if (alts.size() == 1) return alts[0][0].index;
   return b_->Alternatives("types", std::move(alts));
+}
+
+// `s` with its "not" folded into the other keywords, for the forms a grammar can take exactly:
+// not false (nothing excluded), not {"not": X} (X, merged as allOf), and not {"type": T} (T's
+// types removed). not {} or true excludes everything; any other form is refused.
+Result<json> Compiler::ApplyNot(const json& s, const std::string& path) const {
+  json base = s;
+  base.erase("not");
+  const json& n = s["not"];
+  const std::string where = Child(path, "not");
+  if (n == false) return base;
+  if (!n.is_boolean() && !n.is_object()) {
+    return InvalidArgument(
+        fmt::format("schema at {} must be an object or a boolean, not {}", Where(where), n.type_name()));
+  }
+  std::vector<std::string> keys;
+  if (n.is_object()) {
+    KV_RETURN_IF_ERROR(CheckKeywords(n, where));
+    for (const auto& [k, v] : n.items()) {
+      if (!IsIgnored(k) && k != "$defs" && k != "definitions") keys.push_back(k);
+    }
+  }
+  if (keys.empty()) {
+    return InvalidArgument(fmt::format(
+        "schema at {} matches nothing: its 'not' holds a schema that every value satisfies",
+        Where(path)));
+  }
+  if (keys.size() == 1 && keys[0] == "not") {
+    KV_ASSIGN_OR_RETURN(json inner, FlattenSchema(root_, n["not"], Child(where, "not"), 0));
+    return MergeSchemas(root_, base, inner, path);
+  }
+  if (keys.size() == 1 && keys[0] == "type") {
+    KV_ASSIGN_OR_RETURN(const unsigned excluded, TypeMask(n["type"], where));
+    KV_ASSIGN_OR_RETURN(unsigned allowed, Types(base, path));
+    if ((excluded & kInt) && !(excluded & kNum) && (allowed & kNum)) {
+      return InvalidArgument(fmt::format(
+          "'not' at {}: numbers that are not integers cannot be expressed", Where(path)));
+    }
+    allowed &= ~excluded;
+    if (allowed == 0) {
+      return InvalidArgument(
+          fmt::format("schema at {} matches nothing: 'not' excludes every type", Where(path)));
+    }
+    base["type"] = TypeNames(allowed);
+    base.erase("nullable");
+    return base;
+  }
+  return InvalidArgument(fmt::format(
+      "unsupported 'not' at {}: only not over types, over another not, or over false", Where(path)));
 }
 
 // anyOf / oneOf (both as a union: a grammar cannot count matches). Constraints beside them
@@ -284,6 +359,12 @@ Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path
     int rule = -1;
     if (distribute) {
       KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root_, branches[i], branch_path, 0));
+      if (base.contains("type") && flat.contains("type")) {
+        // A branch whose types the constraints beside it exclude matches nothing: left out.
+        KV_ASSIGN_OR_RETURN(const unsigned outer, TypeMask(base["type"], path));
+        KV_ASSIGN_OR_RETURN(const unsigned inner, TypeMask(flat["type"], branch_path));
+        if ((outer & inner) == 0) continue;
+      }
       KV_ASSIGN_OR_RETURN(json merged, MergeSchemas(root_, base, flat, branch_path));
       if (++compiled_ > kMaxCompiledSchemas) return InvalidArgument("schema too large");
       KV_ASSIGN_OR_RETURN(rule, CompileFlat(merged, branch_path));
@@ -291,6 +372,10 @@ Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path
       KV_ASSIGN_OR_RETURN(rule, Compile(branches[i], branch_path));
     }
     alts.push_back({Sym::Ref(rule)});
+  }
+  if (alts.empty()) {
+    return InvalidArgument(fmt::format(
+        "schema at {} matches nothing: no '{}' branch has a type the schema allows", Where(path), key));
   }
   return b_->Alternatives(key, std::move(alts));
 }
@@ -302,7 +387,7 @@ Result<int> Compiler::CompileEnum(const json& s, const std::string& path) {
     static const std::set<std::string> kBeside = {
         "enum",    "const",   "type",  "nullable",         "minLength",        "maxLength",
         "minimum", "maximum", "$defs", "exclusiveMinimum", "exclusiveMaximum", "definitions"};
-    if (!IsAnnotation(k) && kBeside.count(k) == 0) {
+    if (!IsIgnored(k) && kBeside.count(k) == 0) {
       return InvalidArgument(fmt::format("'{}' with '{}' at {} is not supported",
                                          s.contains("enum") ? "enum" : "const", k, Where(path)));
     }
@@ -349,10 +434,15 @@ Result<unsigned> Compiler::Types(const json& s, const std::string& path) const {
   }
   unsigned mask = 0;
   for (const auto& [k, v] : s.items()) {
-    if (k == "properties" || k == "required" || k == "additionalProperties") mask |= kObj;
+    if (k == "properties" || k == "required" || k == "additionalProperties" ||
+        k == "minProperties" || k == "maxProperties" || k == "patternProperties") {
+      mask |= kObj;
+    }
     if (k == "items" || k == "prefixItems" || k == "minItems" || k == "maxItems") mask |= kArr;
-    if (k == "minLength" || k == "maxLength" || k == "pattern" || k == "format") mask |= kStr;
-    if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") {
+    if (k == "minLength" || k == "maxLength" || k == "pattern") mask |= kStr;
+    if (k == "format" && v.is_string() && IsDefinedFormat(v.get<std::string>())) mask |= kStr;
+    if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum" ||
+        k == "multipleOf") {
       mask |= kInt | kNum;
     }
   }
@@ -381,10 +471,8 @@ Result<int> Compiler::CompileType(unsigned bit, unsigned mask, const json& s,
           };
           tighten("minimum", -2147483648.0, true);
           tighten("maximum", 2147483647.0, false);
-        } else if (*f != "int64" && *f != "float" && *f != "double") {
-          return InvalidArgument(
-              fmt::format("unsupported format {} at {} for a number", f->dump(), Where(path)));
         }
+        // Any other format constrains strings only: a number passes it.
       }
       return NumberRule(numeric, !(mask & kNum), Where(path), b_);
     }
@@ -450,45 +538,66 @@ Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
   return props;
 }
 
-// The members of an object as a chain: first[i] = properties i.. with none written yet,
-// after[i] = properties i.. after at least one (each then starts with a comma). A required
-// property has no skipping alternative. extra_pair (-1: none) may follow the listed ones.
+// The members of an object as a chain of states (i, c): properties i.. still to come, c members
+// written so far (c = 0: the next one has no comma before it). A required property has no
+// skipping alternative. extra_pair (-1: none) may follow the listed ones. c counts up to
+// max_props where it is set (no member past it), else saturates at max(min_props, 1); at the
+// end the extras bring the count within [min_props, max_props]. Returns -1 when no member list
+// satisfies the bounds.
 int Compiler::ObjectChain(const std::vector<Prop>& props, const std::vector<int>& values,
-                          int extra_pair) {
+                          int extra_pair, int64_t min_props, int64_t max_props) {
   const size_t n = props.size();
+  const int64_t cap = max_props >= 0 ? max_props : std::max<int64_t>(min_props, 1);
+  const auto width = static_cast<size_t>(cap + 1);
   Sequence comma = {Byte(',')};
   Ws(&comma);
-  std::vector<int> first(n + 1), after(n + 1);
-  if (extra_pair >= 0) {
-    Sequence more = comma;
-    more.push_back(Sym::Ref(extra_pair));
-    const int extras = b_->Star("extra-members", std::move(more));
-    Sequence after_extra = comma;
-    after_extra.insert(after_extra.end(), {Sym::Ref(extra_pair), Sym::Ref(extras)});
-    first[n] = b_->Alternatives("members-end", {{}, {Sym::Ref(extra_pair), Sym::Ref(extras)}});
-    after[n] = b_->Alternatives("members-end", {{}, std::move(after_extra)});
-  } else {
-    first[n] = after[n] = b_->Alternatives("members-end", {{}});
+  std::vector<int> next(width, -1), cur(width, -1);
+  for (int64_t c = 0; c <= cap; ++c) {  // i == n: the extras
+    const int64_t need = std::max<int64_t>(min_props - c, 0);
+    const int64_t room = max_props >= 0 ? max_props - c : -1;
+    std::vector<Sequence> alts;
+    if (need == 0) alts.push_back({});
+    if (extra_pair >= 0 && room != 0) {
+      Sequence more = comma;
+      more.push_back(Sym::Ref(extra_pair));
+      if (c == 0) {
+        const int rest = b_->Repeat("extra-members", more, std::max<int64_t>(need - 1, 0),
+                                    room < 0 ? -1 : room - 1);
+        alts.push_back({Sym::Ref(extra_pair), Sym::Ref(rest)});
+      } else {
+        alts.push_back({Sym::Ref(b_->Repeat("extra-members", more, std::max<int64_t>(need, 1),
+                                            room))});
+      }
+    }
+    if (!alts.empty()) next[static_cast<size_t>(c)] = b_->Alternatives("members-end", std::move(alts));
   }
   for (size_t i = n; i-- > 0;) {
-    Sequence pair = b_->Literal(json(props[i].name).dump());
-    Ws(&pair);
-    pair.push_back(Byte(':'));
-    Ws(&pair);
-    pair.push_back(Sym::Ref(values[i]));
-    Ws(&pair);
-    pair.push_back(Sym::Ref(after[i + 1]));
-    Sequence with_comma = comma;
-    with_comma.insert(with_comma.end(), pair.begin(), pair.end());
-    std::vector<Sequence> first_alts = {std::move(pair)}, after_alts = {std::move(with_comma)};
-    if (!props[i].required) {
-      first_alts.push_back({Sym::Ref(first[i + 1])});
-      after_alts.push_back({Sym::Ref(after[i + 1])});
+    for (int64_t c = 0; c <= cap; ++c) {
+      std::vector<Sequence> alts;
+      const int64_t taken = max_props >= 0 ? c + 1 : std::min(c + 1, cap);
+      if (taken <= cap && next[static_cast<size_t>(taken)] >= 0) {
+        Sequence pair = c == 0 ? Sequence{} : comma;
+        const Sequence name = b_->Literal(json(props[i].name).dump());
+        pair.insert(pair.end(), name.begin(), name.end());
+        Ws(&pair);
+        pair.push_back(Byte(':'));
+        Ws(&pair);
+        pair.push_back(Sym::Ref(values[i]));
+        Ws(&pair);
+        pair.push_back(Sym::Ref(next[static_cast<size_t>(taken)]));
+        alts.push_back(std::move(pair));
+      }
+      if (!props[i].required && next[static_cast<size_t>(c)] >= 0) {
+        alts.push_back({Sym::Ref(next[static_cast<size_t>(c)])});
+      }
+      cur[static_cast<size_t>(c)] =
+          alts.empty() ? -1
+                       : b_->Alternatives((c == 0 ? "members " : "members ,") + props[i].name,
+                                          std::move(alts));
     }
-    first[i] = b_->Alternatives("members " + props[i].name, std::move(first_alts));
-    after[i] = b_->Alternatives("members ," + props[i].name, std::move(after_alts));
+    std::swap(next, cur);
   }
-  return first[0];
+  return next[0];
 }
 
 Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
@@ -498,8 +607,59 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     return InvalidArgument(
         fmt::format("'additionalProperties' at {} must be a boolean or a schema", Where(path)));
   }
-  KV_ASSIGN_OR_RETURN(std::vector<Prop> props, CollectProperties(s, additional, path));
-  if (props.empty() && additional == true) return AnyObject();
+  // patternProperties: every pattern's schema must be the same one (a key may match several).
+  std::vector<std::string> patterns;
+  json pattern_schema = true;
+  if (auto pp = s.find("patternProperties"); pp != s.end()) {
+    if (!pp->is_object()) {
+      return InvalidArgument(
+          fmt::format("'patternProperties' at {} must be an object", Where(path)));
+    }
+    for (const auto& [pattern, schema] : pp->items()) {
+      if (!patterns.empty() && schema != pattern_schema) {
+        return InvalidArgument(fmt::format(
+            "'patternProperties' at {}: patterns with different schemas are not supported",
+            Where(path)));
+      }
+      pattern_schema = schema;
+      patterns.push_back(pattern);
+    }
+  }
+  // A required property that is not listed takes the patterns' schema where its name matches
+  // one; CollectProperties gives it additionalProperties' (refusing false) otherwise.
+  KV_ASSIGN_OR_RETURN(std::vector<Prop> props,
+                      CollectProperties(s, patterns.empty() ? additional : json(true), path));
+  KV_ASSIGN_OR_RETURN(const int64_t min_props, Count(s, "minProperties", path));
+  KV_ASSIGN_OR_RETURN(const int64_t max_props, Count(s, "maxProperties", path));
+  if (props.empty() && additional == true && min_props <= 0 && max_props < 0 &&
+      patterns.empty()) {
+    return AnyObject();
+  }
+  bool pattern_names = false;  // a listed or required name matches a pattern
+  for (Prop& p : props) {
+    const bool listed = s.contains("properties") && s["properties"].contains(p.name);
+    bool matches = false;
+    for (const std::string& pattern : patterns) {
+      KV_ASSIGN_OR_RETURN(const bool m, SearchMatches(pattern, p.name, path));
+      matches = matches || m;
+    }
+    pattern_names = pattern_names || matches;
+    if (!listed && !patterns.empty() && !matches) {
+      if (additional == false) {
+        return InvalidArgument(fmt::format(
+            "'required' at {}: property '{}' is not in 'properties', matches no "
+            "'patternProperties' and additionalProperties is false",
+            Where(path), p.name));
+      }
+      p.schema = additional;
+    }
+    if (matches) {  // the property's own schema and the patterns' both apply
+      const std::string where = Child(Child(path, "properties"), p.name);
+      KV_ASSIGN_OR_RETURN(json a, FlattenSchema(root_, p.schema, where, 0));
+      KV_ASSIGN_OR_RETURN(json b, FlattenSchema(root_, pattern_schema, where, 0));
+      KV_ASSIGN_OR_RETURN(p.schema, MergeSchemas(root_, a, b, where));
+    }
+  }
   std::vector<int> values;
   for (const Prop& p : props) {
     const bool listed = s.contains("properties") && s["properties"].contains(p.name);
@@ -508,12 +668,37 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     KV_ASSIGN_OR_RETURN(const int v, Nested(p.schema, where));
     values.push_back(v);
   }
+  // Extra members: with patterns, keys of the patterns with their schema, unless
+  // additionalProperties gives every other key the same schema (then any key, as without
+  // patterns). Keys that match no pattern are not generated beside a different
+  // additionalProperties, nor pattern keys where a listed name matches a pattern (a generated
+  // key could repeat it): a subset of what the schema allows.
+  json extra_value = additional;
+  int extra_key = -1;
+  std::vector<std::string> names;
+  for (const Prop& p : props) names.push_back(p.name);
+  if (!patterns.empty()) {
+    const bool trivial = pattern_schema == true || pattern_schema == json::object();
+    if (additional == pattern_schema || (additional == true && trivial)) {
+      extra_value = pattern_schema;
+    } else if (!pattern_names) {
+      std::vector<Sequence> keys;
+      for (const std::string& pattern : patterns) {
+        const std::string where = Child(Child(path, "patternProperties"), pattern);
+        KV_ASSIGN_OR_RETURN(const int k, PatternKeyRule(pattern, Where(where), b_));
+        keys.push_back({Sym::Ref(k)});
+      }
+      extra_key = b_->Alternatives("pattern-keys", std::move(keys));
+      extra_value = pattern_schema;
+    } else {
+      extra_value = false;
+    }
+  }
   int extra_pair = -1;
-  if (additional != false) {
-    KV_ASSIGN_OR_RETURN(const int v, Nested(additional, Child(path, "additionalProperties")));
-    std::vector<std::string> names;
-    for (const Prop& p : props) names.push_back(p.name);
-    Sequence pair = {Sym::Ref(props.empty() ? GenericString() : ExtraKeyRule(names, b_))};
+  if (extra_value != false) {
+    KV_ASSIGN_OR_RETURN(const int v, Nested(extra_value, Child(path, "additionalProperties")));
+    if (extra_key < 0) extra_key = props.empty() ? GenericString() : ExtraKeyRule(names, b_);
+    Sequence pair = {Sym::Ref(extra_key)};
     Ws(&pair);
     pair.push_back(Byte(':'));
     Ws(&pair);
@@ -521,7 +706,12 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     Ws(&pair);
     extra_pair = b_->Alternatives("extra-member", {std::move(pair)});
   }
-  const int members = ObjectChain(props, values, extra_pair);
+  const int members = ObjectChain(props, values, extra_pair, min_props, max_props);
+  if (members < 0) {
+    return InvalidArgument(fmt::format(
+        "no object at {} satisfies 'minProperties'/'maxProperties' with the properties it allows",
+        Where(path)));
+  }
   Sequence obj = {Byte('{')};
   Ws(&obj);
   obj.insert(obj.end(), {Sym::Ref(members), Byte('}')});
@@ -533,12 +723,18 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
 Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
   KV_ASSIGN_OR_RETURN(const int64_t min_items, Count(s, "minItems", path));
   KV_ASSIGN_OR_RETURN(int64_t max_items, Count(s, "maxItems", path));
-  const json items = s.contains("items") ? s["items"] : json(true);
-  if (items.is_array()) {
-    return InvalidArgument(fmt::format(
-        "'items' at {} is an array (the draft-7 tuple form): use 'prefixItems'", Where(path)));
+  json items = s.contains("items") ? s["items"] : json(true);
+  json prefix = s.contains("prefixItems") ? s["prefixItems"] : json::array();
+  const bool tuple = items.is_array();
+  if (tuple) {
+    // Drafts 4 to 2019-09: an array of items is the prefix, additionalItems the rest.
+    if (s.contains("prefixItems")) {
+      return InvalidArgument(fmt::format(
+          "'items' at {} is an array (the draft-7 tuple form) beside 'prefixItems'", Where(path)));
+    }
+    prefix = std::move(items);
+    items = s.contains("additionalItems") ? s["additionalItems"] : json(true);
   }
-  const json prefix = s.contains("prefixItems") ? s["prefixItems"] : json::array();
   if (!prefix.is_array()) {
     return InvalidArgument(fmt::format("'prefixItems' at {} must be an array", Where(path)));
   }
@@ -551,8 +747,9 @@ Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
   }
   std::vector<int> elems;
   for (int64_t j = 0; j < k && (max_items < 0 || j < max_items); ++j) {
-    KV_ASSIGN_OR_RETURN(const int e, Nested(prefix[static_cast<size_t>(j)],
-                                            Child(Child(path, "prefixItems"), std::to_string(j))));
+    KV_ASSIGN_OR_RETURN(const int e,
+                        Nested(prefix[static_cast<size_t>(j)],
+                               Child(Child(path, tuple ? "items" : "prefixItems"), std::to_string(j))));
     elems.push_back(e);
   }
   Sequence comma = {Byte(',')};
@@ -563,7 +760,8 @@ Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
   const int64_t rest_lo = std::max<int64_t>(lo - k, 0);
   const int64_t rest_hi = max_items < 0 ? -1 : max_items - k;
   if (items != false && rest_hi != 0 && (max_items < 0 || max_items > k)) {
-    KV_ASSIGN_OR_RETURN(const int item, Nested(items, Child(path, "items")));
+    KV_ASSIGN_OR_RETURN(const int item,
+                        Nested(items, Child(path, tuple ? "additionalItems" : "items")));
     Sequence next = comma;
     next.push_back(Sym::Ref(item));
     Ws(&next);

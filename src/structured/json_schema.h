@@ -2,16 +2,27 @@
 //
 // Constraints: type (one or a list; "null" in a list makes a type nullable), properties,
 // required, additionalProperties (false, true, or a schema; default: true unless strict),
-// items, prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (compiled as anyOf: a
-// grammar cannot count matches), allOf (of object schemas, merged), $ref to "#", "#/$defs/..."
-// and "#/definitions/..." (recursion included), minLength, maxLength, pattern, format (date,
-// time, date-time, uuid, email, ipv4 on strings; int32, int64, float, double on numbers),
-// minimum, maximum, exclusiveMinimum, exclusiveMaximum (as digit ranges), and nullable
-// (OpenAPI 3.0). "uniqueItems": false is accepted (it constrains nothing).
-// Annotations are ignored: title, description, examples, example, default, $comment, $schema,
-// $id, deprecated, readOnly, writeOnly, and any key starting with "x-".
-// Anything else is InvalidArgument naming the keyword and its JSON pointer: never silently
-// dropped. Properties are emitted in the order the schema lists them (schemas are read as
+// patternProperties, minProperties, maxProperties, items (a schema, or drafts 4-2019's array
+// with additionalItems), prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (compiled as
+// anyOf: a grammar cannot count matches), allOf (of object schemas, merged), not (over types,
+// over another not, over false), $ref to "#", "#/$defs/..." and "#/definitions/..." (recursion
+// included), minLength, maxLength, pattern, format (date, time, date-time, duration, uuid,
+// email, idn-email, ipv4, ipv6, hostname, uri, uri-reference, iri, iri-reference, json-pointer,
+// relative-json-pointer on strings; int32 bounds a number), minimum, maximum,
+// exclusiveMinimum, exclusiveMaximum (as digit ranges), multipleOf (whole numbers, and powers of
+// ten down to 1e-6 as a cap on fraction digits), and nullable (OpenAPI 3.0).
+// Keywords the compiler does not know are ignored, as the specification requires: annotations
+// (title, description, default, examples, $comment, $schema, $id, readOnly, contentEncoding,
+// ...), vendor extensions (x-*, javaType, faker, ...), draft-04's id, misspellings; so are
+// format names no draft defines (the specification makes them annotations).
+// The keywords of drafts 3 to 2020-12 that constrain an instance and are not enforced here
+// (uniqueItems, propertyNames, dependentRequired, dependentSchemas, dependencies, if/then/else,
+// divisibleBy, contains, minContains, maxContains, unevaluatedProperties, unevaluatedItems,
+// $dynamicRef, $recursiveRef, extends, disallow, and the formats idn-hostname, uri-template and
+// regex) are InvalidArgument naming the keyword and its JSON pointer, never silently dropped,
+// except in a form that constrains nothing (uniqueItems false, then/else without if, if alone,
+// minContains/maxContains without contains, an empty dependencies, propertyNames/unevaluated*
+// true or {}). Properties are emitted in the order the schema lists them (schemas are read as
 // nlohmann::ordered_json); required ones always, optional ones may be skipped.
 //
 // Every text the grammar matches is valid against the schema; some valid texts are never
@@ -44,6 +55,16 @@
 //   properties (a property one side does not list must pass that side's
 //   additionalProperties), required (union), additionalProperties, items and bounds (the
 //   tighter); any other keyword must be equal on both sides.
+// - patternProperties: every pattern must carry the same schema. A listed or required name
+//   that a pattern matches (ECMA-262 search) takes both schemas. Other keys: any key where
+//   additionalProperties has the patterns' schema (or both admit anything); otherwise only keys
+//   that match a pattern (containing a match where the pattern has no ^ or $, fully matching it
+//   where it has), and none where a listed name matches a pattern.
+// - minProperties/maxProperties count listed and extra members alike.
+// - Formats beyond date/time/uuid/email/ipv4 are their RFC grammars as patterns: uri and
+//   uri-reference are RFC 3986 without IP literals (iri and iri-reference take the same ASCII
+//   subset), hostname is at most four labels of 62 characters whose last starts with a letter,
+//   ipv6 is RFC 4291's text forms without a zone, duration is RFC 3339's (integer fields).
 // - A $ref that reaches itself without an object or array between is refused (it would loop).
 //   At most 20000 subschemas are compiled and 32 levels of $ref/allOf inlined.
 #pragma once

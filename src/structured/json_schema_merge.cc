@@ -29,12 +29,35 @@ enum TypeBits : unsigned {
   kAllTypes = 127,
 };
 
-bool IsAnnotation(const std::string& k) {
-  static const std::set<std::string> kAnnotations = {
-      "title",   "description", "examples",   "example",  "default",  "$comment",
-      "$schema", "$id",         "deprecated", "readOnly", "writeOnly"};
-  return kAnnotations.count(k) > 0 || k.starts_with("x-");
+// The keywords this compiler enforces (with $defs and definitions, which hold subschemas).
+const std::set<std::string>& Enforced() {
+  static const std::set<std::string> kEnforced = {
+      "type",      "properties", "required",  "additionalProperties", "items",
+      "prefixItems", "minItems", "maxItems",  "enum",                 "const",
+      "anyOf",     "oneOf",      "allOf",     "$ref",                 "minLength",
+      "maxLength", "pattern",    "format",    "minimum",              "maximum",
+      "nullable",  "exclusiveMinimum", "exclusiveMaximum", "$defs",   "definitions",
+      "additionalItems", "not", "minProperties", "maxProperties", "multipleOf",
+      "patternProperties"};
+  return kEnforced;
 }
+
+// The keywords of JSON Schema (drafts 3 to 2020-12) that assert something about an instance or
+// apply subschemas to it, and that this compiler does not enforce: refused, never dropped.
+const std::set<std::string>& Unenforced() {
+  static const std::set<std::string> kUnenforced = {
+      "uniqueItems",      "propertyNames",     "dependentRequired",
+      "dependentSchemas", "dependencies",      "if",                    "then",
+      "else",             "divisibleBy",       "contains",
+      "minContains",      "maxContains",       "unevaluatedProperties", "unevaluatedItems",
+      "$dynamicRef",      "$recursiveRef",     "extends",               "disallow"};
+  return kUnenforced;
+}
+
+// A keyword that constrains nothing here: an annotation, a vendor extension, an unknown or misspelt
+// keyword (the specification says to ignore those), or, once CheckKeywords passed, an unenforced
+// keyword in its inert form.
+bool IsIgnored(const std::string& k) { return Enforced().count(k) == 0; }
 
 std::string Where(const std::string& path) { return path.empty() ? "(root)" : path; }
 
@@ -52,35 +75,31 @@ std::string Child(const std::string& path, std::string_view key) {
   return out;
 }
 
+namespace {
+
+bool IsTrivialSchema(const json& v) { return v == true || (v.is_object() && v.empty()); }
+
+// Whether an unenforced keyword constrains nothing where it stands (its default value, or a
+// keyword that the specification makes inert without its partner).
+bool IsInert(const std::string& k, const json& v, const json& s) {
+  if (k == "uniqueItems") return v == false;
+  if (k == "then" || k == "else") return !s.contains("if");
+  if (k == "if") return !s.contains("then") && !s.contains("else");
+  if (k == "minContains" || k == "maxContains") return !s.contains("contains");
+  if (k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies") {
+    return v.is_object() && v.empty();
+  }
+  if (k == "propertyNames" || k == "unevaluatedProperties" || k == "unevaluatedItems") {
+    return IsTrivialSchema(v);
+  }
+  return false;
+}
+
+}  // namespace
+
 Status CheckKeywords(const json& s, const std::string& path) {
-  static const std::set<std::string> kSupported = {"type",
-                                                   "properties",
-                                                   "required",
-                                                   "additionalProperties",
-                                                   "items",
-                                                   "prefixItems",
-                                                   "minItems",
-                                                   "maxItems",
-                                                   "enum",
-                                                   "const",
-                                                   "anyOf",
-                                                   "oneOf",
-                                                   "allOf",
-                                                   "$ref",
-                                                   "minLength",
-                                                   "maxLength",
-                                                   "pattern",
-                                                   "format",
-                                                   "minimum",
-                                                   "maximum",
-                                                   "nullable",
-                                                   "exclusiveMinimum",
-                                                   "exclusiveMaximum",
-                                                   "$defs",
-                                                   "definitions"};
   for (const auto& [k, v] : s.items()) {
-    if (IsAnnotation(k) || kSupported.count(k) > 0) continue;
-    if (k == "uniqueItems" && v == false) continue;  // the default: no constraint
+    if (Unenforced().count(k) == 0 || IsInert(k, v, s)) continue;
     return InvalidArgument(
         fmt::format("unsupported JSON Schema keyword '{}' at {}", k, Where(path)));
   }
@@ -235,9 +254,9 @@ Status MergeObjectKeywords(const json& root, const json& a, const json& b, const
 Result<json> Merge(const json& root, const json& a, const json& b, const std::string& path,
                    int depth) {
   static const std::set<std::string> kLower = {"minimum", "exclusiveMinimum", "minLength",
-                                               "minItems"};
+                                               "minItems", "minProperties"};
   static const std::set<std::string> kUpper = {"maximum", "exclusiveMaximum", "maxLength",
-                                               "maxItems"};
+                                               "maxItems", "maxProperties"};
   json out = a;
   for (const auto& [k, vb] : b.items()) {
     if (k == "properties" || k == "additionalProperties" || k == "required") continue;
@@ -293,7 +312,7 @@ Result<json> FlattenSchema(const json& root, const json& s, const std::string& p
   KV_RETURN_IF_ERROR(CheckKeywords(s, path));
   json out = json::object();
   for (const auto& [k, v] : s.items()) {
-    if (IsAnnotation(k) || k == "$defs" || k == "definitions" || k == "allOf" || k == "$ref" ||
+    if (IsIgnored(k) || k == "$defs" || k == "definitions" || k == "allOf" || k == "$ref" ||
         k == "nullable") {
       continue;
     }

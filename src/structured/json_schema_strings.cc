@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -147,6 +148,91 @@ int Ipv4Rule(GrammarBuilder* b) {
   return b->Alternatives("ipv4", {std::move(s)});
 }
 
+// RFC 3986 in regex form (ASCII; a host is a reg-name or a dotted quad, no IP literal), for the
+// uri and uri-reference formats. An IRI or IRI reference that is ASCII is a URI (reference), so
+// these serve iri and iri-reference too: a subset of their strings, never an invalid one.
+constexpr const char* kPct = "%[0-9A-Fa-f]{2}";
+std::string UriPatterns(bool reference) {
+  const std::string pchar = fmt::format("(?:[A-Za-z0-9\\-._~!$&'()*+,;=:@]|{})", kPct);
+  const std::string segment = pchar + "*";
+  const std::string segment_nz = pchar + "+";
+  const std::string authority = fmt::format(
+      "(?:(?:[A-Za-z0-9\\-._~!$&'()*+,;=:]|{0})*@)?(?:[A-Za-z0-9\\-._~!$&'()*+,;=]|{0})*"
+      "(?::[0-9]*)?",
+      kPct);
+  const std::string abempty = "(?:/" + segment + ")*";
+  const std::string absolute = "/(?:" + segment_nz + "(?:/" + segment + ")*)?";
+  const std::string tail = "(?:\\?(?:" + pchar + "|[/?])*)?(?:#(?:" + pchar + "|[/?])*)?";
+  const std::string uri = "[A-Za-z][A-Za-z0-9+.\\-]*:(?://" + authority + abempty + "|" +
+                          absolute + "|" + segment_nz + "(?:/" + segment + ")*|)" + tail;
+  if (!reference) return uri;
+  const std::string noscheme =
+      fmt::format("(?:[A-Za-z0-9\\-._~!$&'()*+,;=@]|{})+(?:/{})*", kPct, segment);
+  return "(?:" + uri + ")|(?://" + authority + abempty + "|" + absolute + "|" + noscheme + "|)" +
+         tail;
+}
+
+// RFC 4291 text forms as RFC 3986 writes them (IPv6address), the embedded IPv4 without leading
+// zeros; no zone index.
+std::string Ipv6Pattern() {
+  const std::string h = "[0-9A-Fa-f]{1,4}";
+  const std::string v4 = "(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}"
+                         "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  const std::string ls32 = "(?:" + h + ":" + h + "|" + v4 + ")";
+  auto before = [&](int n) {  // [ *n( h16 ":" ) h16 ]
+    return n < 0 ? std::string() : fmt::format("(?:(?:{0}:){{0,{1}}}{0})?", h, n);
+  };
+  std::vector<std::string> forms = {fmt::format("(?:{}:){{6}}{}", h, ls32),
+                                    fmt::format("::(?:{}:){{5}}{}", h, ls32)};
+  for (int n = 0; n <= 6; ++n) {
+    const int rest = 4 - n;  // h16 ":" groups after "::" before ls32; then one h16, then none
+    std::string after;
+    if (rest >= 0) {
+      after = fmt::format("(?:{}:){{{}}}{}", h, rest, ls32);
+    } else if (rest == -1) {
+      after = h;
+    }
+    forms.push_back(before(n) + "::" + after);
+  }
+  std::string out;
+  for (const std::string& f : forms) out += (out.empty() ? "(?:" : "|(?:") + f + ")";
+  return out;
+}
+
+// RFC 1123 host names: dot-separated labels of letters, digits and hyphens, neither first nor
+// last a hyphen, the last label starting with a letter (an all-digit top-level label is not a
+// host name to every checker); at most four labels of 62 characters (under the 253 limit).
+constexpr const char* kHostname =
+    "(?:[A-Za-z0-9](?:[A-Za-z0-9\\-]{0,60}[A-Za-z0-9])?\\.){0,3}"
+    "[A-Za-z](?:[A-Za-z0-9\\-]{0,60}[A-Za-z0-9])?";
+
+// RFC 3339 Appendix A durations (ISO 8601), integer fields.
+constexpr const char* kDuration =
+    "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
+    "(?:T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))?"
+    "|T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)|[0-9]+W)";
+
+// RFC 6901 JSON pointers (characters that need no JSON escaping).
+constexpr const char* kJsonPointer = "(?:/(?:[^~/]|~[01])*)*";
+
+}  // namespace
+
+// The formats a JSON Schema draft defines; any other name is an annotation (draft 3's
+// utc-millisec, color, style and phone too: that draft left every format optional).
+bool IsDefinedFormat(const std::string& format) {
+  static const std::set<std::string> kDefined = {
+      "date",          "time",         "date-time",    "duration",    "email",
+      "idn-email",     "hostname",     "host-name",    "idn-hostname", "ipv4",
+      "ip-address",    "ipv6",         "uri",          "uri-reference", "iri",
+      "iri-reference", "uuid",         "uri-template", "json-pointer", "relative-json-pointer",
+      "regex"};
+  return kDefined.count(format) > 0;
+}
+
+namespace {
+
+Result<Body> PatternBody(const std::string& pattern, const std::string& path, GrammarBuilder* b);
+
 Result<Body> FormatBody(const std::string& format, const std::string& path, GrammarBuilder* b) {
   if (format == "date") return Body{DateRule(b), 10, 10};
   if (format == "time") return Body{TimeRule(b), 9, 21};
@@ -156,11 +242,26 @@ Result<Body> FormatBody(const std::string& format, const std::string& path, Gram
     return Body{rule, 20, 32};
   }
   if (format == "uuid") return Body{UuidRule(b), 36, 36};
-  if (format == "email") return Body{EmailRule(b), 6, 110};
-  if (format == "ipv4") return Body{Ipv4Rule(b), 7, 15};
-  return InvalidArgument(fmt::format(
-      "unsupported format '{}' at {} (supported: date, time, date-time, uuid, email, ipv4)", format,
-      path));
+  if (format == "email" || format == "idn-email") return Body{EmailRule(b), 6, 110};
+  if (format == "ipv4" || format == "ip-address") return Body{Ipv4Rule(b), 7, 15};
+  std::string pattern;
+  if (format == "ipv6") pattern = Ipv6Pattern();
+  if (format == "hostname" || format == "host-name") pattern = kHostname;
+  if (format == "uri" || format == "iri") pattern = UriPatterns(false);
+  if (format == "uri-reference" || format == "iri-reference") pattern = UriPatterns(true);
+  if (format == "duration") pattern = kDuration;
+  if (format == "json-pointer") pattern = kJsonPointer;
+  if (format == "relative-json-pointer") {
+    pattern = std::string("(?:0|[1-9][0-9]*)(?:#|") + kJsonPointer + ")";
+  }
+  if (pattern.empty()) {
+    return InvalidArgument(fmt::format(
+        "unsupported format '{}' at {} (supported: date, time, date-time, duration, uuid, email, "
+        "ipv4, ipv6, hostname, uri, uri-reference, iri, iri-reference, json-pointer, "
+        "relative-json-pointer; names JSON Schema does not define are ignored)",
+        format, path));
+  }
+  return PatternBody(pattern, path, b);
 }
 
 // Whether the pattern uses a class escape whose ASCII meaning (regex.h) admits more than
@@ -362,7 +463,10 @@ Result<int> StringRule(const json& schema, int json_char, const std::string& pat
                        GrammarBuilder* b) {
   KV_ASSIGN_OR_RETURN(const int64_t min_len, LengthKeyword(schema, "minLength", path));
   KV_ASSIGN_OR_RETURN(const int64_t max_len, LengthKeyword(schema, "maxLength", path));
-  const auto format = schema.find("format");
+  auto format = schema.find("format");
+  if (format != schema.end() && format->is_string() && !IsDefinedFormat(format->get<std::string>())) {
+    format = schema.end();  // an annotation
+  }
   const auto pattern = schema.find("pattern");
   if (format != schema.end() && pattern != schema.end()) {
     return InvalidArgument(fmt::format("'pattern' with 'format' at {} is not supported", path));
@@ -401,6 +505,20 @@ Result<int> StringRule(const json& schema, int json_char, const std::string& pat
   s.push_back(Sym::Ref(body.rule));
   s.push_back(Lit('"', b));
   return b->Alternatives("string", {std::move(s)});
+}
+
+// '"' key '"' for the keys of a patternProperties entry: strings of characters that need no
+// JSON escaping that contain a match of `pattern` (JSON Schema's search semantics) where the
+// pattern has no anchors, and that fully match it otherwise (a subset of the keys it matches).
+Result<int> PatternKeyRule(const std::string& pattern, const std::string& path, GrammarBuilder* b) {
+  const bool anchored = pattern.find('^') != std::string::npos ||
+                        pattern.find('$') != std::string::npos;
+  const std::string search = anchored ? pattern : ".*(?:" + pattern + ").*";
+  KV_ASSIGN_OR_RETURN(const Body body, PatternBody(search, path, b));
+  Sequence s = b->Literal("\"");
+  s.push_back(Sym::Ref(body.rule));
+  s.push_back(Lit('"', b));
+  return b->Alternatives("pattern-key", {std::move(s)});
 }
 
 // A key for an extra property: a string of characters that need no escaping and that differs

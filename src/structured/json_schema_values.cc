@@ -101,9 +101,9 @@ Sequence DigitsToSequence(const DigitRanges& r, GrammarBuilder* b) {
 
 Symbol DigitSym(GrammarBuilder* b) { return b->Bytes(ByteSet::Of('0', '9')); }
 
-// "." [0-9]{1,kMaxFractionDigits}
-int FractionRule(GrammarBuilder* b) {
-  const int digits = b->Repeat("frac-digits", {DigitSym(b)}, 1, kMaxFractionDigits);
+// "." [0-9]{1,max_digits}
+int FractionRule(GrammarBuilder* b, int max_digits = kMaxFractionDigits) {
+  const int digits = b->Repeat("frac-digits", {DigitSym(b)}, 1, max_digits);
   Sequence s = b->Literal(".");
   s.push_back(Sym::Ref(digits));
   return b->Alternatives("fraction", {std::move(s)});
@@ -214,8 +214,103 @@ int PlainNumberRule(bool integer, GrammarBuilder* b) {
 // interval [I, I+1) lies inside the bounds (for -M.F: (-(M+1), -M]), with |I| < 10^9 so that
 // I + 0.999999 still rounds below I + 1 as a double: every generated value is in range, some
 // in-range values (those near a non-integer bound) are never generated. No exponent.
+namespace {
+
+// Integers that are multiples of m > 1, as a right-linear grammar over the remainder of the
+// digits read so far (state r: the digits so far are r mod m).
+int MultipleOfRule(int64_t m, GrammarBuilder* b) {
+  std::vector<int> state(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) state[static_cast<size_t>(r)] = b->AddRule("mod-state");
+  for (int64_t r = 0; r < m; ++r) {
+    if (r == 0) b->AddAlternative(state[0], {});
+    for (int d = 0; d <= 9; ++d) {
+      const int64_t to = (r * 10 + d) % m;
+      b->AddAlternative(state[static_cast<size_t>(r)],
+                        {b->Bytes(ByteSet::Single(static_cast<uint8_t>('0' + d))),
+                         Sym::Ref(state[static_cast<size_t>(to)])});
+    }
+  }
+  std::vector<Sequence> magnitude = {b->Literal("0")};
+  for (int d = 1; d <= 9; ++d) {
+    magnitude.push_back({b->Bytes(ByteSet::Single(static_cast<uint8_t>('0' + d))),
+                         Sym::Ref(state[static_cast<size_t>(d % m)])});
+  }
+  const int mag = b->Alternatives("multiple-magnitude", std::move(magnitude));
+  const int sign = b->Optional("sign", b->Literal("-"));
+  return b->Alternatives(fmt::format("multiple-of-{}", m), {{Sym::Ref(sign), Sym::Ref(mag)}});
+}
+
+inline constexpr int64_t kMaxMultipleOf = 10000;        // remainder states of an unbounded rule
+inline constexpr int64_t kMaxEnumeratedMultiples = 1000;  // multiples listed within bounds
+
+}  // namespace
+
 Result<int> NumberRule(const json& schema, bool integer, const std::string& path,
                        GrammarBuilder* b) {
+  int fraction_digits = kMaxFractionDigits;
+  if (auto it = schema.find("multipleOf"); it != schema.end()) {
+    if (!it->is_number() || it->get<double>() <= 0) {
+      return InvalidArgument(fmt::format("'multipleOf' at {} must be a positive number", path));
+    }
+    const double m = it->get<double>();
+    int k = 0;  // m = c / 10^k with c a whole number
+    while (k <= kMaxFractionDigits &&
+           std::abs(m * std::pow(10.0, k) - std::round(m * std::pow(10.0, k))) > 1e-9 * m *
+                                                                                    std::pow(10.0, k)) {
+      ++k;
+    }
+    const double c = std::round(m * std::pow(10.0, k));
+    if (k == 0 && c > 1) {
+      // Integers that are multiples of c: listed within bounds, or by remainder states.
+      if (c > static_cast<double>(kMaxMultipleOf) && !HasAnyBound(schema)) {
+        return InvalidArgument(fmt::format(
+            "'multipleOf' at {}: an unbounded multipleOf over {} is not supported", path,
+            kMaxMultipleOf));
+      }
+      if (!HasAnyBound(schema)) return MultipleOfRule(static_cast<int64_t>(c), b);
+      KV_ASSIGN_OR_RETURN(Bound lower, ReadBound(schema, "minimum", "exclusiveMinimum", true, path));
+      KV_ASSIGN_OR_RETURN(Bound upper, ReadBound(schema, "maximum", "exclusiveMaximum", false, path));
+      if (!lower.present || !upper.present) {
+        return InvalidArgument(fmt::format(
+            "'multipleOf' at {} with only one bound is not supported", path));
+      }
+      const double first = std::ceil(LowestInteger(lower) / c) * c;
+      const double last = std::floor(HighestInteger(upper) / c) * c;
+      if (first > last) {
+        return InvalidArgument(fmt::format("'multipleOf' at {}: no multiple within the bounds", path));
+      }
+      if ((last - first) / c + 1 > static_cast<double>(kMaxEnumeratedMultiples)) {
+        return InvalidArgument(fmt::format(
+            "'multipleOf' at {}: over {} multiples within the bounds is not supported", path,
+            kMaxEnumeratedMultiples));
+      }
+      std::vector<Sequence> alts;
+      for (double v = first; v <= last; v += c) {
+        alts.push_back(b->Literal(std::to_string(static_cast<int64_t>(v))));
+      }
+      return b->Alternatives("multiples", std::move(alts));
+    }
+    if (k == 0) {
+      integer = true;  // a multiple of 1
+    } else if (k <= kMaxFractionDigits && c == 1) {
+      if (!integer && !HasAnyBound(schema)) {
+        // -?(0|[1-9][0-9]*)(.[0-9]{1,k})?, no exponent.
+        const int tail = b->Repeat("int-tail", {DigitSym(b)}, 0, kMaxIntegerDigits - 1);
+        const int magnitude = b->Alternatives(
+            "int-magnitude", {b->Literal("0"), {b->Bytes(ByteSet::Of('1', '9')), Sym::Ref(tail)}});
+        const int sign = b->Optional("sign", b->Literal("-"));
+        const int frac = b->Optional("fraction?", {Sym::Ref(FractionRule(b, k))});
+        return b->Alternatives(fmt::format("decimal-{}", k),
+                               {{Sym::Ref(sign), Sym::Ref(magnitude), Sym::Ref(frac)}});
+      }
+      fraction_digits = k;
+    } else {
+      return InvalidArgument(fmt::format(
+          "'multipleOf' at {}: only whole numbers and powers of ten (0.1, 0.01, ...) down to "
+          "1e-{} are supported",
+          path, kMaxFractionDigits));
+    }
+  }
   if (!HasAnyBound(schema)) return PlainNumberRule(integer, b);
   KV_ASSIGN_OR_RETURN(Bound lower, ReadBound(schema, "minimum", "exclusiveMinimum", true, path));
   KV_ASSIGN_OR_RETURN(Bound upper, ReadBound(schema, "maximum", "exclusiveMaximum", false, path));
@@ -225,7 +320,7 @@ Result<int> NumberRule(const json& schema, bool integer, const std::string& path
     AppendIntegerRange(static_cast<int64_t>(lo_d), static_cast<int64_t>(hi_d), -1, b, &alts);
   }
   if (!integer) {
-    const int fraction = FractionRule(b);
+    const int fraction = FractionRule(b, fraction_digits);
     const auto cap = static_cast<double>(kMaxFractionalInteger);
     // I.F, I >= 0: I >= lo (so I.F satisfies the lower bound) and I + 1 <= upper.
     const double pos_lo = std::max(lo_d, 0.0);

@@ -75,7 +75,7 @@ describe("400 invalid_request_error", () => {
     [chat, "logit_bias", { "7": -100 }],
     // Constraints the engine cannot honour exactly: an unsupported keyword, a bad regex or grammar.
     [chat, "response_format", { type: "json_schema", json_schema: { name: "x",
-      schema: { type: "string", contentEncoding: "base64" } } }],
+      schema: { type: "object", unevaluatedProperties: false } } }],
     [chat, "response_format", { type: "json_schema", json_schema: { schema: { type: "object" } } }],
     [chat, "response_format", { type: "json_schema", json_schema: { name: "x", schema: { type: "integer", multipleOf: 3 } } }],
     [chat, "structured_outputs", { regex: "(a" }], [chat, "structured_outputs", { grammar: "root ::= foo" }],

@@ -144,7 +144,54 @@ TEST(JsonSchemaTest, Formats) {
                  {R"("2020-05-05")"}, {});
   EXPECT_NE(ErrorOf(R"({"type":"string","format":"email","maxLength":20})").find("maxLength"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(R"({"type":"string","format":"uri"})").find("uri"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"string","format":"uri-template"})").find("uri-template"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"string","format":"regex"})").find("regex"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, NetworkAndDurationFormats) {
+  ExpectLanguage(R"({"type":"string","format":"uri"})",
+                 {R"("https://example.com/a/b?x=1&y=%20#top")", R"("mailto:a@b.org")",
+                  R"("urn:isbn:0451450523")", R"("file:///etc/hosts")",
+                  R"("http://user:pw@host.example:8080/")", R"("http://1.2.3.4")"},
+                 {R"("/relative/path")", R"("example.com")", R"("http://a b")",
+                  R"("http://x/%zz")", R"("1http://x")", R"("http://h:port/")",
+                  R"("http://x/#a#b")", R"("")"});
+  ExpectLanguage(R"({"type":"string","format":"uri-reference"})",
+                 {R"("/relative/path?q")", R"("../up")", R"("#frag")", R"("")",
+                  R"("https://example.com")", R"("//host/x")"},
+                 {R"("a:b c")", R"("%g0")", R"("a b")"});
+  ExpectLanguage(R"({"type":"string","format":"hostname"})",
+                 {R"("localhost")", R"("www.Example.com")", R"("a-b.c0.io")"},
+                 {R"("-a.com")", R"("a-.com")", R"("a..b")", R"("1.2.3.4")", R"("a_b.com")",
+                  R"("")"});
+  ExpectLanguage(R"({"type":"string","format":"ipv6"})",
+                 {R"("::")", R"("::1")", R"("2001:db8::8a2e:370:7334")", R"("fe80::1:2")",
+                  R"("1:2:3:4:5:6:7:8")", R"("::ffff:192.0.2.128")", R"("1::")",
+                  R"("1:2:3:4:5:6::8")", R"("ABCD:ef01::")"},
+                 {R"(":::")", R"("1:2:3:4:5:6:7:8:9")", R"("1::2::3")", R"("12345::")",
+                  R"("1:2:3:4:5:6:7")", R"("::ffff:256.0.0.1")", R"("g::")", R"("1:2:3:4:5:6:7::8")"});
+  ExpectLanguage(R"({"type":"string","format":"duration"})",
+                 {R"("P1Y2M3DT4H5M6S")", R"("PT36H")", R"("P3W")", R"("P1D")", R"("PT0S")",
+                  R"("P1M")"},
+                 {R"("P")", R"("PT")", R"("P1H")", R"("P1S")", R"("1D")", R"("P1DT")",
+                  R"("P1W2D")"});
+  ExpectLanguage(R"({"type":"string","format":"json-pointer"})", {R"("")", R"("/a~1b/0")"},
+                 {R"("a")", R"("/a~2")"});
+  ExpectLanguage(R"({"type":"string","format":"relative-json-pointer"})", {R"("0")", R"("1/a")",
+                 R"("2#")"}, {R"("01")", R"("/a")", R"("-1")"});
+}
+
+TEST(JsonSchemaTest, FormatsJsonSchemaDoesNotDefineAreAnnotations) {
+  // Vendor and OpenAPI format names constrain nothing (a number ignores every string format).
+  ExpectLanguage(R"({"type":"string","format":"topic"})", {R"("anything at all")", R"("")"},
+                 {"1"});
+  ExpectLanguage(R"({"type":"string","format":"url","pattern":"^a+$"})", {R"("aa")"},
+                 {R"("b")"});
+  ExpectLanguage(R"({"type":"integer","format":"uint"})", {"7", "-7"}, {"\"7\""});
+  ExpectLanguage(R"({"type":"number","format":"date-time"})", {"1.5"}, {"\"x\""});
+  // Without a type an annotation format does not make the value a string.
+  ExpectLanguage(R"({"format":"color"})", {"1", "\"red\"", "null"}, {});
 }
 
 TEST(JsonSchemaTest, Patterns) {
@@ -302,18 +349,155 @@ TEST(JsonSchemaTest, FlexibleWhitespace) {
   ExpectLanguage(schema, {R"({"a":[],"b":false})"}, {R"({"a": []})"});  // compact by default
 }
 
-TEST(JsonSchemaTest, AnnotationsAreIgnoredAndUnknownKeywordsRefused) {
+TEST(JsonSchemaTest, AnnotationsAndUnknownKeywordsAreIgnoredUnenforcedOnesRefused) {
   ExpectLanguage(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","$id":"x",
       "title":"T","description":"d","examples":[1],"default":2,"$comment":"c",
       "deprecated":false,"readOnly":true,"writeOnly":false,"x-kubernetes-int-or-string":true,
       "type":"integer","maximum":3,"minimum":1})",
                  {"1", "3"}, {"4"});
-  const std::string e = ErrorOf(R"({"properties":{"a":{"patternProperties":{}}}})");
-  EXPECT_NE(e.find("'patternProperties'"), std::string::npos) << e;
+  // Vendor keywords, draft-04's id, misspellings and content annotations, at any depth, beside
+  // enum too: the specification says to ignore what an implementation does not know.
+  ExpectLanguage(R"({"id":"http://x/s#","_format":"y","javaType":"a.B","@context":{"k":1},
+      "type":"object","self":{"href":"{id}"},"links":[{"rel":"self"}],"version":"1",
+      "properties":{
+        "a":{"type":"string","faker":"name.first","readonly":true,"contentEncoding":"base64",
+             "contentMediaType":"text/plain","$default":"q","copyright":"c","maxLenght":2},
+        "b":{"enum":[1,2],"javaName":"B","unknownKeyword":{"type":"string"}}},
+      "required":["a","b"],"additionalProperties":false})",
+                 {R"({"a":"xyz","b":2})"}, {R"({"a":"x","b":3})", R"({"a":1,"b":1})", "{}"});
+  // Unenforced keywords in their inert forms constrain nothing.
+  ExpectLanguage(R"({"type":"array","uniqueItems":false,"then":{"type":"string"},
+      "minContains":2,"additionalItems":false,"items":{"type":"integer"}})",
+                 {"[1,1]", "[]"}, {"[\"a\"]"});
+  ExpectLanguage(R"({"type":"object","minProperties":0,"patternProperties":{},
+      "dependentRequired":{},"propertyNames":true,"unevaluatedProperties":{}})",
+                 {"{}", R"({"a":1})"}, {"[]"});
+  // Unenforced keywords that constrain are refused, naming the keyword and where it is.
+  const std::string e = ErrorOf(R"({"properties":{"a":{"propertyNames":{"maxLength":2}}}})");
+  EXPECT_NE(e.find("'propertyNames'"), std::string::npos) << e;
   EXPECT_NE(e.find("/properties/a"), std::string::npos) << e;
+  for (const char* schema :
+       {R"({"type":"object","dependencies":{"a":["b"]}})", R"({"if":{"type":"string"},"then":{"minLength":2}})",
+        R"({"type":"object","dependentRequired":{"a":["b"]}})", R"({"type":"object","propertyNames":{"maxLength":3}})",
+        R"({"type":"array","uniqueItems":true})",
+        R"({"enum":[1,2],"contains":{}})", R"({"unevaluatedProperties":false})"}) {
+    const std::string error = ErrorOf(schema);
+    EXPECT_NE(error.find("unsupported JSON Schema keyword"), std::string::npos)
+        << schema << ": " << error;
+  }
   EXPECT_NE(ErrorOf("[1]").find("object or a boolean"), std::string::npos);
   EXPECT_NE(ErrorOf("false").find("false"), std::string::npos);
   EXPECT_EQ(ErrorOf("true"), "");
+}
+
+TEST(JsonSchemaTest, NotOverTypesOverNotAndOverFalse) {
+  ExpectLanguage(R"({"not":{"type":"null"}})", {"1", "\"a\"", "[]", "{}", "true"}, {"null"});
+  ExpectLanguage(R"({"type":["string","integer","null"],"not":{"type":["null","integer"]}})",
+                 {"\"a\""}, {"1", "null"});
+  ExpectLanguage(R"({"type":"integer","nullable":true,"not":{"type":"null"}})", {"3"}, {"null"});
+  ExpectLanguage(R"({"not":{"not":{"type":"integer","minimum":2}}})", {"2", "30"},
+                 {"1", "\"a\""});
+  ExpectLanguage(R"({"type":"boolean","not":false})", {"true"}, {"1"});
+  // Beside anyOf the reduced types reach every branch.
+  ExpectLanguage(R"({"anyOf":[{"type":"string"},{"type":"null"}],"not":{"type":"null"}})",
+                 {"\"x\""}, {"null"});
+  for (const char* schema : {R"({"not":{}})", R"({"not":true})", R"({"not":{"description":"d"}})",
+                             R"({"type":"string","not":{"type":"string"}})"}) {
+    EXPECT_NE(ErrorOf(schema).find("matches nothing"), std::string::npos) << schema;
+  }
+  EXPECT_NE(ErrorOf(R"({"type":"number","not":{"type":"integer"}})").find("integers"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"not":{"enum":[1]}})").find("'not'"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, MinAndMaxProperties) {
+  // Listed properties, optional and required, with and without extras.
+  const char* ab = R"("properties":{"a":{"type":"integer"},"b":{"type":"integer"}})";
+  ExpectLanguage(std::string("{") + ab + R"(,"minProperties":1,"additionalProperties":false})",
+                 {R"({"a":1})", R"({"b":2})", R"({"a":1,"b":2})"}, {"{}"});
+  ExpectLanguage(std::string("{") + ab + R"(,"maxProperties":1,"additionalProperties":false})",
+                 {"{}", R"({"a":1})", R"({"b":2})"}, {R"({"a":1,"b":2})"});
+  ExpectLanguage(std::string("{") + ab + R"(,"minProperties":3,"maxProperties":3})",
+                 {R"({"a":1,"b":2,"c":3})", R"({"a":1,"x":[],"y":{}})", R"({"p":1,"q":2,"r":3})"},
+                 {R"({"a":1,"b":2})", R"({"a":1,"b":2,"c":3,"d":4})", "{}"});
+  // Only extras: a map with one to two entries.
+  ExpectLanguage(R"({"type":"object","additionalProperties":{"type":"string"},"minProperties":1,
+      "maxProperties":2})",
+                 {R"({"k":"v"})", R"({"k":"v","l":"w"})"},
+                 {"{}", R"({"k":"v","l":"w","m":"x"})", R"({"k":1})"});
+  ExpectLanguage(R"({"minProperties":1})", {R"({"a":null})"}, {"{}", "1"});
+  // Bounds the listed properties cannot meet are refused.
+  EXPECT_NE(ErrorOf(std::string("{") + ab + R"(,"required":["a","b"],"maxProperties":1})")
+                .find("maxProperties"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(std::string("{") + ab + R"(,"additionalProperties":false,"minProperties":3})")
+                .find("minProperties"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, MultipleOf) {
+  ExpectLanguage(R"({"type":"integer","multipleOf":7})", {"0", "7", "-14", "700", "7000000007"},
+                 {"1", "8", "-15", "70000000071", "07"});
+  ExpectLanguage(R"({"type":"integer","multipleOf":5,"minimum":-10,"maximum":12})",
+                 {"-10", "0", "5", "10"}, {"15", "-15", "12", "3"});
+  ExpectLanguage(R"({"type":"number","multipleOf":1})", {"3", "-2"}, {"1.5", "1e3"});
+  ExpectLanguage(R"({"type":"number","multipleOf":0.01})", {"3", "-2.5", "0.07", "10.25"},
+                 {"0.001", "1e2", "1.234"});
+  ExpectLanguage(R"({"type":"number","multipleOf":0.1,"minimum":0,"maximum":2})",
+                 {"0", "1.5", "2"}, {"1.55", "3"});
+  ExpectLanguage(R"({"type":"number","multipleOf":10})", {"20", "-30"}, {"25", "20.5"});
+  for (const char* schema : {R"({"type":"number","multipleOf":0.25})",
+                             R"({"type":"integer","multipleOf":3,"minimum":0})",
+                             R"({"type":"integer","multipleOf":0})",
+                             R"({"type":"integer","multipleOf":3,"minimum":0,"maximum":1e9})"}) {
+    EXPECT_NE(ErrorOf(schema).find("multipleOf"), std::string::npos) << schema;
+  }
+}
+
+TEST(JsonSchemaTest, PatternProperties) {
+  // A map keyed by a pattern: pattern keys only, each with the pattern's schema.
+  ExpectLanguage(R"({"type":"object","patternProperties":{"^[a-z]+$":{"type":"integer"}},
+      "additionalProperties":false})",
+                 {"{}", R"({"ab":1,"c":2})"}, {R"({"ab":"x"})", R"({"A":1})", R"({"a1":1})"});
+  // Without anchors a key contains a match (JSON Schema's search semantics); keys matching no
+  // pattern are not generated beside additionalProperties true (a subset).
+  ExpectLanguage(R"({"patternProperties":{"_id":{"type":"string"}}})",
+                 {R"({"user_id":"u"})", R"({"_id":""})"}, {R"({"user_id":1})", R"({"name":"x"})"});
+  // Listed names that match a pattern take both schemas; then pattern keys are not generated.
+  ExpectLanguage(R"({"properties":{"x_n":{"type":"number","maximum":5},"y":{"type":"string"}},
+      "patternProperties":{"^x_":{"type":"integer"}},"additionalProperties":false})",
+                 {R"({"x_n":3,"y":"a"})", "{}"}, {R"({"x_n":3.5})", R"({"x_n":6})", R"({"x_a":1})"});
+  // The same schema for pattern keys and additional ones: any key.
+  ExpectLanguage(R"({"patternProperties":{"^a":{"type":"string"}},
+      "additionalProperties":{"type":"string"}})",
+                 {R"({"ab":"x","zz":"y"})"}, {R"({"ab":1})", R"({"zz":1})"});
+  ExpectLanguage(R"({"type":"object","patternProperties":{".*":{}}})", {R"({"a":[1]})", "{}"},
+                 {"[]"});
+  // A required name that only a pattern admits (other pattern keys are then not generated).
+  ExpectLanguage(R"({"required":["k1"],"patternProperties":{"^k[0-9]$":{"type":"boolean"}},
+      "additionalProperties":false})",
+                 {R"({"k1":true})"}, {"{}", R"({"k1":1})", R"({"k1":true,"k2":false})"});
+  EXPECT_NE(ErrorOf(R"({"patternProperties":{"^a":{"type":"string"},"^b":{"type":"integer"}}})")
+                .find("different schemas"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"required":["z"],"patternProperties":{"^a":{}},
+      "additionalProperties":false})")
+                .find("'z'"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, TupleItemsOfTheOlderDrafts) {
+  // Drafts 4 to 2019-09: "items" as an array is the prefix, "additionalItems" the rest (any
+  // value when absent); additionalItems beside a single items schema constrains nothing.
+  ExpectLanguage(R"({"type":"array","items":[{"type":"integer"},{"type":"string"}],
+      "additionalItems":false})",
+                 {"[]", "[1]", R"([1,"a"])"}, {R"(["a"])", R"([1,"a",2])", R"([1,2])"});
+  ExpectLanguage(R"({"type":"array","items":[{"type":"integer"}],"additionalItems":{"type":"null"},
+      "minItems":2})",
+                 {"[1,null]", "[1,null,null]"}, {"[1]", "[1,2]"});
+  ExpectLanguage(R"({"type":"array","items":[{"type":"boolean"}]})", {"[true]", R"([true,"x",{}])"},
+                 {"[1]"});
+  EXPECT_NE(ErrorOf(R"({"prefixItems":[{}],"items":[{}]})").find("prefixItems"), std::string::npos);
 }
 
 TEST(JsonSchemaTest, JsonObjectRule) {
