@@ -216,7 +216,7 @@ int RunMaskBench(const MaskBenchOptions& options,
     static const char* kNames[] = {"passing", "compile_error", "timeout", "validation_error",
                                    "invalidation_error"};
     record["outcome"] = kNames[static_cast<int>(outcome)];
-    if (out.is_open()) out << record.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
+    if (out.is_open()) out << record.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
     if (++done % 500 == 0) {
       std::fprintf(stderr, "%d/%zu schemas, %d passing\n", done, files.size(), total.passing);
     }

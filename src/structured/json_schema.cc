@@ -71,6 +71,7 @@ using json = nlohmann::ordered_json;
 using Sym = GrammarBuilder;  // for Sym::Ref
 
 constexpr int kMaxCompiledSchemas = 20000;  // schema nodes compiled, refs and merges included
+constexpr int kMaxNesting = 64;  // objects and arrays inside one another while compiling
 enum TypeBits : unsigned {
   kNull = 1,
   kBool = 2,
@@ -184,6 +185,13 @@ class Compiler {
   void Ws(Sequence* s);
   Symbol Byte(char c) { return b_->Bytes(ByteSet::Single(static_cast<uint8_t>(c))); }
   Result<int> Nested(const json& s, const std::string& path) {
+    if (depth_ >= kMaxNesting) {
+      return InvalidArgument(fmt::format(
+          "schema at {} nests objects and arrays more than {} deep once expanded (a $ref beside "
+          "other keywords or inside allOf is expanded in place, so one that reaches itself "
+          "never ends)",
+          Where(path), kMaxNesting));
+    }
     ++depth_;
     Result<int> r = Compile(s, path);
     --depth_;
@@ -631,11 +639,25 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
                       CollectProperties(s, patterns.empty() ? additional : json(true), path));
   KV_ASSIGN_OR_RETURN(const int64_t min_props, Count(s, "minProperties", path));
   KV_ASSIGN_OR_RETURN(const int64_t max_props, Count(s, "maxProperties", path));
-  if (props.empty() && additional == true && min_props <= 0 && max_props < 0 &&
+  // Names an extra member must not take: the listed ones, those whose schema is false too.
+  std::vector<std::string> names;
+  for (const Prop& p : props) names.push_back(p.name);
+  if (s.contains("properties")) {
+    for (const auto& [name, schema] : s["properties"].items()) {
+      if (schema == false) names.push_back(name);
+    }
+  }
+  if (names.empty() && additional == true && min_props <= 0 && max_props < 0 &&
       patterns.empty()) {
     return AnyObject();
   }
   bool pattern_names = false;  // a listed or required name matches a pattern
+  for (const std::string& name : names) {
+    for (const std::string& pattern : patterns) {
+      KV_ASSIGN_OR_RETURN(const bool m, SearchMatches(pattern, name, path));
+      pattern_names = pattern_names || m;
+    }
+  }
   for (Prop& p : props) {
     const bool listed = s.contains("properties") && s["properties"].contains(p.name);
     bool matches = false;
@@ -643,7 +665,6 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
       KV_ASSIGN_OR_RETURN(const bool m, SearchMatches(pattern, p.name, path));
       matches = matches || m;
     }
-    pattern_names = pattern_names || matches;
     if (!listed && !patterns.empty() && !matches) {
       if (additional == false) {
         return InvalidArgument(fmt::format(
@@ -675,8 +696,6 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
   // key could repeat it): a subset of what the schema allows.
   json extra_value = additional;
   int extra_key = -1;
-  std::vector<std::string> names;
-  for (const Prop& p : props) names.push_back(p.name);
   if (!patterns.empty()) {
     const bool trivial = pattern_schema == true || pattern_schema == json::object();
     if (additional == pattern_schema || (additional == true && trivial)) {
@@ -697,7 +716,7 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
   int extra_pair = -1;
   if (extra_value != false) {
     KV_ASSIGN_OR_RETURN(const int v, Nested(extra_value, Child(path, "additionalProperties")));
-    if (extra_key < 0) extra_key = props.empty() ? GenericString() : ExtraKeyRule(names, b_);
+    if (extra_key < 0) extra_key = names.empty() ? GenericString() : ExtraKeyRule(names, b_);
     Sequence pair = {Sym::Ref(extra_key)};
     Ws(&pair);
     pair.push_back(Byte(':'));

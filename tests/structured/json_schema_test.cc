@@ -454,6 +454,26 @@ TEST(JsonSchemaTest, MultipleOf) {
   }
 }
 
+TEST(JsonSchemaTest, AnAllOfThatReachesItselfIsAnErrorNotAStackOverflow) {
+  // Found in MaskBench (Github_easy o17683): each level's allOf expands the next.
+  const std::string e = ErrorOf(R"({"definitions":{"C":{"type":"object"},"F":{"type":"object",
+      "properties":{"kids":{"allOf":[{"$ref":"#/definitions/F"},{"$ref":"#/definitions/C"}]}},
+      "required":["kids"]}},"properties":{"F":{"$ref":"#/definitions/F"}},"required":["F"]})");
+  EXPECT_NE(e.find("nests objects and arrays more than"), std::string::npos) << e;
+  // Deep but finite nesting still compiles.
+  std::string deep = R"({"type":"integer"})";
+  for (int i = 0; i < 40; ++i) deep = R"({"type":"array","items":)" + deep + "}";
+  EXPECT_EQ(ErrorOf(deep), "");
+}
+
+TEST(JsonSchemaTest, APropertyWhoseSchemaIsFalseIsNeverAnExtraMember) {
+  ExpectLanguage(R"({"properties":{"a":false}})", {"{}", R"({"b":1})"}, {R"({"a":1})"});
+  ExpectLanguage(R"({"properties":{"a":false,"b":{"type":"integer"}}})", {R"({"b":1,"c":2})"},
+                 {R"({"b":1,"a":2})"});
+  ExpectLanguage(R"({"properties":{"x_a":false},"patternProperties":{"^x_":{"type":"integer"}}})",
+                 {"{}"}, {R"({"x_a":1})"});
+}
+
 TEST(JsonSchemaTest, PatternProperties) {
   // A map keyed by a pattern: pattern keys only, each with the pattern's schema.
   ExpectLanguage(R"({"type":"object","patternProperties":{"^[a-z]+$":{"type":"integer"}},
