@@ -5,8 +5,10 @@
 #include "structured/json_schema.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
@@ -170,6 +172,10 @@ class Compiler {
   // A schema without $ref and allOf at its top.
   Result<int> CompileFlat(const json& s, const std::string& path);
   Result<json> ApplyNot(const json& s, const std::string& path) const;
+  Result<json> ApplyDependencies(const json& s, const std::string& path) const;
+  bool ProvablyDisjoint(const json& a, const json& b, int depth) const;
+  Result<std::optional<json>> ExclusiveBranches(const json& base, const json& branches,
+                                                const std::string& path) const;
   Result<int> CompileAlternatives(const json& s, const std::string& path);
   Result<int> CompileEnum(const json& s, const std::string& path);
   Result<int> CompileType(unsigned bit, unsigned mask, const json& s, const std::string& path);
@@ -180,6 +186,8 @@ class Compiler {
   int ObjectChain(const std::vector<Prop>& props, const std::vector<int>& values, int extra_pair,
                   int64_t min_props, int64_t max_props);
   Result<int> ArrayRule(const json& s, const std::string& path);
+  Result<int> UniqueArrayRule(const json& domain, int64_t min_items, int64_t max_items,
+                              const std::string& path);
   int GenericString();
   int WsRule();  // -1: compact JSON
   void Ws(Sequence* s);
@@ -285,6 +293,11 @@ Result<int> Compiler::CompileFlat(const json& s, const std::string& path) {
     KV_ASSIGN_OR_RETURN(const json without_not, ApplyNot(s, path));
     return CompileFlat(without_not, path);
   }
+  if (s.contains("dependencies") || s.contains("dependentRequired") ||
+      s.contains("dependentSchemas")) {
+    KV_ASSIGN_OR_RETURN(const json as_branches, ApplyDependencies(s, path));
+    return CompileFlat(as_branches, path);
+  }
   if (s.contains("anyOf") || s.contains("oneOf")) return CompileAlternatives(s, path);
   if (s.contains("enum") || s.contains("const")) return CompileEnum(s, path);
   KV_ASSIGN_OR_RETURN(const unsigned mask, Types(s, path));
@@ -347,6 +360,96 @@ Result<json> Compiler::ApplyNot(const json& s, const std::string& path) const {
       "unsupported 'not' at {}: only not over types, over another not, or over false", Where(path)));
 }
 
+// `s` with dependencies / dependentRequired / dependentSchemas as anyOf branches: for each
+// combination of their trigger properties, absent (a false property) or present (required, with
+// what it brings: more required names, or a schema merged in). At most kMaxDependencies
+// triggers (2^n branches); a combination whose merge fails, or that drops a property `s`
+// requires, is left out.
+constexpr size_t kMaxDependencies = 4;
+Result<json> Compiler::ApplyDependencies(const json& s, const std::string& path) const {
+  json base = s;
+  std::vector<std::pair<std::string, json>> triggers;  // name, schema it brings
+  for (const char* key : {"dependencies", "dependentRequired", "dependentSchemas"}) {
+    if (!s.contains(key)) continue;
+    base.erase(key);
+    const json& deps = s[key];
+    if (!deps.is_object()) {
+      return InvalidArgument(fmt::format("'{}' at {} must be an object", key, Where(path)));
+    }
+    for (const auto& [name, dep] : deps.items()) {
+      if (dep.is_array()) {
+        for (const json& r : dep) {
+          if (!r.is_string()) {
+            return InvalidArgument(fmt::format("'{}' at {}: '{}' must list property names", key,
+                                               Where(path), name));
+          }
+        }
+        triggers.emplace_back(name, json{{"required", dep}});
+      } else if ((dep.is_object() || dep.is_boolean()) && std::string_view(key) != "dependentRequired") {
+        KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root_, dep, Child(Child(path, key), name), 0));
+        triggers.emplace_back(name, std::move(flat));
+      } else {
+        return InvalidArgument(fmt::format("'{}' at {}: '{}' must be {}", key, Where(path), name,
+                                           std::string_view(key) == "dependentRequired"
+                                               ? "an array of names"
+                                               : "an array of names or a schema"));
+      }
+    }
+  }
+  if (triggers.empty()) return base;
+  if (triggers.size() > kMaxDependencies) {
+    return InvalidArgument(fmt::format(
+        "unsupported dependencies at {}: more than {} trigger properties", Where(path),
+        kMaxDependencies));
+  }
+  if (base.contains("anyOf") || base.contains("oneOf")) {
+    return InvalidArgument(fmt::format(
+        "unsupported dependencies at {}: beside 'anyOf'/'oneOf'", Where(path)));
+  }
+  std::vector<std::string> required;
+  if (base.contains("required") && base["required"].is_array()) {
+    for (const json& r : base["required"]) {
+      if (r.is_string()) required.push_back(r.get<std::string>());
+    }
+  }
+  json branches = json::array();
+  for (size_t combo = 0; combo < (size_t{1} << triggers.size()); ++combo) {
+    json branch = json::object();
+    bool ok = true;
+    for (size_t j = 0; j < triggers.size() && ok; ++j) {
+      const auto& [name, brings] = triggers[j];
+      json piece;
+      if (combo & (size_t{1} << j)) {
+        piece = brings;
+        Result<json> with = MergeSchemas(root_, piece, json{{"required", {name}}}, path);
+        if (!with.ok()) return with.status();
+        piece = std::move(*with);
+      } else {
+        if (std::find(required.begin(), required.end(), name) != required.end()) ok = false;
+        piece = json{{"properties", {{name, false}}}};
+      }
+      Result<json> merged = MergeSchemas(root_, branch, piece, path);
+      ok = ok && merged.ok();
+      if (ok) branch = std::move(*merged);
+    }
+    // A combination that requires a property another one forbids cannot hold.
+    if (ok && branch.contains("required") && branch.contains("properties")) {
+      for (const json& r : branch["required"]) {
+        if (r.is_string() && branch["properties"].value(r.get<std::string>(), json(true)) == false) {
+          ok = false;
+        }
+      }
+    }
+    if (ok) branches.push_back(std::move(branch));
+  }
+  if (branches.empty()) {
+    return InvalidArgument(fmt::format(
+        "schema at {} matches nothing: no combination of its dependencies can hold", Where(path)));
+  }
+  base["anyOf"] = std::move(branches);
+  return base;
+}
+
 // anyOf / oneOf (both as a union: a grammar cannot count matches). Constraints beside them
 // apply to every branch: s AND (b1 OR b2) is compiled as (s AND b1) OR (s AND b2).
 Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path) {
@@ -361,6 +464,14 @@ Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path
   const bool distribute = HasConstraints(s, {"anyOf", "oneOf"});
   json base = s;
   base.erase(key);
+  if (std::string_view(key) == "oneOf") {
+    KV_ASSIGN_OR_RETURN(std::optional<json> exclusive, ExclusiveBranches(base, branches, path));
+    if (exclusive) {
+      // Compiled as an anyOf whose branches no value satisfies twice.
+      base["anyOf"] = std::move(*exclusive);
+      return CompileAlternatives(base, path);
+    }
+  }
   std::vector<Sequence> alts;
   for (size_t i = 0; i < branches.size(); ++i) {
     const std::string branch_path = Child(Child(path, key), std::to_string(i));
@@ -386,6 +497,121 @@ Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path
         "schema at {} matches nothing: no '{}' branch has a type the schema allows", Where(path), key));
   }
   return b_->Alternatives(key, std::move(alts));
+}
+
+// The explicit types of a flattened schema (every type when it names none).
+unsigned DeclaredTypes(const json& s) {
+  if (!s.contains("type")) return kAllTypes;
+  Result<unsigned> mask = TypeMask(s["type"], "");
+  return mask.ok() ? *mask : static_cast<unsigned>(kAllTypes);
+}
+
+// Whether s requires property p.
+bool Requires(const json& s, const std::string& p) {
+  if (!s.contains("required") || !s["required"].is_array()) return false;
+  return std::find(s["required"].begin(), s["required"].end(), p) != s["required"].end();
+}
+
+// Whether s forbids property p (its schema is false, or additionalProperties false leaves it out).
+bool Forbids(const json& s, const std::string& p) {
+  const json props = s.value("properties", json::object());
+  if (props.is_object() && props.contains(p)) return props[p] == false;
+  return s.value("additionalProperties", json(true)) == false && !s.contains("patternProperties");
+}
+
+// Whether no value satisfies both flattened schemas, as far as simple evidence shows: types that
+// do not meet, enum/const values the other side refuses, a property one side requires and the
+// other forbids, or a property both require whose schemas are disjoint.
+bool Compiler::ProvablyDisjoint(const json& a, const json& b, int depth) const {
+  if (!a.is_object() || !b.is_object() || depth > 8) return false;
+  const unsigned ta = DeclaredTypes(a), tb = DeclaredTypes(b);
+  if ((ta & tb) == 0) return true;
+  for (const auto& [x, y] : {std::pair<const json&, const json&>{a, b}, {b, a}}) {
+    if (!x.contains("enum") && !x.contains("const")) continue;
+    const json values = x.contains("const") ? json::array({x["const"]}) : x["enum"];
+    if (!values.is_array()) continue;
+    const json other = y.contains("const") ? json::array({y["const"]})
+                       : y.contains("enum") ? y["enum"] : json();
+    bool shared = false;
+    for (const json& v : values) {
+      if (!HasType(v, DeclaredTypes(y))) continue;
+      if (other.is_array() && std::find(other.begin(), other.end(), v) == other.end()) continue;
+      shared = true;
+    }
+    if (!shared) return true;
+  }
+  // A value both accept is an object from here on: required and forbidden properties decide.
+  if ((ta & tb) != kObj) return false;
+  for (const auto& [x, y] : {std::pair<const json&, const json&>{a, b}, {b, a}}) {
+    if (!x.contains("required") || !x["required"].is_array()) continue;
+    for (const json& r : x["required"]) {
+      if (!r.is_string()) continue;
+      const std::string p = r.get<std::string>();
+      if (Forbids(y, p)) return true;
+      if (!Requires(y, p) || &x != &a) continue;  // both require p: compare once
+      const json none = json::object();
+      const json& pa = a.value("properties", none).value(p, json(true));
+      const json& pb = b.value("properties", none).value(p, json(true));
+      Result<json> fa = FlattenSchema(root_, pa, "", 0), fb = FlattenSchema(root_, pb, "", 0);
+      if (fa.ok() && fb.ok() && ProvablyDisjoint(*fa, *fb, depth + 1)) return true;
+    }
+  }
+  return false;
+}
+
+// A oneOf's branches as anyOf branches that no value satisfies twice, or nullopt with an error
+// where that cannot be shown: pairwise provably disjoint branches (beside the constraints of
+// `base`), or branches that each require one distinct property (then each also forbids the
+// others'). A grammar cannot count how many branches a value matches, and compiling an
+// overlapping oneOf as anyOf would accept values that match two.
+Result<std::optional<json>> Compiler::ExclusiveBranches(const json& base, const json& branches,
+                                                        const std::string& path) const {
+  std::vector<json> flats;
+  std::vector<std::string> only_required;
+  for (size_t i = 0; i < branches.size(); ++i) {
+    const std::string where = Child(Child(path, "oneOf"), std::to_string(i));
+    KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root_, branches[i], where, 0));
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : flat.items()) {
+      if (!IsIgnored(k)) keys.push_back(k);
+    }
+    if (keys.size() == 1 && keys[0] == "required" && flat["required"].is_array() &&
+        flat["required"].size() == 1 && flat["required"][0].is_string()) {
+      only_required.push_back(flat["required"][0].get<std::string>());
+    }
+    flats.push_back(std::move(flat));
+  }
+  const std::set<std::string> distinct(only_required.begin(), only_required.end());
+  if (only_required.size() == branches.size() && distinct.size() == branches.size()) {
+    json out = json::array();
+    for (const std::string& name : only_required) {
+      json branch = {{"required", {name}}, {"properties", json::object()}};
+      for (const std::string& other : only_required) {
+        if (other != name) branch["properties"][other] = false;
+      }
+      out.push_back(std::move(branch));
+    }
+    return std::optional<json>(std::move(out));
+  }
+  const bool beside = HasConstraints(base, {});
+  std::vector<json> merged;
+  for (const json& f : flats) {
+    Result<json> m = beside ? MergeSchemas(root_, base, f, path) : Result<json>(f);
+    merged.push_back(m.ok() ? std::move(*m) : json(false));  // a failed merge matches nothing
+  }
+  for (size_t i = 0; i < merged.size(); ++i) {
+    for (size_t j = i + 1; j < merged.size(); ++j) {
+      if (merged[i] == false || merged[j] == false) continue;
+      if (!ProvablyDisjoint(merged[i], merged[j], 0)) {
+        return InvalidArgument(fmt::format(
+            "unsupported 'oneOf' at {}: branches {} and {} may both match a value, which a "
+            "grammar cannot exclude (make them differ by type, by a const or enum property both "
+            "require, or by a property one requires and the other forbids; or use anyOf)",
+            Where(path), i, j));
+      }
+    }
+  }
+  return std::optional<json>(json(branches));
 }
 
 // enum / const: each value's compact serialisation, kept where it has an allowed type and
@@ -443,10 +669,14 @@ Result<unsigned> Compiler::Types(const json& s, const std::string& path) const {
   unsigned mask = 0;
   for (const auto& [k, v] : s.items()) {
     if (k == "properties" || k == "required" || k == "additionalProperties" ||
-        k == "minProperties" || k == "maxProperties" || k == "patternProperties") {
+        k == "minProperties" || k == "maxProperties" || k == "patternProperties" ||
+        k == "dependencies" || k == "dependentRequired" || k == "dependentSchemas") {
       mask |= kObj;
     }
-    if (k == "items" || k == "prefixItems" || k == "minItems" || k == "maxItems") mask |= kArr;
+    if (k == "items" || k == "prefixItems" || k == "minItems" || k == "maxItems" ||
+        k == "uniqueItems") {
+      mask |= kArr;
+    }
     if (k == "minLength" || k == "maxLength" || k == "pattern") mask |= kStr;
     if (k == "format" && v.is_string() && IsDefinedFormat(v.get<std::string>())) mask |= kStr;
     if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum" ||
@@ -737,6 +967,75 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
   return b_->Alternatives("object", {std::move(obj)});
 }
 
+// The values a flattened item schema allows when it allows only a few known ones (at most
+// kMaxUniqueDomain): enum or const (with type beside them), boolean, null.
+constexpr size_t kMaxUniqueDomain = 10;
+std::optional<json> FiniteDomain(const json& flat) {
+  for (const auto& [k, v] : flat.items()) {
+    if (k != "enum" && k != "const" && k != "type" && !IsIgnored(k)) return std::nullopt;
+  }
+  json values = json::array();
+  if (flat.contains("enum") || flat.contains("const")) {
+    const json all = flat.contains("const") ? json::array({flat["const"]}) : flat["enum"];
+    if (!all.is_array()) return std::nullopt;
+    Result<unsigned> mask = flat.contains("type") ? TypeMask(flat["type"], "")
+                                                  : Result<unsigned>(static_cast<unsigned>(kAllTypes));
+    if (!mask.ok()) return std::nullopt;
+    for (const json& v : all) {
+      if (!HasType(v, *mask)) continue;
+      if (flat.contains("const") && flat.contains("enum") &&
+          std::find(flat["enum"].begin(), flat["enum"].end(), v) == flat["enum"].end()) {
+        continue;
+      }
+      if (std::find(values.begin(), values.end(), v) == values.end()) values.push_back(v);
+    }
+  } else if (flat.value("type", json()) == "boolean") {
+    values = json::array({true, false});
+  } else if (flat.value("type", json()) == "null") {
+    values = json::array({nullptr});
+  } else {
+    return std::nullopt;
+  }
+  if (values.empty() || values.size() > kMaxUniqueDomain) return std::nullopt;
+  return values;
+}
+
+// "[" ws items "]" whose items are distinct values of `domain`: one state per set of values
+// used so far (its size is the count, so minItems/maxItems hold exactly).
+Result<int> Compiler::UniqueArrayRule(const json& domain, int64_t min_items, int64_t max_items,
+                                      const std::string& path) {
+  const size_t n = domain.size();
+  if (min_items > static_cast<int64_t>(n) || (max_items >= 0 && min_items > max_items)) {
+    return InvalidArgument(fmt::format(
+        "'uniqueItems' at {}: minItems {} is more than the {} values the items allow (or than "
+        "maxItems)",
+        Where(path), min_items, n));
+  }
+  std::vector<Sequence> literal;
+  for (const json& v : domain) literal.push_back(b_->Literal(v.dump()));
+  const size_t sets = size_t{1} << n;
+  std::vector<int> rule(sets);  // rule[S]: the rest of the array after the values in S
+  for (size_t set = 0; set < sets; ++set) rule[set] = b_->AddRule("unique-items");
+  for (size_t set = 0; set < sets; ++set) {
+    const auto used = static_cast<int64_t>(std::popcount(set));
+    if (used >= min_items) b_->AddAlternative(rule[set], {});
+    if (max_items >= 0 && used >= max_items) continue;
+    for (size_t j = 0; j < n; ++j) {
+      if (set & (size_t{1} << j)) continue;
+      Sequence next = set == 0 ? Sequence{} : Sequence{Byte(',')};
+      if (set != 0) Ws(&next);
+      next.insert(next.end(), literal[j].begin(), literal[j].end());
+      Ws(&next);
+      next.push_back(Sym::Ref(rule[set | (size_t{1} << j)]));
+      b_->AddAlternative(rule[set], std::move(next));
+    }
+  }
+  Sequence arr = {Byte('[')};
+  Ws(&arr);
+  arr.insert(arr.end(), {Sym::Ref(rule[0]), Byte(']')});
+  return b_->Alternatives("array", {std::move(arr)});
+}
+
 // "[" ws elements "]": the prefixItems in order (any prefix of them), then items, within
 // minItems..maxItems. Each element is followed by ws; elements after the first by "," ws.
 Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
@@ -758,6 +1057,24 @@ Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
     return InvalidArgument(fmt::format("'prefixItems' at {} must be an array", Where(path)));
   }
   const auto k = static_cast<int64_t>(prefix.size());
+  if (s.value("uniqueItems", false) == true) {
+    // Exact where the items take a few known values (enum, const, boolean, null) and there is
+    // no prefix; otherwise at most one item, which is always unique (a grammar cannot compare
+    // items of an unbounded language).
+    if (k == 0 && (items.is_object() || items.is_boolean())) {
+      KV_ASSIGN_OR_RETURN(const json flat, FlattenSchema(root_, items, Child(path, "items"), 0));
+      if (std::optional<json> domain = FiniteDomain(flat)) {
+        return UniqueArrayRule(*domain, std::max<int64_t>(min_items, 0), max_items, path);
+      }
+    }
+    if (min_items > 1) {
+      return InvalidArgument(fmt::format(
+          "unsupported 'uniqueItems' at {}: with minItems over 1 it needs items from a few known "
+          "values (enum, const, boolean)",
+          Where(path)));
+    }
+    max_items = max_items < 0 ? 1 : std::min<int64_t>(max_items, 1);
+  }
   if (items == false) max_items = max_items < 0 ? k : std::min(max_items, k);
   const int64_t lo = std::max<int64_t>(min_items, 0);
   if (max_items >= 0 && lo > max_items) {

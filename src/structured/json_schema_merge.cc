@@ -38,7 +38,8 @@ const std::set<std::string>& Enforced() {
       "maxLength", "pattern",    "format",    "minimum",              "maximum",
       "nullable",  "exclusiveMinimum", "exclusiveMaximum", "$defs",   "definitions",
       "additionalItems", "not", "minProperties", "maxProperties", "multipleOf",
-      "patternProperties"};
+      "patternProperties", "dependencies", "dependentRequired", "dependentSchemas",
+      "uniqueItems"};
   return kEnforced;
 }
 
@@ -46,8 +47,7 @@ const std::set<std::string>& Enforced() {
 // apply subschemas to it, and that this compiler does not enforce: refused, never dropped.
 const std::set<std::string>& Unenforced() {
   static const std::set<std::string> kUnenforced = {
-      "uniqueItems",      "propertyNames",     "dependentRequired",
-      "dependentSchemas", "dependencies",      "if",                    "then",
+      "propertyNames",    "if",                "then",
       "else",             "divisibleBy",       "contains",
       "minContains",      "maxContains",       "unevaluatedProperties", "unevaluatedItems",
       "$dynamicRef",      "$recursiveRef",     "extends",               "disallow"};
@@ -82,13 +82,9 @@ bool IsTrivialSchema(const json& v) { return v == true || (v.is_object() && v.em
 // Whether an unenforced keyword constrains nothing where it stands (its default value, or a
 // keyword that the specification makes inert without its partner).
 bool IsInert(const std::string& k, const json& v, const json& s) {
-  if (k == "uniqueItems") return v == false;
   if (k == "then" || k == "else") return !s.contains("if");
   if (k == "if") return !s.contains("then") && !s.contains("else");
   if (k == "minContains" || k == "maxContains") return !s.contains("contains");
-  if (k == "dependentRequired" || k == "dependentSchemas" || k == "dependencies") {
-    return v.is_object() && v.empty();
-  }
   if (k == "propertyNames" || k == "unevaluatedProperties" || k == "unevaluatedItems") {
     return IsTrivialSchema(v);
   }

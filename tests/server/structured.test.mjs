@@ -179,7 +179,7 @@ test("bad tools and tool_choice are 400s naming the field", async () => {
   const cases = [
     [{ tools: [{ type: "function", function: { name: "bad name" } }] }, "tools[0].function.name"],
     [{ tools: [WEATHER, WEATHER] }, "tools[1].function.name"],
-    [{ tools: [{ type: "function", function: { name: "f", parameters: { type: "integer", multipleOf: 2 } } }] }, "tools"],
+    [{ tools: [{ type: "function", function: { name: "f", parameters: { type: "array", contains: { type: "integer" } } } }] }, "tools"],
     [{ tools: [WEATHER], tool_choice: { type: "function", function: { name: "nope" } } }, "tool_choice"],
     [{ tools: [WEATHER], tool_choice: "sometimes" }, "tool_choice"],
     [{ tool_choice: "required" }, "tool_choice"],

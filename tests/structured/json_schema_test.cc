@@ -377,9 +377,9 @@ TEST(JsonSchemaTest, AnnotationsAndUnknownKeywordsAreIgnoredUnenforcedOnesRefuse
   EXPECT_NE(e.find("'propertyNames'"), std::string::npos) << e;
   EXPECT_NE(e.find("/properties/a"), std::string::npos) << e;
   for (const char* schema :
-       {R"({"type":"object","dependencies":{"a":["b"]}})", R"({"if":{"type":"string"},"then":{"minLength":2}})",
-        R"({"type":"object","dependentRequired":{"a":["b"]}})", R"({"type":"object","propertyNames":{"maxLength":3}})",
-        R"({"type":"array","uniqueItems":true})",
+       {R"({"type":"object","propertyNames":{"pattern":"^a"}})", R"({"if":{"type":"string"},"then":{"minLength":2}})",
+        R"({"type":"array","contains":{"type":"string"}})", R"({"type":"object","propertyNames":{"maxLength":3}})",
+        R"({"type":"array","contains":{"const":1}})",
         R"({"enum":[1,2],"contains":{}})", R"({"unevaluatedProperties":false})"}) {
     const std::string error = ErrorOf(schema);
     EXPECT_NE(error.find("unsupported JSON Schema keyword"), std::string::npos)
@@ -472,6 +472,82 @@ TEST(JsonSchemaTest, APropertyWhoseSchemaIsFalseIsNeverAnExtraMember) {
                  {R"({"b":1,"a":2})"});
   ExpectLanguage(R"({"properties":{"x_a":false},"patternProperties":{"^x_":{"type":"integer"}}})",
                  {"{}"}, {R"({"x_a":1})"});
+}
+
+TEST(JsonSchemaTest, DependenciesAsBranches) {
+  const char* abc = R"("properties":{"a":{"type":"integer"},"b":{"type":"integer"},
+      "c":{"type":"string"}})";
+  // Draft 7's array form and 2019's dependentRequired: a present → b present.
+  for (const char* key : {"dependencies", "dependentRequired"}) {
+    ExpectLanguage(std::string("{") + abc + ",\"" + key + R"(":{"a":["b"]}})",
+                   {"{}", R"({"b":1})", R"({"a":1,"b":2})", R"({"c":"x"})"},
+                   {R"({"a":1})", R"({"a":1,"c":"x"})"});
+  }
+  // The schema forms: a present → c required and b at most 3.
+  for (const char* key : {"dependencies", "dependentSchemas"}) {
+    ExpectLanguage(std::string("{") + abc + ",\"" + key +
+                       R"(":{"a":{"required":["c"],"properties":{"b":{"maximum":3}}}}})",
+                   {R"({"b":9})", R"({"a":1,"c":"x"})", R"({"a":1,"b":3,"c":"x"})"},
+                   {R"({"a":1})", R"({"a":1,"b":4,"c":"x"})"});
+  }
+  // Two triggers, one of them required by the schema.
+  ExpectLanguage(std::string("{") + abc + R"(,"required":["a"],"additionalProperties":false,
+      "dependencies":{"a":["b"],"c":["a"]}})",
+                 {R"({"a":1,"b":2})", R"({"a":1,"b":2,"c":"x"})"},
+                 {R"({"a":1})", R"({"c":"x"})", R"({"b":2,"c":"x"})"});
+  EXPECT_NE(ErrorOf(R"({"dependentRequired":{"a":{"type":"string"}}})").find("dependentRequired"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"dependencies":{"a":["b"],"b":["c"],"c":["d"],"d":["e"],"e":["f"]}})")
+                .find("more than"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, UniqueItems) {
+  // Few known values: exact, counts included.
+  ExpectLanguage(R"({"type":"array","items":{"enum":["a","b","c"]},"uniqueItems":true,
+      "minItems":1})",
+                 {R"(["a"])", R"(["c","a"])", R"(["b","c","a"])"},
+                 {"[]", R"(["a","a"])", R"(["a","b","a"])", R"(["d"])"});
+  ExpectLanguage(R"({"type":"array","items":{"type":"boolean"},"uniqueItems":true})",
+                 {"[]", "[true,false]", "[false]"}, {"[true,true]", "[false,true,false]"});
+  ExpectLanguage(R"({"type":"array","items":{"$ref":"#/$defs/c"},"uniqueItems":true,
+      "maxItems":2,"$defs":{"c":{"type":"integer","enum":[1,2,3,"x"]}}})",
+                 {"[3,1]", "[2]"}, {"[1,2,3]", "[1,1]", R"(["x"])"});
+  // Other items: at most one (always unique); more than one is refused.
+  ExpectLanguage(R"({"type":"array","items":{"type":"string"},"uniqueItems":true})",
+                 {"[]", R"(["x"])"}, {R"(["x","y"])", R"(["x","x"])"});
+  EXPECT_NE(ErrorOf(R"({"items":{"type":"string"},"uniqueItems":true,"minItems":2})")
+                .find("uniqueItems"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"items":{"enum":[1,2]},"uniqueItems":true,"minItems":3})")
+                .find("uniqueItems"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, OneOfOnlyWhereTheBranchesExcludeEachOther) {
+  // One of several properties: each branch also forbids the others (found in MaskBench, where
+  // an anyOf reading accepted objects with two of them).
+  ExpectLanguage(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},
+      "oneOf":[{"required":["a"]},{"required":["b"]}]})",
+                 {R"({"a":"x"})", R"({"b":"y"})"}, {R"({"a":"x","b":"y"})", "{}"});
+  // Disjoint by type, by const or enum of a property both require, by required vs forbidden.
+  ExpectLanguage(R"({"oneOf":[{"type":"string"},{"type":"integer"}]})", {R"("s")", "3"}, {"1.5"});
+  ExpectLanguage(R"({"oneOf":[
+      {"type":"object","properties":{"kind":{"const":"a"},"x":{"type":"integer"}},
+       "required":["kind"]},
+      {"type":"object","properties":{"kind":{"enum":["b","c"]}},"required":["kind"]}]})",
+                 {R"({"kind":"a","x":1})", R"({"kind":"c"})"}, {R"({"kind":"d"})"});
+  ExpectLanguage(R"({"type":"object","oneOf":[
+      {"properties":{"p":{"type":"integer"}},"required":["p"],"additionalProperties":false},
+      {"properties":{"q":{"type":"integer"}},"required":["q"],"additionalProperties":false}]})",
+                 {R"({"p":1})", R"({"q":2})"}, {R"({"p":1,"q":2})"});
+  // Branches that may overlap are refused rather than read as anyOf.
+  for (const char* schema :
+       {R"({"oneOf":[{"type":"integer"},{"type":"number"}]})",
+        R"({"oneOf":[{"type":"string","maxLength":5},{"type":"string","minLength":3}]})",
+        R"({"type":"object","oneOf":[{"required":["a"]},{"required":["a","b"]}]})"}) {
+    EXPECT_NE(ErrorOf(schema).find("may both match"), std::string::npos) << schema;
+  }
 }
 
 TEST(JsonSchemaTest, PatternProperties) {
