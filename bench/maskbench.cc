@@ -188,6 +188,7 @@ int RunMaskBench(const MaskBenchOptions& options,
         ConstraintProcessor proc(*masker);
         TokenHistory history(vocab->size());
         bool accepted = true;
+        size_t prefix_bytes = 0;  // of the tokens allowed before the first refused one
         for (TokenId t : ids) {
           std::fill(logits.begin(), logits.end(), 0.0f);
           const auto t0 = Clock::now();
@@ -202,12 +203,14 @@ int RunMaskBench(const MaskBenchOptions& options,
             break;
           }
           history.Append(t);
+          prefix_bytes += vocab->piece(t).size();
         }
         ++split.tests;
         ++total.tests;
         if (accepted != valid) {
           outcome = valid ? Outcome::kValidationError : Outcome::kInvalidationError;
           record["error"] = {{"test", i}, {"valid", valid}, {"text", text}};
+          if (!accepted) record["error"]["allowed_prefix"] = text.substr(0, prefix_bytes);
         }
       }
     }

@@ -156,6 +156,7 @@ class Compiler {
   Result<int> CompileFlat(const json& s, const std::string& path);
   Result<int> CompileAlternatives(const json& s, const std::string& path);
   Result<int> CompileEnum(const json& s, const std::string& path);
+  void ValueSequence(const json& v, Sequence* out);
   Result<int> CompileType(unsigned bit, unsigned mask, const json& s, const std::string& path);
   Result<unsigned> Types(const json& s, const std::string& path) const;
   Result<int> ObjectRule(const json& s, const std::string& path);
@@ -373,7 +374,10 @@ Result<int> Compiler::CompileEnum(const json& s, const std::string& path) {
     } catch (const json::exception& e) {
       return InvalidArgument(fmt::format("'enum' at {}: {}", Where(path), e.what()));
     }
-    if (seen.insert(text).second) alts.push_back(b_->Literal(text));
+    if (!seen.insert(text).second) continue;
+    Sequence value;
+    ValueSequence(v, &value);
+    alts.push_back(std::move(value));
   }
   if (alts.empty()) {
     return InvalidArgument(fmt::format("'{}' at {}: no value satisfies the schema",
@@ -384,6 +388,48 @@ Result<int> Compiler::CompileEnum(const json& s, const std::string& path) {
 
 Result<unsigned> Compiler::Types(const json& s, const std::string& path) const {
   return InferTypes(s, path);
+}
+
+// A value's compact serialisation, with whitespace allowed between the tokens of its arrays and
+// objects where the options allow it (so an enum or const of objects reads as any other object).
+void Compiler::ValueSequence(const json& v, Sequence* out) {
+  auto literal = [&](const std::string& text) {
+    const Sequence lit = b_->Literal(text);
+    out->insert(out->end(), lit.begin(), lit.end());
+  };
+  if (v.is_object() && !v.empty()) {
+    literal("{");
+    Ws(out);
+    bool first = true;
+    for (const auto& [k, x] : v.items()) {
+      if (!first) {
+        literal(",");
+        Ws(out);
+      }
+      first = false;
+      literal(json(k).dump());
+      Ws(out);
+      literal(":");
+      Ws(out);
+      ValueSequence(x, out);
+      Ws(out);
+    }
+    literal("}");
+  } else if (v.is_array() && !v.empty()) {
+    literal("[");
+    Ws(out);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) {
+        literal(",");
+        Ws(out);
+      }
+      ValueSequence(v[i], out);
+      Ws(out);
+    }
+    literal("]");
+  } else {
+    literal(v.dump());
+  }
 }
 
 Result<int> Compiler::CompileType(unsigned bit, unsigned mask, const json& s,

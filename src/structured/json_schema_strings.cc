@@ -457,6 +457,8 @@ Result<int64_t> LengthKeyword(const json& schema, const char* key, const std::st
 
 }  // namespace
 
+std::string SearchPattern(const std::string& pattern);
+
 // '"' body '"' for a string schema: characters counted by minLength/maxLength, or a format, or
 // a pattern (the last two only where their own lengths lie inside minLength/maxLength).
 Result<int> StringRule(const json& schema, int json_char, const std::string& path,
@@ -482,7 +484,7 @@ Result<int> StringRule(const json& schema, int json_char, const std::string& pat
   } else if (pattern != schema.end()) {
     if (!pattern->is_string())
       return InvalidArgument(fmt::format("'pattern' at {} must be a string", path));
-    KV_ASSIGN_OR_RETURN(body, PatternBody(pattern->get<std::string>(), path, b));
+    KV_ASSIGN_OR_RETURN(body, PatternBody(SearchPattern(pattern->get<std::string>()), path, b));
   } else {
     body.rule = b->Repeat(fmt::format("chars{{{},{}}}", std::max<int64_t>(min_len, 0), max_len),
                           {Sym::Ref(json_char)}, std::max<int64_t>(min_len, 0), max_len);
@@ -507,14 +509,67 @@ Result<int> StringRule(const json& schema, int json_char, const std::string& pat
   return b->Alternatives("string", {std::move(s)});
 }
 
+// JSON Schema's patterns are searched, not matched whole: the strings that contain a match.
+// Each top-level alternative without ^ gets any prefix, without $ any suffix ('.' is any code
+// point but a newline, which a pattern string never holds unescaped anyway).
+std::string SearchPattern(const std::string& pattern) {
+  std::vector<std::string> alts(1);
+  int depth = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      alts.back() += pattern.substr(i, 2);
+      ++i;
+      continue;
+    }
+    if (in_class) {
+      in_class = c != ']';
+    } else if (c == '[') {
+      in_class = true;
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') {  // a ']' first is a literal
+        alts.back() += "[]";
+        ++i;
+        continue;
+      }
+    } else if (c == '(') {
+      ++depth;
+    } else if (c == ')') {
+      --depth;
+    } else if (c == '|' && depth == 0) {
+      alts.emplace_back();
+      continue;
+    }
+    alts.back() += c;
+  }
+  std::string out;
+  for (const std::string& alt : alts) {
+    std::string core = alt;
+    const bool start = core.starts_with("^") || core.starts_with("\\A");
+    if (start) core.erase(0, core[0] == '^' ? 1 : 2);
+    // An anchor at the end: '$', '\Z' or '\z' not itself escaped.
+    size_t slashes = 0;
+    bool end = false;
+    if (core.ends_with("$")) {
+      for (size_t j = core.size() - 1; j-- > 0 && core[j] == '\\';) ++slashes;
+      end = slashes % 2 == 0;
+      if (end) core.pop_back();
+    } else if (core.ends_with("\\Z") || core.ends_with("\\z")) {
+      for (size_t j = core.size() - 2; j-- > 0 && core[j] == '\\';) ++slashes;
+      end = slashes % 2 == 0;
+      if (end) core.resize(core.size() - 2);
+    }
+    if (!out.empty()) out += '|';
+    out += (start ? "" : ".*") + std::string("(?:") + core + ")" + (end ? "" : ".*");
+  }
+  return out;
+}
+
 // '"' key '"' for the keys of a patternProperties entry: strings of characters that need no
 // JSON escaping that contain a match of `pattern` (JSON Schema's search semantics) where the
 // pattern has no anchors, and that fully match it otherwise (a subset of the keys it matches).
 Result<int> PatternKeyRule(const std::string& pattern, const std::string& path, GrammarBuilder* b) {
-  const bool anchored = pattern.find('^') != std::string::npos ||
-                        pattern.find('$') != std::string::npos;
-  const std::string search = anchored ? pattern : ".*(?:" + pattern + ").*";
-  KV_ASSIGN_OR_RETURN(const Body body, PatternBody(search, path, b));
+  KV_ASSIGN_OR_RETURN(const Body body, PatternBody(SearchPattern(pattern), path, b));
   Sequence s = b->Literal("\"");
   s.push_back(Sym::Ref(body.rule));
   s.push_back(Lit('"', b));

@@ -329,6 +329,27 @@ Result<int> NumberRule(const json& schema, bool integer, const std::string& path
       AppendIntegerRange(static_cast<int64_t>(pos_lo), static_cast<int64_t>(pos_hi), fraction, b,
                          &alts);
     }
+    // Beside an exclusive whole bound B, B.F with a fraction that is not zero (a positive
+    // exclusiveMinimum 0 admits 0.5): "." digits ending in a nonzero one.
+    auto nonzero_fraction = [&] {
+      Sequence f = b->Literal(".");
+      f.push_back(Sym::Ref(b->Repeat("frac-digits", {DigitSym(b)}, 0, fraction_digits - 1)));
+      f.push_back(b->Bytes(ByteSet::Of('1', '9')));
+      return b->Alternatives("nonzero-fraction", {std::move(f)});
+    };
+    const auto whole = [](const Bound& x) { return x.present && x.value == std::floor(x.value); };
+    if (whole(lower) && lower.exclusive && lower.value >= 0 && lower.value <= cap &&
+        (!upper.present || upper.value >= lower.value + 1)) {
+      Sequence s = b->Literal(fmt::format("{}", static_cast<int64_t>(lower.value)));
+      s.push_back(Sym::Ref(nonzero_fraction()));
+      alts.push_back(std::move(s));
+    }
+    if (whole(upper) && upper.exclusive && upper.value <= 0 && -upper.value <= cap &&
+        (!lower.present || lower.value <= upper.value - 1)) {
+      Sequence s = b->Literal(fmt::format("-{}", static_cast<int64_t>(-upper.value)));
+      s.push_back(Sym::Ref(nonzero_fraction()));
+      alts.push_back(std::move(s));
+    }
     // -M.F, M >= 0: -M <= hi (upper bound) and -(M+1) >= lower, i.e. M <= -ceil(lower) - 1.
     const double neg_lo = std::max(-hi_d, 0.0);
     const double neg_hi = std::min(lower.present ? -std::ceil(lower.value) - 1 : cap, cap);

@@ -194,6 +194,19 @@ TEST(JsonSchemaTest, FormatsJsonSchemaDoesNotDefineAreAnnotations) {
   ExpectLanguage(R"({"format":"color"})", {"1", "\"red\"", "null"}, {});
 }
 
+TEST(JsonSchemaTest, PatternsAreSearchedAsJsonSchemaSays) {
+  // Without anchors a string contains a match; each top-level alternative is anchored apart.
+  ExpectLanguage(R"({"type":"string","pattern":"[0-9]{3}"})", {R"("ab123cd")", R"("999")"},
+                 {R"("ab12")", R"("")"});
+  ExpectLanguage(R"({"type":"string","pattern":"^https?://"})",
+                 {R"("https://x.org/a")", R"("http://")"}, {R"("ftp://x")", R"(" http://x")"});
+  ExpectLanguage(R"({"type":"string","pattern":"@.+$"})", {R"("me@x")"}, {R"("me@")"});
+  ExpectLanguage(R"({"type":"string","pattern":"a|^b$"})", {R"("xay")", R"("b")"},
+                 {R"("bb")", R"("c")"});
+  ExpectLanguage(R"({"type":"string","pattern":"x\\$"})", {R"("ax$b")"}, {R"("ax")"});
+  ExpectLanguage(R"({"type":"string","pattern":"[|]z"})", {R"("a|z")"}, {R"("z")"});
+}
+
 TEST(JsonSchemaTest, Patterns) {
   ExpectLanguage(R"({"type":"string","pattern":"^[A-Z]{2}-[0-9]{3}$"})", {R"("AB-123")"},
                  {R"("ab-123")", R"("AB-1234")", R"("AB123")"});
@@ -433,6 +446,23 @@ TEST(JsonSchemaTest, MinAndMaxProperties) {
   EXPECT_NE(ErrorOf(std::string("{") + ab + R"(,"additionalProperties":false,"minProperties":3})")
                 .find("minProperties"),
             std::string::npos);
+}
+
+TEST(JsonSchemaTest, EnumObjectsTakeWhitespaceWhereTheOptionsAllowIt) {
+  JsonSchemaOptions flex;
+  flex.flexible_whitespace = true;
+  ExpectLanguage(R"({"const":{"a":[1,2],"b":{}}})",
+                 {R"({"a":[1,2],"b":{}})", "{ \"a\" : [ 1 , 2 ] , \"b\":{} }"},
+                 {R"({"a":[1,2]})", R"({"b":{},"a":[1,2]})"}, flex);
+  ExpectLanguage(R"({"enum":[[1],{"x":null}]})", {"[1]", R"({"x":null})"}, {"[ 1]"});
+}
+
+TEST(JsonSchemaTest, FractionsNextToAnExclusiveWholeBound) {
+  ExpectLanguage(R"({"type":"number","exclusiveMinimum":0})", {"0.5", "0.001", "1", "2.25"},
+                 {"0", "0.0", "-0.5"});
+  ExpectLanguage(R"({"type":"number","exclusiveMinimum":2,"maximum":3})", {"2.5", "3"},
+                 {"2", "3.5"});
+  ExpectLanguage(R"({"type":"number","exclusiveMaximum":0})", {"-0.25", "-3"}, {"0", "0.5"});
 }
 
 TEST(JsonSchemaTest, MultipleOf) {
