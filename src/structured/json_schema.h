@@ -3,26 +3,25 @@
 // Constraints: type (one or a list; "null" in a list makes a type nullable), properties,
 // required, additionalProperties (false, true, or a schema; default: true unless strict),
 // patternProperties, minProperties, maxProperties, items (a schema, or drafts 4-2019's array
-// with additionalItems), prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (compiled as
-// anyOf: a grammar cannot count matches), allOf (of object schemas, merged), not (over types,
+// with additionalItems), prefixItems, minItems, maxItems, uniqueItems, enum, const, anyOf, oneOf
+// (where its branches exclude each other), allOf (of object schemas, merged), not (over types,
 // over another not, over false), $ref to "#", "#/$defs/..." and "#/definitions/..." (recursion
 // included), minLength, maxLength, pattern, format (date, time, date-time, duration, uuid,
 // email, idn-email, ipv4, ipv6, hostname, uri, uri-reference, iri, iri-reference, json-pointer,
 // relative-json-pointer on strings; int32 bounds a number), minimum, maximum,
 // exclusiveMinimum, exclusiveMaximum (as digit ranges), multipleOf (whole numbers, and powers of
-// ten down to 1e-6 as a cap on fraction digits), and nullable (OpenAPI 3.0).
+// ten down to 1e-6 as a cap on fraction digits), dependencies, dependentRequired and
+// dependentSchemas (at most four trigger properties), and nullable (OpenAPI 3.0).
 // Keywords the compiler does not know are ignored, as the specification requires: annotations
 // (title, description, default, examples, $comment, $schema, $id, readOnly, contentEncoding,
 // ...), vendor extensions (x-*, javaType, faker, ...), draft-04's id, misspellings; so are
 // format names no draft defines (the specification makes them annotations).
 // The keywords of drafts 3 to 2020-12 that constrain an instance and are not enforced here
-// (uniqueItems, propertyNames, dependentRequired, dependentSchemas, dependencies, if/then/else,
-// divisibleBy, contains, minContains, maxContains, unevaluatedProperties, unevaluatedItems,
+// (propertyNames, if/then/else, divisibleBy, contains, minContains, maxContains, unevaluatedProperties, unevaluatedItems,
 // $dynamicRef, $recursiveRef, extends, disallow, and the formats idn-hostname, uri-template and
 // regex) are InvalidArgument naming the keyword and its JSON pointer, never silently dropped,
-// except in a form that constrains nothing (uniqueItems false, then/else without if, if alone,
-// minContains/maxContains without contains, an empty dependencies, propertyNames/unevaluated*
-// true or {}). Properties are emitted in the order the schema lists them (schemas are read as
+// except in a form that constrains nothing (then/else without if, if alone, minContains/
+// maxContains without contains, propertyNames/unevaluated* true or {}). Properties are emitted in the order the schema lists them (schemas are read as
 // nlohmann::ordered_json); required ones always, optional ones may be skipped.
 //
 // Every text the grammar matches is valid against the schema; some valid texts are never
@@ -32,13 +31,17 @@
 //   surrogate, so every escape is one code point); minLength/maxLength count code points.
 // - Numbers: at most 15 integer digits, 6 fraction digits and a 2-digit exponent; no "-0"
 //   within bounds. Integer bounds are exact digit ranges. A bounded number is an in-range
-//   integer, or I.F where all of [I, I+1) is in range and |I| < 10^9 (no exponent): values
-//   near a non-integer bound are never generated; bounds leaving nothing are InvalidArgument.
+//   integer, or I.F where all of [I, I+1) is in range and |I| < 10^9 (no exponent), or B.F
+//   with a nonzero fraction next to an exclusive whole bound B (exclusiveMinimum 0 admits
+//   0.5): values near a non-integer bound are never generated; bounds leaving nothing are
+//   InvalidArgument. multipleOf of a whole number m: a digit automaton over the remainder mod
+//   m (m at most 10000), or within both bounds the listed multiples (at most 1000).
 // - format: dates from 0001-01-01 with real month lengths and leap years; time is RFC 3339
 //   full-time (Z or ±HH:MM offset, up to 6 fraction digits); uuid is lowercase; email is a
 //   conservative dot-atom@domain (6-110 characters). int32 bounds the range.
-// - pattern: strings fully matching the regex (regex.h), a subset of JSON Schema's search
-//   semantics, made of characters that need no JSON escaping (no '"', '\\' or controls; ASCII
+// - pattern: strings containing a match of the regex (regex.h), JSON Schema's search
+//   semantics (each top-level alternative without ^ takes any prefix, without $ any suffix),
+//   made of characters that need no JSON escaping (no '"', '\\' or controls; ASCII
 //   only when \D \W \S, or \d \w \s with a negated class, appear, since their ASCII
 //   meanings admit more than Python's). Beside minLength/maxLength (or a format beside them)
 //   only when the pattern's own lengths already fit; pattern with format is refused.
@@ -50,6 +53,18 @@
 //   string, ...), or any value when none does.
 // - enum/const: each value's compact dump(), kept where it has an allowed type and meets
 //   minLength/maxLength/minimum/maximum beside it; other keywords beside enum are refused.
+// - oneOf: compiled as anyOf where no value can match two branches: pairwise different types,
+//   enum/const values the other branch refuses, a property one requires and the other forbids,
+//   or a property both require with such disjoint schemas; or where each branch only requires
+//   one property (each then forbids the others'). Otherwise refused.
+// - uniqueItems: exact where the items allow at most 10 known values (enum, const, boolean,
+//   null) and there is no prefix: a state per set of values used; otherwise at most one item.
+// - dependencies and friends: anyOf branches, one per combination of the trigger properties
+//   absent or present (present: required, plus the names or schema it brings).
+// - not: over types removes them; over another not is that schema merged in; over false is
+//   nothing; over {} or true matches nothing (an error).
+// - Enum/const values are their compact serialisations, with whitespace between the tokens of
+//   arrays and objects where flexible_whitespace allows it.
 // - anyOf/oneOf beside other constraints: each branch is merged with them (allOf rules).
 //   $ref beside constraints is merged with its target. allOf merges types (intersected),
 //   properties (a property one side does not list must pass that side's
