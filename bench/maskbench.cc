@@ -1,5 +1,7 @@
 #include "maskbench.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,12 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_stats.h"
 #include "sample/token_history.h"
 #include "structured/constraint.h"
 
@@ -79,22 +81,24 @@ struct Tally {
   void Add(Outcome o) {
     ++schemas;
     switch (o) {
-      case Outcome::kPassing: ++passing; break;
-      case Outcome::kCompileError: ++compile_error; break;
-      case Outcome::kTimeout: ++timeout; break;
-      case Outcome::kValidationError: ++validation_error; break;
-      case Outcome::kInvalidationError: ++invalidation_error; break;
+      case Outcome::kPassing:
+        ++passing;
+        break;
+      case Outcome::kCompileError:
+        ++compile_error;
+        break;
+      case Outcome::kTimeout:
+        ++timeout;
+        break;
+      case Outcome::kValidationError:
+        ++validation_error;
+        break;
+      case Outcome::kInvalidationError:
+        ++invalidation_error;
+        break;
     }
   }
 };
-
-// The p-th percentile (nearest rank) of sorted values.
-double Percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank =
-      static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 std::string Row(const std::string& name, Tally& t) {
   std::sort(t.mask_us.begin(), t.mask_us.end());
@@ -102,10 +106,10 @@ std::string Row(const std::string& name, Tally& t) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "| %s | %d | %d | %d | %d | %d | %d | %.1f / %.1f / %.0f | %.2f / %.1f |",
-                name.c_str(), t.schemas, t.passing, t.compile_error, t.timeout,
-                t.validation_error, t.invalidation_error, Percentile(t.mask_us, 50),
-                Percentile(t.mask_us, 99), t.mask_us.empty() ? 0 : t.mask_us.back(),
-                Percentile(t.compile_ms, 50), Percentile(t.compile_ms, 99));
+                name.c_str(), t.schemas, t.passing, t.compile_error, t.timeout, t.validation_error,
+                t.invalidation_error, Percentile(t.mask_us, 50), Percentile(t.mask_us, 99),
+                t.mask_us.empty() ? 0 : t.mask_us.back(), Percentile(t.compile_ms, 50),
+                Percentile(t.compile_ms, 99));
   return buf;
 }
 
@@ -159,16 +163,16 @@ int RunMaskBench(const MaskBenchOptions& options,
     spec.kind = ConstraintKind::kJsonSchema;
     spec.text = doc["schema"].dump();
     spec.json.flexible_whitespace = true;
-    ConstraintCompiler compiler(vocab, ConstraintCompilerOptions{
-                                          std::chrono::milliseconds(options.compile_timeout_ms)});
+    ConstraintCompiler compiler(
+        vocab, ConstraintCompilerOptions{std::chrono::milliseconds(options.compile_timeout_ms)});
     const auto c0 = Clock::now();
     auto masker = compiler.Compile(spec);
     const double compile_ms = Us(Clock::now() - c0) / 1000.0;
     Outcome outcome = Outcome::kPassing;
     if (!masker.ok()) {
       const std::string msg = masker.status().message();
-      outcome = msg.find("time limit") != std::string::npos ? Outcome::kTimeout
-                                                              : Outcome::kCompileError;
+      outcome =
+          msg.find("time limit") != std::string::npos ? Outcome::kTimeout : Outcome::kCompileError;
       record["compile_error"] = msg;
     } else {
       split.compile_ms.push_back(compile_ms);
@@ -219,7 +223,8 @@ int RunMaskBench(const MaskBenchOptions& options,
     static const char* kNames[] = {"passing", "compile_error", "timeout", "validation_error",
                                    "invalidation_error"};
     record["outcome"] = kNames[static_cast<int>(outcome)];
-    if (out.is_open()) out << record.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
+    if (out.is_open())
+      out << record.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
     if (++done % 500 == 0) {
       std::fprintf(stderr, "%d/%zu schemas, %d passing\n", done, files.size(), total.passing);
     }

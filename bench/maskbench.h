@@ -24,11 +24,11 @@
 namespace kvserve::bench {
 
 struct MaskBenchOptions {
-  std::string dir;          // the folder of MaskBench's *.json files
-  std::string only;         // only files whose name contains this
-  int limit = 0;            // at most this many files (0: all), after sorting by name
-  std::string out;          // where to write one JSON line per schema (empty: nowhere)
-  bool json = false;        // end with one line holding the totals as a JSON object
+  std::string dir;                 // the folder of MaskBench's *.json files
+  std::string only;                // only files whose name contains this
+  int limit = 0;                   // at most this many files (0: all), after sorting by name
+  std::string out;                 // where to write one JSON line per schema (empty: nowhere)
+  bool json = false;               // end with one line holding the totals as a JSON object
   int compile_timeout_ms = 10000;  // the server's default
 };
 

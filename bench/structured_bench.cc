@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "bench_stats.h"
-#include "maskbench.h"
 #include "gguf/gguf_file.h"
+#include "maskbench.h"
 #include "sample/token_history.h"
 #include "structured/constraint.h"
 #include "structured/matcher.h"
@@ -147,14 +147,6 @@ constexpr const char* kRecursive = R"({
 })";
 
 constexpr Schema kSchemas[] = {{"flat", kFlat}, {"nested", kNested}, {"recursive", kRecursive}};
-
-// The p-th percentile (nearest rank) of sorted values.
-double Percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank =
-      static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 // Token ids by first byte of their piece, for the walk's "prefer closing" choices.
 struct VocabLists {
@@ -364,10 +356,10 @@ void PrintDist(const char* label, WalkTotals& w) {
       "    %-5s p50 %7.1f us  p99 %8.1f us  max %8.1f us  | %6lld tokens, %5lld misses "
       "(median miss %7.1f us), %d finished, %d invalid, longest %d tokens, "
       "nesting %d\n",
-      label, Percentile(w.step_us, 50), Percentile(w.step_us, 99),
+      label, bench::Percentile(w.step_us, 50), bench::Percentile(w.step_us, 99),
       w.step_us.empty() ? 0 : w.step_us.back(), static_cast<long long>(w.tokens),
-      static_cast<long long>(w.misses), Percentile(w.miss_us, 50), w.finished, w.invalid, w.longest,
-      w.deepest);
+      static_cast<long long>(w.misses), bench::Percentile(w.miss_us, 50), w.finished, w.invalid,
+      w.longest, w.deepest);
   if (!w.wide_us.empty()) {
     double sum = 0;
     for (double us : w.wide_us) sum += us;
@@ -375,7 +367,7 @@ void PrintDist(const char* label, WalkTotals& w) {
     std::printf(
         "          %lld of the misses walked over half the trie: median %.1f us, "
         "%.1f ns per trie node\n",
-        static_cast<long long>(w.wide_us.size()), Percentile(w.wide_us, 50),
+        static_cast<long long>(w.wide_us.size()), bench::Percentile(w.wide_us, 50),
         sum * 1000.0 / static_cast<double>(w.wide_nodes));
   }
 }
@@ -487,8 +479,8 @@ int Main(int argc, char** argv) {
   for (Row& r : rows) {
     auto dist = [](const WalkTotals& w) {
       char buf[96];
-      std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.1f", Percentile(w.step_us, 50),
-                    Percentile(w.step_us, 99), w.step_us.empty() ? 0 : w.step_us.back());
+      std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.1f", bench::Percentile(w.step_us, 50),
+                    bench::Percentile(w.step_us, 99), w.step_us.empty() ? 0 : w.step_us.back());
       return std::string(buf);
     };
     std::printf("| %s | %d | %s | %.2f (%.2f) | %s | %s | %lld, %lld | %d/%d |\n", r.vocab.c_str(),

@@ -4,6 +4,8 @@
 // declared below (namespace json_schema_internal) rather than in a header of their own.
 #include "structured/json_schema.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -16,72 +18,30 @@
 #include <unordered_map>
 #include <vector>
 
-#include <fmt/format.h>
+#include "structured/json_schema_internal.h"
 
 namespace kvserve::structured {
-
-namespace json_schema_internal {
-// json_schema_values.cc
-int PlainNumberRule(bool integer, GrammarBuilder* b);
-Result<int> NumberRule(const nlohmann::ordered_json& schema, bool integer, const std::string& path,
-                       GrammarBuilder* b);
-int JsonCharRule(GrammarBuilder* b);
-bool ScalarFits(const nlohmann::ordered_json& v, const nlohmann::ordered_json& schema);
-int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* b);
-// json_schema_strings.cc
-bool IsDefinedFormat(const std::string& format);
-Result<int> PatternKeyRule(const std::string& pattern, const std::string& path, GrammarBuilder* b);
-int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b);
-Result<int> StringRule(const nlohmann::ordered_json& schema, int json_char, const std::string& path,
-                       GrammarBuilder* b);
-// json_schema_merge.cc
-bool IsIgnored(const std::string& k);
-std::string Where(const std::string& path);
-std::string Child(const std::string& path, std::string_view key);
-Status CheckKeywords(const nlohmann::ordered_json& s, const std::string& path);
-nlohmann::ordered_json TypeNames(unsigned mask);
-Result<unsigned> TypeMask(const nlohmann::ordered_json& t, const std::string& path);
-Result<const nlohmann::ordered_json*> ResolveRef(const nlohmann::ordered_json& root, const nlohmann::ordered_json& ref,
-                                         const std::string& path);
-Result<nlohmann::ordered_json> FlattenSchema(const nlohmann::ordered_json& root, const nlohmann::ordered_json& s,
-                                     const std::string& path, int depth);
-Result<nlohmann::ordered_json> MergeSchemas(const nlohmann::ordered_json& root, const nlohmann::ordered_json& a,
-                                    const nlohmann::ordered_json& b, const std::string& path);
-// json_schema_rewrite.cc
-bool HasConstraints(const nlohmann::ordered_json& s, std::initializer_list<std::string_view> ignore);
-bool HasType(const nlohmann::ordered_json& v, unsigned mask);
-Result<unsigned> InferTypes(const nlohmann::ordered_json& s, const std::string& path);
-Result<nlohmann::ordered_json> ApplyNot(const nlohmann::ordered_json& root,
-                                        const nlohmann::ordered_json& s, const std::string& path);
-Result<nlohmann::ordered_json> ApplyDependencies(const nlohmann::ordered_json& root,
-                                                 const nlohmann::ordered_json& s,
-                                                 const std::string& path);
-Result<std::optional<nlohmann::ordered_json>> ExclusiveBranches(
-    const nlohmann::ordered_json& root, const nlohmann::ordered_json& base,
-    const nlohmann::ordered_json& branches, const std::string& path);
-std::optional<nlohmann::ordered_json> FiniteDomain(const nlohmann::ordered_json& flat);
-}  // namespace json_schema_internal
 
 namespace {
 
 using json_schema_internal::AnyJsonValueRule;
 using json_schema_internal::ApplyDependencies;
 using json_schema_internal::ApplyNot;
+using json_schema_internal::CheckKeywords;
+using json_schema_internal::Child;
 using json_schema_internal::ExclusiveBranches;
+using json_schema_internal::ExtraKeyRule;
 using json_schema_internal::FiniteDomain;
+using json_schema_internal::FlattenSchema;
 using json_schema_internal::HasConstraints;
 using json_schema_internal::HasType;
 using json_schema_internal::InferTypes;
-using json_schema_internal::CheckKeywords;
-using json_schema_internal::Child;
-using json_schema_internal::ExtraKeyRule;
-using json_schema_internal::FlattenSchema;
 using json_schema_internal::IsDefinedFormat;
-using json_schema_internal::PatternKeyRule;
 using json_schema_internal::IsIgnored;
 using json_schema_internal::JsonCharRule;
 using json_schema_internal::MergeSchemas;
 using json_schema_internal::NumberRule;
+using json_schema_internal::PatternKeyRule;
 using json_schema_internal::PlainNumberRule;
 using json_schema_internal::ResolveRef;
 using json_schema_internal::ScalarFits;
@@ -93,17 +53,8 @@ using json = nlohmann::ordered_json;
 using Sym = GrammarBuilder;  // for Sym::Ref
 
 constexpr int kMaxCompiledSchemas = 20000;  // schema nodes compiled, refs and merges included
-constexpr int kMaxNesting = 64;  // objects and arrays inside one another while compiling
-enum TypeBits : unsigned {
-  kNull = 1,
-  kBool = 2,
-  kInt = 4,  // "integer"; "number" sets kInt | kNum
-  kNum = 8,
-  kStr = 16,
-  kArr = 32,
-  kObj = 64,
-  kAllTypes = 127,
-};
+constexpr int kMaxNesting = 64;             // objects and arrays inside one another while compiling
+using enum json_schema_internal::TypeBits;
 
 // Whether `pattern` (ECMA-262, as JSON Schema's patterns are) finds a match in `name`.
 Result<bool> SearchMatches(const std::string& pattern, const std::string& name,
@@ -111,8 +62,9 @@ Result<bool> SearchMatches(const std::string& pattern, const std::string& name,
   try {
     return std::regex_search(name, std::regex(pattern, std::regex::ECMAScript));
   } catch (const std::regex_error& e) {
-    return InvalidArgument(fmt::format("'patternProperties' at {}: pattern '{}' is not supported: {}",
-                                       Where(path), pattern, e.what()));
+    return InvalidArgument(
+        fmt::format("'patternProperties' at {}: pattern '{}' is not supported: {}", Where(path),
+                    pattern, e.what()));
   }
 }
 
@@ -305,7 +257,8 @@ Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path
   json base = s;
   base.erase(key);
   if (std::string_view(key) == "oneOf") {
-    KV_ASSIGN_OR_RETURN(std::optional<json> exclusive, ExclusiveBranches(root_, base, branches, path));
+    KV_ASSIGN_OR_RETURN(std::optional<json> exclusive,
+                        ExclusiveBranches(root_, base, branches, path));
     if (exclusive) {
       // Compiled as an anyOf whose branches no value satisfies twice.
       base["anyOf"] = std::move(*exclusive);
@@ -333,8 +286,9 @@ Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path
     alts.push_back({Sym::Ref(rule)});
   }
   if (alts.empty()) {
-    return InvalidArgument(fmt::format(
-        "schema at {} matches nothing: no '{}' branch has a type the schema allows", Where(path), key));
+    return InvalidArgument(
+        fmt::format("schema at {} matches nothing: no '{}' branch has a type the schema allows",
+                    Where(path), key));
   }
   return b_->Alternatives(key, std::move(alts));
 }
@@ -548,11 +502,12 @@ int Compiler::ObjectChain(const std::vector<Prop>& props, const std::vector<int>
                                     room < 0 ? -1 : room - 1);
         alts.push_back({Sym::Ref(extra_pair), Sym::Ref(rest)});
       } else {
-        alts.push_back({Sym::Ref(b_->Repeat("extra-members", more, std::max<int64_t>(need, 1),
-                                            room))});
+        alts.push_back(
+            {Sym::Ref(b_->Repeat("extra-members", more, std::max<int64_t>(need, 1), room))});
       }
     }
-    if (!alts.empty()) next[static_cast<size_t>(c)] = b_->Alternatives("members-end", std::move(alts));
+    if (!alts.empty())
+      next[static_cast<size_t>(c)] = b_->Alternatives("members-end", std::move(alts));
   }
   for (size_t i = n; i-- > 0;) {
     for (int64_t c = 0; c <= cap; ++c) {
@@ -622,8 +577,7 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
       if (schema == false) names.push_back(name);
     }
   }
-  if (names.empty() && additional == true && min_props <= 0 && max_props < 0 &&
-      patterns.empty()) {
+  if (names.empty() && additional == true && min_props <= 0 && max_props < 0 && patterns.empty()) {
     return AnyObject();
   }
   bool pattern_names = false;  // a listed or required name matches a pattern
@@ -642,10 +596,10 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     }
     if (!listed && !patterns.empty() && !matches) {
       if (additional == false) {
-        return InvalidArgument(fmt::format(
-            "'required' at {}: property '{}' is not in 'properties', matches no "
-            "'patternProperties' and additionalProperties is false",
-            Where(path), p.name));
+        return InvalidArgument(
+            fmt::format("'required' at {}: property '{}' is not in 'properties', matches no "
+                        "'patternProperties' and additionalProperties is false",
+                        Where(path), p.name));
       }
       p.schema = additional;
     }
@@ -795,9 +749,9 @@ Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
   }
   std::vector<int> elems;
   for (int64_t j = 0; j < k && (max_items < 0 || j < max_items); ++j) {
-    KV_ASSIGN_OR_RETURN(const int e,
-                        Nested(prefix[static_cast<size_t>(j)],
-                               Child(Child(path, tuple ? "items" : "prefixItems"), std::to_string(j))));
+    KV_ASSIGN_OR_RETURN(const int e, Nested(prefix[static_cast<size_t>(j)],
+                                            Child(Child(path, tuple ? "items" : "prefixItems"),
+                                                  std::to_string(j))));
     elems.push_back(e);
   }
   Sequence comma = {Byte(',')};
@@ -844,8 +798,8 @@ Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
 
 }  // namespace
 
-Result<int> CompileJsonSchema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options,
-                              GrammarBuilder* builder) {
+Result<int> CompileJsonSchema(const nlohmann::ordered_json& schema,
+                              const JsonSchemaOptions& options, GrammarBuilder* builder) {
   Compiler c(schema, options, builder);
   return c.Compile(schema, "");
 }

@@ -17,11 +17,12 @@
 // ...), vendor extensions (x-*, javaType, faker, ...), draft-04's id, misspellings; so are
 // format names no draft defines (the specification makes them annotations).
 // The keywords of drafts 3 to 2020-12 that constrain an instance and are not enforced here
-// (propertyNames, if/then/else, divisibleBy, contains, minContains, maxContains, unevaluatedProperties, unevaluatedItems,
-// $dynamicRef, $recursiveRef, extends, disallow, and the formats idn-hostname, uri-template and
-// regex) are InvalidArgument naming the keyword and its JSON pointer, never silently dropped,
-// except in a form that constrains nothing (then/else without if, if alone, minContains/
-// maxContains without contains, propertyNames/unevaluated* true or {}). Properties are emitted in the order the schema lists them (schemas are read as
+// (propertyNames, if/then/else, divisibleBy, contains, minContains, maxContains,
+// unevaluatedProperties, unevaluatedItems, $dynamicRef, $recursiveRef, extends, disallow, and the
+// formats idn-hostname, uri-template and regex) are InvalidArgument naming the keyword and its JSON
+// pointer, never silently dropped, except in a form that constrains nothing (then/else without if,
+// if alone, minContains/ maxContains without contains, propertyNames/unevaluated* true or {}).
+// Properties are emitted in the order the schema lists them (schemas are read as
 // nlohmann::ordered_json); required ones always, optional ones may be skipped.
 //
 // Every text the grammar matches is valid against the schema; some valid texts are never
@@ -101,8 +102,8 @@ struct JsonSchemaOptions {
 };
 
 // Adds rules for values valid against `schema` and returns the rule.
-Result<int> CompileJsonSchema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options,
-                              GrammarBuilder* builder);
+Result<int> CompileJsonSchema(const nlohmann::ordered_json& schema,
+                              const JsonSchemaOptions& options, GrammarBuilder* builder);
 // Any JSON object (response_format json_object), any JSON value below it.
 int AddJsonObjectRule(const JsonSchemaOptions& options, GrammarBuilder* builder);
 

@@ -1,16 +1,17 @@
 // Schema-level helpers of the JSON Schema compiler (json_schema.cc): keyword checks, local $ref
-// resolution, and inlining of $ref and allOf into one merged schema. The declarations are
-// repeated at the top of json_schema.cc (namespace json_schema_internal); keep them in step.
+// resolution, and inlining of $ref and allOf into one merged schema. The declarations are in
+// json_schema_internal.h.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "kvserve/status.h"
+#include "structured/json_schema_internal.h"
 
 namespace kvserve::structured::json_schema_internal {
 
@@ -18,39 +19,63 @@ using json = nlohmann::ordered_json;
 
 inline constexpr int kMaxInlineDepth = 32;  // $ref / allOf inlined into one another
 
-enum TypeBits : unsigned {
-  kNull = 1,
-  kBool = 2,
-  kInt = 4,  // "integer"; "number" sets kInt | kNum, so that intersections come out right
-  kNum = 8,
-  kStr = 16,
-  kArr = 32,
-  kObj = 64,
-  kAllTypes = 127,
-};
-
 // The keywords this compiler enforces (with $defs and definitions, which hold subschemas).
 const std::set<std::string>& Enforced() {
-  static const std::set<std::string> kEnforced = {
-      "type",      "properties", "required",  "additionalProperties", "items",
-      "prefixItems", "minItems", "maxItems",  "enum",                 "const",
-      "anyOf",     "oneOf",      "allOf",     "$ref",                 "minLength",
-      "maxLength", "pattern",    "format",    "minimum",              "maximum",
-      "nullable",  "exclusiveMinimum", "exclusiveMaximum", "$defs",   "definitions",
-      "additionalItems", "not", "minProperties", "maxProperties", "multipleOf",
-      "patternProperties", "dependencies", "dependentRequired", "dependentSchemas",
-      "uniqueItems"};
+  static const std::set<std::string> kEnforced = {"type",
+                                                  "properties",
+                                                  "required",
+                                                  "additionalProperties",
+                                                  "items",
+                                                  "prefixItems",
+                                                  "minItems",
+                                                  "maxItems",
+                                                  "enum",
+                                                  "const",
+                                                  "anyOf",
+                                                  "oneOf",
+                                                  "allOf",
+                                                  "$ref",
+                                                  "minLength",
+                                                  "maxLength",
+                                                  "pattern",
+                                                  "format",
+                                                  "minimum",
+                                                  "maximum",
+                                                  "nullable",
+                                                  "exclusiveMinimum",
+                                                  "exclusiveMaximum",
+                                                  "$defs",
+                                                  "definitions",
+                                                  "additionalItems",
+                                                  "not",
+                                                  "minProperties",
+                                                  "maxProperties",
+                                                  "multipleOf",
+                                                  "patternProperties",
+                                                  "dependencies",
+                                                  "dependentRequired",
+                                                  "dependentSchemas",
+                                                  "uniqueItems"};
   return kEnforced;
 }
 
 // The keywords of JSON Schema (drafts 3 to 2020-12) that assert something about an instance or
 // apply subschemas to it, and that this compiler does not enforce: refused, never dropped.
 const std::set<std::string>& Unenforced() {
-  static const std::set<std::string> kUnenforced = {
-      "propertyNames",    "if",                "then",
-      "else",             "divisibleBy",       "contains",
-      "minContains",      "maxContains",       "unevaluatedProperties", "unevaluatedItems",
-      "$dynamicRef",      "$recursiveRef",     "extends",               "disallow"};
+  static const std::set<std::string> kUnenforced = {"propertyNames",
+                                                    "if",
+                                                    "then",
+                                                    "else",
+                                                    "divisibleBy",
+                                                    "contains",
+                                                    "minContains",
+                                                    "maxContains",
+                                                    "unevaluatedProperties",
+                                                    "unevaluatedItems",
+                                                    "$dynamicRef",
+                                                    "$recursiveRef",
+                                                    "extends",
+                                                    "disallow"};
   return kUnenforced;
 }
 

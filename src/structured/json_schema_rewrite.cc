@@ -1,9 +1,11 @@
 // Schema rewrites of the JSON Schema compiler (json_schema.cc): the keywords it enforces by
 // turning them into others (not, dependencies as anyOf branches, oneOf as exclusive anyOf
 // branches), the finite item domains of uniqueItems, and the type inference they share with it.
-// The declarations are repeated at the top of json_schema.cc (namespace json_schema_internal);
-// keep them in step.
+// The declarations are in json_schema_internal.h.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -11,37 +13,12 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "kvserve/status.h"
+#include "structured/json_schema_internal.h"
 
 namespace kvserve::structured::json_schema_internal {
 
 using json = nlohmann::ordered_json;
-
-// json_schema_merge.cc
-bool IsIgnored(const std::string& k);
-std::string Where(const std::string& path);
-std::string Child(const std::string& path, std::string_view key);
-Status CheckKeywords(const json& s, const std::string& path);
-json TypeNames(unsigned mask);
-Result<unsigned> TypeMask(const json& t, const std::string& path);
-Result<json> FlattenSchema(const json& root, const json& s, const std::string& path, int depth);
-Result<json> MergeSchemas(const json& root, const json& a, const json& b, const std::string& path);
-// json_schema_strings.cc
-bool IsDefinedFormat(const std::string& format);
-
-enum TypeBits : unsigned {
-  kNull = 1,
-  kBool = 2,
-  kInt = 4,  // "integer"; "number" sets kInt | kNum
-  kNum = 8,
-  kStr = 16,
-  kArr = 32,
-  kObj = 64,
-  kAllTypes = 127,
-};
 
 // Keys that constrain a value (everything but annotations and definitions).
 bool HasConstraints(const json& s, std::initializer_list<std::string_view> ignore) {
@@ -119,8 +96,8 @@ Result<json> ApplyNot(const json& root, const json& s, const std::string& path) 
   const std::string where = Child(path, "not");
   if (n == false) return base;
   if (!n.is_boolean() && !n.is_object()) {
-    return InvalidArgument(
-        fmt::format("schema at {} must be an object or a boolean, not {}", Where(where), n.type_name()));
+    return InvalidArgument(fmt::format("schema at {} must be an object or a boolean, not {}",
+                                       Where(where), n.type_name()));
   }
   std::vector<std::string> keys;
   if (n.is_object()) {
@@ -154,8 +131,9 @@ Result<json> ApplyNot(const json& root, const json& s, const std::string& path) 
     base.erase("nullable");
     return base;
   }
-  return InvalidArgument(fmt::format(
-      "unsupported 'not' at {}: only not over types, over another not, or over false", Where(path)));
+  return InvalidArgument(
+      fmt::format("unsupported 'not' at {}: only not over types, over another not, or over false",
+                  Where(path)));
 }
 
 // `s` with dependencies / dependentRequired / dependentSchemas as anyOf branches: for each
@@ -178,12 +156,13 @@ Result<json> ApplyDependencies(const json& root, const json& s, const std::strin
       if (dep.is_array()) {
         for (const json& r : dep) {
           if (!r.is_string()) {
-            return InvalidArgument(fmt::format("'{}' at {}: '{}' must list property names", key,
-                                               Where(path), name));
+            return InvalidArgument(
+                fmt::format("'{}' at {}: '{}' must list property names", key, Where(path), name));
           }
         }
         triggers.emplace_back(name, json{{"required", dep}});
-      } else if ((dep.is_object() || dep.is_boolean()) && std::string_view(key) != "dependentRequired") {
+      } else if ((dep.is_object() || dep.is_boolean()) &&
+                 std::string_view(key) != "dependentRequired") {
         KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root, dep, Child(Child(path, key), name), 0));
         triggers.emplace_back(name, std::move(flat));
       } else {
@@ -196,13 +175,13 @@ Result<json> ApplyDependencies(const json& root, const json& s, const std::strin
   }
   if (triggers.empty()) return base;
   if (triggers.size() > kMaxDependencies) {
-    return InvalidArgument(fmt::format(
-        "unsupported dependencies at {}: more than {} trigger properties", Where(path),
-        kMaxDependencies));
+    return InvalidArgument(
+        fmt::format("unsupported dependencies at {}: more than {} trigger properties", Where(path),
+                    kMaxDependencies));
   }
   if (base.contains("anyOf") || base.contains("oneOf")) {
-    return InvalidArgument(fmt::format(
-        "unsupported dependencies at {}: beside 'anyOf'/'oneOf'", Where(path)));
+    return InvalidArgument(
+        fmt::format("unsupported dependencies at {}: beside 'anyOf'/'oneOf'", Where(path)));
   }
   std::vector<std::string> required;
   if (base.contains("required") && base["required"].is_array()) {
@@ -233,7 +212,8 @@ Result<json> ApplyDependencies(const json& root, const json& s, const std::strin
     // A combination that requires a property another one forbids cannot hold.
     if (ok && branch.contains("required") && branch.contains("properties")) {
       for (const json& r : branch["required"]) {
-        if (r.is_string() && branch["properties"].value(r.get<std::string>(), json(true)) == false) {
+        if (r.is_string() &&
+            branch["properties"].value(r.get<std::string>(), json(true)) == false) {
           ok = false;
         }
       }
@@ -281,8 +261,9 @@ bool ProvablyDisjoint(const json& root, const json& a, const json& b, int depth)
     if (!x.contains("enum") && !x.contains("const")) continue;
     const json values = x.contains("const") ? json::array({x["const"]}) : x["enum"];
     if (!values.is_array()) continue;
-    const json other = y.contains("const") ? json::array({y["const"]})
-                       : y.contains("enum") ? y["enum"] : json();
+    const json other = y.contains("const")  ? json::array({y["const"]})
+                       : y.contains("enum") ? y["enum"]
+                                            : json();
     bool shared = false;
     for (const json& v : values) {
       if (!HasType(v, DeclaredTypes(y))) continue;
@@ -378,8 +359,9 @@ std::optional<json> FiniteDomain(const json& flat) {
   if (flat.contains("enum") || flat.contains("const")) {
     const json all = flat.contains("const") ? json::array({flat["const"]}) : flat["enum"];
     if (!all.is_array()) return std::nullopt;
-    Result<unsigned> mask = flat.contains("type") ? TypeMask(flat["type"], "")
-                                                  : Result<unsigned>(static_cast<unsigned>(kAllTypes));
+    Result<unsigned> mask = flat.contains("type")
+                                ? TypeMask(flat["type"], "")
+                                : Result<unsigned>(static_cast<unsigned>(kAllTypes));
     if (!mask.ok()) return std::nullopt;
     for (const json& v : all) {
       if (!HasType(v, *mask)) continue;

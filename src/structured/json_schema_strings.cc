@@ -1,29 +1,26 @@
 // Strings for the JSON Schema compiler (json_schema.cc): length bounds, formats and patterns.
-// The declarations are repeated at the top of json_schema.cc (namespace json_schema_internal);
-// keep the two in step.
+// The declarations are in json_schema_internal.h.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "kvserve/status.h"
 #include "structured/grammar.h"
+#include "structured/json_schema_internal.h"
 #include "structured/regex.h"
 
 namespace kvserve::structured::json_schema_internal {
 
 using json = nlohmann::ordered_json;
-
-// json_schema_values.cc
-int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b);
 
 namespace {
 
@@ -163,8 +160,8 @@ std::string UriPatterns(bool reference) {
   const std::string abempty = "(?:/" + segment + ")*";
   const std::string absolute = "/(?:" + segment_nz + "(?:/" + segment + ")*)?";
   const std::string tail = "(?:\\?(?:" + pchar + "|[/?])*)?(?:#(?:" + pchar + "|[/?])*)?";
-  const std::string uri = "[A-Za-z][A-Za-z0-9+.\\-]*:(?://" + authority + abempty + "|" +
-                          absolute + "|" + segment_nz + "(?:/" + segment + ")*|)" + tail;
+  const std::string uri = "[A-Za-z][A-Za-z0-9+.\\-]*:(?://" + authority + abempty + "|" + absolute +
+                          "|" + segment_nz + "(?:/" + segment + ")*|)" + tail;
   if (!reference) return uri;
   const std::string noscheme =
       fmt::format("(?:[A-Za-z0-9\\-._~!$&'()*+,;=@]|{})+(?:/{})*", kPct, segment);
@@ -176,8 +173,9 @@ std::string UriPatterns(bool reference) {
 // zeros; no zone index.
 std::string Ipv6Pattern() {
   const std::string h = "[0-9A-Fa-f]{1,4}";
-  const std::string v4 = "(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}"
-                         "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  const std::string v4 =
+      "(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}"
+      "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
   const std::string ls32 = "(?:" + h + ":" + h + "|" + v4 + ")";
   auto before = [&](int n) {  // [ *n( h16 ":" ) h16 ]
     return n < 0 ? std::string() : fmt::format("(?:(?:{0}:){{0,{1}}}{0})?", h, n);
@@ -221,10 +219,10 @@ constexpr const char* kJsonPointer = "(?:/(?:[^~/]|~[01])*)*";
 // utc-millisec, color, style and phone too: that draft left every format optional).
 bool IsDefinedFormat(const std::string& format) {
   static const std::set<std::string> kDefined = {
-      "date",          "time",         "date-time",    "duration",    "email",
-      "idn-email",     "hostname",     "host-name",    "idn-hostname", "ipv4",
-      "ip-address",    "ipv6",         "uri",          "uri-reference", "iri",
-      "iri-reference", "uuid",         "uri-template", "json-pointer", "relative-json-pointer",
+      "date",          "time",     "date-time",    "duration",      "email",
+      "idn-email",     "hostname", "host-name",    "idn-hostname",  "ipv4",
+      "ip-address",    "ipv6",     "uri",          "uri-reference", "iri",
+      "iri-reference", "uuid",     "uri-template", "json-pointer",  "relative-json-pointer",
       "regex"};
   return kDefined.count(format) > 0;
 }
@@ -466,7 +464,8 @@ Result<int> StringRule(const json& schema, int json_char, const std::string& pat
   KV_ASSIGN_OR_RETURN(const int64_t min_len, LengthKeyword(schema, "minLength", path));
   KV_ASSIGN_OR_RETURN(const int64_t max_len, LengthKeyword(schema, "maxLength", path));
   auto format = schema.find("format");
-  if (format != schema.end() && format->is_string() && !IsDefinedFormat(format->get<std::string>())) {
+  if (format != schema.end() && format->is_string() &&
+      !IsDefinedFormat(format->get<std::string>())) {
     format = schema.end();  // an annotation
   }
   const auto pattern = schema.find("pattern");

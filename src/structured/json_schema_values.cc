@@ -1,6 +1,6 @@
 // Scalars for the JSON Schema compiler (json_schema.cc): integers and numbers with bounds, JSON
-// string characters, and the check of enum values against their sibling keywords. The declarations
-// are repeated at the top of json_schema.cc (namespace json_schema_internal); keep the two in step.
+// string characters, and the check of enum values against their sibling keywords. The
+// declarations are in json_schema_internal.h.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "kvserve/status.h"
 #include "structured/grammar.h"
+#include "structured/json_schema_internal.h"
 
 namespace kvserve::structured::json_schema_internal {
 
@@ -240,7 +241,7 @@ int MultipleOfRule(int64_t m, GrammarBuilder* b) {
   return b->Alternatives(fmt::format("multiple-of-{}", m), {{Sym::Ref(sign), Sym::Ref(mag)}});
 }
 
-inline constexpr int64_t kMaxMultipleOf = 10000;        // remainder states of an unbounded rule
+inline constexpr int64_t kMaxMultipleOf = 10000;          // remainder states of an unbounded rule
 inline constexpr int64_t kMaxEnumeratedMultiples = 1000;  // multiples listed within bounds
 
 }  // namespace
@@ -255,34 +256,37 @@ Result<int> NumberRule(const json& schema, bool integer, const std::string& path
     const double m = it->get<double>();
     int k = 0;  // m = c / 10^k with c a whole number
     while (k <= kMaxFractionDigits &&
-           std::abs(m * std::pow(10.0, k) - std::round(m * std::pow(10.0, k))) > 1e-9 * m *
-                                                                                    std::pow(10.0, k)) {
+           std::abs(m * std::pow(10.0, k) - std::round(m * std::pow(10.0, k))) >
+               1e-9 * m * std::pow(10.0, k)) {
       ++k;
     }
     const double c = std::round(m * std::pow(10.0, k));
     if (k == 0 && c > 1) {
       // Integers that are multiples of c: listed within bounds, or by remainder states.
       if (c > static_cast<double>(kMaxMultipleOf) && !HasAnyBound(schema)) {
-        return InvalidArgument(fmt::format(
-            "'multipleOf' at {}: an unbounded multipleOf over {} is not supported", path,
-            kMaxMultipleOf));
+        return InvalidArgument(
+            fmt::format("'multipleOf' at {}: an unbounded multipleOf over {} is not supported",
+                        path, kMaxMultipleOf));
       }
       if (!HasAnyBound(schema)) return MultipleOfRule(static_cast<int64_t>(c), b);
-      KV_ASSIGN_OR_RETURN(Bound lower, ReadBound(schema, "minimum", "exclusiveMinimum", true, path));
-      KV_ASSIGN_OR_RETURN(Bound upper, ReadBound(schema, "maximum", "exclusiveMaximum", false, path));
+      KV_ASSIGN_OR_RETURN(Bound lower,
+                          ReadBound(schema, "minimum", "exclusiveMinimum", true, path));
+      KV_ASSIGN_OR_RETURN(Bound upper,
+                          ReadBound(schema, "maximum", "exclusiveMaximum", false, path));
       if (!lower.present || !upper.present) {
-        return InvalidArgument(fmt::format(
-            "'multipleOf' at {} with only one bound is not supported", path));
+        return InvalidArgument(
+            fmt::format("'multipleOf' at {} with only one bound is not supported", path));
       }
       const double first = std::ceil(LowestInteger(lower) / c) * c;
       const double last = std::floor(HighestInteger(upper) / c) * c;
       if (first > last) {
-        return InvalidArgument(fmt::format("'multipleOf' at {}: no multiple within the bounds", path));
+        return InvalidArgument(
+            fmt::format("'multipleOf' at {}: no multiple within the bounds", path));
       }
       if ((last - first) / c + 1 > static_cast<double>(kMaxEnumeratedMultiples)) {
-        return InvalidArgument(fmt::format(
-            "'multipleOf' at {}: over {} multiples within the bounds is not supported", path,
-            kMaxEnumeratedMultiples));
+        return InvalidArgument(
+            fmt::format("'multipleOf' at {}: over {} multiples within the bounds is not supported",
+                        path, kMaxEnumeratedMultiples));
       }
       std::vector<Sequence> alts;
       for (double v = first; v <= last; v += c) {

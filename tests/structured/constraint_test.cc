@@ -18,8 +18,9 @@ ConstraintSpec ToolSpecFor(ToolFormat format, bool parallel) {
   spec.tool_format = format;
   spec.parallel_tool_calls = parallel;
   spec.tools = {
-      ToolSpec{"get_weather",
-               R"({"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"]})"},
+      ToolSpec{
+          "get_weather",
+          R"({"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"]})"},
       ToolSpec{"now", R"({"type":"object","properties":{}})"}};
   return spec;
 }
@@ -35,11 +36,12 @@ TEST(ToolCallGrammar, HermesCallsWithArgumentsValidAgainstTheirSchema) {
   EXPECT_TRUE(FullMatch(*g, now));
   EXPECT_TRUE(FullMatch(*g, weather + "\n" + now));  // parallel calls
   // Unknown function, missing required argument, undeclared argument (strict by default).
-  EXPECT_FALSE(FullMatch(*g, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
-  EXPECT_FALSE(FullMatch(
-      *g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
-  EXPECT_FALSE(FullMatch(
-      *g, "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"x\":1}}\n</tool_call>"));
+  EXPECT_FALSE(
+      FullMatch(*g, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(
+      FullMatch(*g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(
+      FullMatch(*g, "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"x\":1}}\n</tool_call>"));
   EXPECT_FALSE(FullMatch(*g, "text first"));
   auto single = BuildGrammar(ToolSpecFor(ToolFormat::kHermes, false));
   ASSERT_TRUE(single.ok());
@@ -51,13 +53,15 @@ TEST(ToolCallGrammar, Llama3CallIsTheWholeTurn) {
   auto g = BuildGrammar(ToolSpecFor(ToolFormat::kLlama3Json, true));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_TRUE(FullMatch(*g, "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Oslo\"}}"));
-  EXPECT_FALSE(FullMatch(*g, "{\"name\": \"now\", \"parameters\": {}}{\"name\": \"now\", "
-                             "\"parameters\": {}}"));
+  EXPECT_FALSE(FullMatch(*g,
+                         "{\"name\": \"now\", \"parameters\": {}}{\"name\": \"now\", "
+                         "\"parameters\": {}}"));
 }
 
 TEST(ToolCallGrammar, BadToolsAreErrorsNamingTheTool) {
   ConstraintSpec spec = ToolSpecFor(ToolFormat::kHermes, true);
-  spec.tools[1].parameters = R"({"type":"object","properties":{"a":{"type":"object","propertyNames":{"maxLength":2}}}})";
+  spec.tools[1].parameters =
+      R"({"type":"object","properties":{"a":{"type":"object","propertyNames":{"maxLength":2}}}})";
   auto g = BuildGrammar(spec);
   ASSERT_FALSE(g.ok());
   EXPECT_NE(g.status().message().find("tool 'now'"), std::string::npos) << g.status().message();

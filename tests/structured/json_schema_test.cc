@@ -4,11 +4,10 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "structured/grammar.h"
 #include "structured/matcher.h"
@@ -154,40 +153,37 @@ TEST(JsonSchemaTest, NetworkAndDurationFormats) {
                  {R"("https://example.com/a/b?x=1&y=%20#top")", R"("mailto:a@b.org")",
                   R"("urn:isbn:0451450523")", R"("file:///etc/hosts")",
                   R"("http://user:pw@host.example:8080/")", R"("http://1.2.3.4")"},
-                 {R"("/relative/path")", R"("example.com")", R"("http://a b")",
-                  R"("http://x/%zz")", R"("1http://x")", R"("http://h:port/")",
-                  R"("http://x/#a#b")", R"("")"});
+                 {R"("/relative/path")", R"("example.com")", R"("http://a b")", R"("http://x/%zz")",
+                  R"("1http://x")", R"("http://h:port/")", R"("http://x/#a#b")", R"("")"});
   ExpectLanguage(R"({"type":"string","format":"uri-reference"})",
                  {R"("/relative/path?q")", R"("../up")", R"("#frag")", R"("")",
                   R"("https://example.com")", R"("//host/x")"},
                  {R"("a:b c")", R"("%g0")", R"("a b")"});
-  ExpectLanguage(R"({"type":"string","format":"hostname"})",
-                 {R"("localhost")", R"("www.Example.com")", R"("a-b.c0.io")"},
-                 {R"("-a.com")", R"("a-.com")", R"("a..b")", R"("1.2.3.4")", R"("a_b.com")",
-                  R"("")"});
-  ExpectLanguage(R"({"type":"string","format":"ipv6"})",
-                 {R"("::")", R"("::1")", R"("2001:db8::8a2e:370:7334")", R"("fe80::1:2")",
-                  R"("1:2:3:4:5:6:7:8")", R"("::ffff:192.0.2.128")", R"("1::")",
-                  R"("1:2:3:4:5:6::8")", R"("ABCD:ef01::")"},
-                 {R"(":::")", R"("1:2:3:4:5:6:7:8:9")", R"("1::2::3")", R"("12345::")",
-                  R"("1:2:3:4:5:6:7")", R"("::ffff:256.0.0.1")", R"("g::")", R"("1:2:3:4:5:6:7::8")"});
-  ExpectLanguage(R"({"type":"string","format":"duration"})",
-                 {R"("P1Y2M3DT4H5M6S")", R"("PT36H")", R"("P3W")", R"("P1D")", R"("PT0S")",
-                  R"("P1M")"},
-                 {R"("P")", R"("PT")", R"("P1H")", R"("P1S")", R"("1D")", R"("P1DT")",
-                  R"("P1W2D")"});
+  ExpectLanguage(
+      R"({"type":"string","format":"hostname"})",
+      {R"("localhost")", R"("www.Example.com")", R"("a-b.c0.io")"},
+      {R"("-a.com")", R"("a-.com")", R"("a..b")", R"("1.2.3.4")", R"("a_b.com")", R"("")"});
+  ExpectLanguage(
+      R"({"type":"string","format":"ipv6"})",
+      {R"("::")", R"("::1")", R"("2001:db8::8a2e:370:7334")", R"("fe80::1:2")",
+       R"("1:2:3:4:5:6:7:8")", R"("::ffff:192.0.2.128")", R"("1::")", R"("1:2:3:4:5:6::8")",
+       R"("ABCD:ef01::")"},
+      {R"(":::")", R"("1:2:3:4:5:6:7:8:9")", R"("1::2::3")", R"("12345::")", R"("1:2:3:4:5:6:7")",
+       R"("::ffff:256.0.0.1")", R"("g::")", R"("1:2:3:4:5:6:7::8")"});
+  ExpectLanguage(
+      R"({"type":"string","format":"duration"})",
+      {R"("P1Y2M3DT4H5M6S")", R"("PT36H")", R"("P3W")", R"("P1D")", R"("PT0S")", R"("P1M")"},
+      {R"("P")", R"("PT")", R"("P1H")", R"("P1S")", R"("1D")", R"("P1DT")", R"("P1W2D")"});
   ExpectLanguage(R"({"type":"string","format":"json-pointer"})", {R"("")", R"("/a~1b/0")"},
                  {R"("a")", R"("/a~2")"});
-  ExpectLanguage(R"({"type":"string","format":"relative-json-pointer"})", {R"("0")", R"("1/a")",
-                 R"("2#")"}, {R"("01")", R"("/a")", R"("-1")"});
+  ExpectLanguage(R"({"type":"string","format":"relative-json-pointer"})",
+                 {R"("0")", R"("1/a")", R"("2#")"}, {R"("01")", R"("/a")", R"("-1")"});
 }
 
 TEST(JsonSchemaTest, FormatsJsonSchemaDoesNotDefineAreAnnotations) {
   // Vendor and OpenAPI format names constrain nothing (a number ignores every string format).
-  ExpectLanguage(R"({"type":"string","format":"topic"})", {R"("anything at all")", R"("")"},
-                 {"1"});
-  ExpectLanguage(R"({"type":"string","format":"url","pattern":"^a+$"})", {R"("aa")"},
-                 {R"("b")"});
+  ExpectLanguage(R"({"type":"string","format":"topic"})", {R"("anything at all")", R"("")"}, {"1"});
+  ExpectLanguage(R"({"type":"string","format":"url","pattern":"^a+$"})", {R"("aa")"}, {R"("b")"});
   ExpectLanguage(R"({"type":"integer","format":"uint"})", {"7", "-7"}, {"\"7\""});
   ExpectLanguage(R"({"type":"number","format":"date-time"})", {"1.5"}, {"\"x\""});
   // Without a type an annotation format does not make the value a string.
@@ -390,10 +386,12 @@ TEST(JsonSchemaTest, AnnotationsAndUnknownKeywordsAreIgnoredUnenforcedOnesRefuse
   EXPECT_NE(e.find("'propertyNames'"), std::string::npos) << e;
   EXPECT_NE(e.find("/properties/a"), std::string::npos) << e;
   for (const char* schema :
-       {R"({"type":"object","propertyNames":{"pattern":"^a"}})", R"({"if":{"type":"string"},"then":{"minLength":2}})",
-        R"({"type":"array","contains":{"type":"string"}})", R"({"type":"object","propertyNames":{"maxLength":3}})",
-        R"({"type":"array","contains":{"const":1}})",
-        R"({"enum":[1,2],"contains":{}})", R"({"unevaluatedProperties":false})"}) {
+       {R"({"type":"object","propertyNames":{"pattern":"^a"}})",
+        R"({"if":{"type":"string"},"then":{"minLength":2}})",
+        R"({"type":"array","contains":{"type":"string"}})",
+        R"({"type":"object","propertyNames":{"maxLength":3}})",
+        R"({"type":"array","contains":{"const":1}})", R"({"enum":[1,2],"contains":{}})",
+        R"({"unevaluatedProperties":false})"}) {
     const std::string error = ErrorOf(schema);
     EXPECT_NE(error.find("unsupported JSON Schema keyword"), std::string::npos)
         << schema << ": " << error;
@@ -408,8 +406,7 @@ TEST(JsonSchemaTest, NotOverTypesOverNotAndOverFalse) {
   ExpectLanguage(R"({"type":["string","integer","null"],"not":{"type":["null","integer"]}})",
                  {"\"a\""}, {"1", "null"});
   ExpectLanguage(R"({"type":"integer","nullable":true,"not":{"type":"null"}})", {"3"}, {"null"});
-  ExpectLanguage(R"({"not":{"not":{"type":"integer","minimum":2}}})", {"2", "30"},
-                 {"1", "\"a\""});
+  ExpectLanguage(R"({"not":{"not":{"type":"integer","minimum":2}}})", {"2", "30"}, {"1", "\"a\""});
   ExpectLanguage(R"({"type":"boolean","not":false})", {"true"}, {"1"});
   // Beside anyOf the reduced types reach every branch.
   ExpectLanguage(R"({"anyOf":[{"type":"string"},{"type":"null"}],"not":{"type":"null"}})",
@@ -473,13 +470,13 @@ TEST(JsonSchemaTest, MultipleOf) {
   ExpectLanguage(R"({"type":"number","multipleOf":1})", {"3", "-2"}, {"1.5", "1e3"});
   ExpectLanguage(R"({"type":"number","multipleOf":0.01})", {"3", "-2.5", "0.07", "10.25"},
                  {"0.001", "1e2", "1.234"});
-  ExpectLanguage(R"({"type":"number","multipleOf":0.1,"minimum":0,"maximum":2})",
-                 {"0", "1.5", "2"}, {"1.55", "3"});
+  ExpectLanguage(R"({"type":"number","multipleOf":0.1,"minimum":0,"maximum":2})", {"0", "1.5", "2"},
+                 {"1.55", "3"});
   ExpectLanguage(R"({"type":"number","multipleOf":10})", {"20", "-30"}, {"25", "20.5"});
-  for (const char* schema : {R"({"type":"number","multipleOf":0.25})",
-                             R"({"type":"integer","multipleOf":3,"minimum":0})",
-                             R"({"type":"integer","multipleOf":0})",
-                             R"({"type":"integer","multipleOf":3,"minimum":0,"maximum":1e9})"}) {
+  for (const char* schema :
+       {R"({"type":"number","multipleOf":0.25})",
+        R"({"type":"integer","multipleOf":3,"minimum":0})", R"({"type":"integer","multipleOf":0})",
+        R"({"type":"integer","multipleOf":3,"minimum":0,"maximum":1e9})"}) {
     EXPECT_NE(ErrorOf(schema).find("multipleOf"), std::string::npos) << schema;
   }
 }
@@ -546,12 +543,12 @@ TEST(JsonSchemaTest, UniqueItems) {
   // Other items: at most one (always unique); more than one is refused.
   ExpectLanguage(R"({"type":"array","items":{"type":"string"},"uniqueItems":true})",
                  {"[]", R"(["x"])"}, {R"(["x","y"])", R"(["x","x"])"});
-  EXPECT_NE(ErrorOf(R"({"items":{"type":"string"},"uniqueItems":true,"minItems":2})")
-                .find("uniqueItems"),
-            std::string::npos);
-  EXPECT_NE(ErrorOf(R"({"items":{"enum":[1,2]},"uniqueItems":true,"minItems":3})")
-                .find("uniqueItems"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(R"({"items":{"type":"string"},"uniqueItems":true,"minItems":2})").find("uniqueItems"),
+      std::string::npos);
+  EXPECT_NE(
+      ErrorOf(R"({"items":{"enum":[1,2]},"uniqueItems":true,"minItems":3})").find("uniqueItems"),
+      std::string::npos);
 }
 
 TEST(JsonSchemaTest, OneOfOnlyWhereTheBranchesExcludeEachOther) {
@@ -592,7 +589,8 @@ TEST(JsonSchemaTest, PatternProperties) {
   // Listed names that match a pattern take both schemas; then pattern keys are not generated.
   ExpectLanguage(R"({"properties":{"x_n":{"type":"number","maximum":5},"y":{"type":"string"}},
       "patternProperties":{"^x_":{"type":"integer"}},"additionalProperties":false})",
-                 {R"({"x_n":3,"y":"a"})", "{}"}, {R"({"x_n":3.5})", R"({"x_n":6})", R"({"x_a":1})"});
+                 {R"({"x_n":3,"y":"a"})", "{}"},
+                 {R"({"x_n":3.5})", R"({"x_n":6})", R"({"x_a":1})"});
   // The same schema for pattern keys and additional ones: any key.
   ExpectLanguage(R"({"patternProperties":{"^a":{"type":"string"}},
       "additionalProperties":{"type":"string"}})",
