@@ -423,6 +423,28 @@ Result<int> Compiler::CompileType(unsigned bit, unsigned mask, const json& s,
   }
 }
 
+// Whether a schema admits no value on its face: an enum or const none of whose values has the
+// types and bounds beside it (real schemas hold such, e.g. string values under "type":
+// "object"). An optional property with such a schema can only be absent.
+bool MatchesNothing(const json& s) {
+  if (!s.is_object() || (!s.contains("enum") && !s.contains("const"))) return false;
+  for (const char* k : {"$ref", "allOf", "anyOf", "oneOf", "not"}) {
+    if (s.contains(k)) return false;
+  }
+  const json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+  if (!values.is_array()) return false;
+  unsigned mask = kAllTypes;
+  if (s.contains("type")) {
+    Result<unsigned> m = TypeMask(s["type"], "");
+    if (!m.ok()) return false;
+    mask = *m | (s.value("nullable", false) == true ? kNull : 0u);
+  }
+  for (const json& v : values) {
+    if (HasType(v, mask) && ScalarFits(v, s)) return false;
+  }
+  return true;
+}
+
 // The listed properties in key order (then required names not listed, valued by
 // additionalProperties), without those whose schema is false.
 Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
@@ -450,7 +472,7 @@ Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
     return InvalidArgument(fmt::format("'properties' at {} must be an object", Where(path)));
   }
   for (const auto& [name, schema] : listed.items()) {
-    if (schema == false) {
+    if (schema == false || (!is_required(name) && MatchesNothing(schema))) {
       if (is_required(name)) {
         return InvalidArgument(
             fmt::format("'required' at {}: property '{}' is required but its schema is false",
@@ -574,7 +596,8 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
   for (const Prop& p : props) names.push_back(p.name);
   if (s.contains("properties")) {
     for (const auto& [name, schema] : s["properties"].items()) {
-      if (schema == false) names.push_back(name);
+      const auto same = [&](const Prop& p) { return p.name == name; };
+      if (std::none_of(props.begin(), props.end(), same)) names.push_back(name);  // left out
     }
   }
   if (names.empty() && additional == true && min_props <= 0 && max_props < 0 && patterns.empty()) {

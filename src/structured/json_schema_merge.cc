@@ -296,6 +296,16 @@ Result<json> Merge(const json& root, const json& a, const json& b, const std::st
       const bool take_b = kLower.count(k) ? vb.get<double>() > it->get<double>()
                                           : vb.get<double>() < it->get<double>();
       if (take_b) *it = vb;
+    } else if (k == "enum" && it->is_array() && vb.is_array()) {
+      json both = json::array();  // the values both allow, in a's order
+      for (const json& v : *it) {
+        if (std::find(vb.begin(), vb.end(), v) != vb.end()) both.push_back(v);
+      }
+      if (both.empty()) {
+        return InvalidArgument(fmt::format(
+            "'allOf' at {} matches nothing: its 'enum's have no value in common", Where(path)));
+      }
+      *it = std::move(both);
     } else if (k == "items") {
       KV_ASSIGN_OR_RETURN(*it, MergeSub(root, *it, vb, Child(path, "items"), depth));
     } else if (*it != vb) {

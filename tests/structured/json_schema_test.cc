@@ -493,6 +493,23 @@ TEST(JsonSchemaTest, AnAllOfThatReachesItselfIsAnErrorNotAStackOverflow) {
   EXPECT_EQ(ErrorOf(deep), "");
 }
 
+TEST(JsonSchemaTest, AllOfIntersectsEnums) {
+  ExpectLanguage(R"({"allOf":[{"enum":["a","b","c"]},{"enum":["c","b","d"]}]})",
+                 {R"("b")", R"("c")"}, {R"("a")", R"("d")"});
+  EXPECT_NE(ErrorOf(R"({"allOf":[{"enum":[1]},{"enum":[2]}]})").find("in common"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, AnOptionalPropertyThatAdmitsNoValueIsLeftOut) {
+  // Seen in real schemas: enum values of another type than the one declared.
+  ExpectLanguage(R"({"type":"object","properties":{"b":{"type":"object","enum":["X","Y"]},
+      "c":{"type":"integer"}}})",
+                 {"{}", R"({"c":1})"}, {R"({"b":"X"})", R"({"b":{}})"});
+  EXPECT_NE(ErrorOf(R"({"properties":{"b":{"type":"object","enum":["X"]}},"required":["b"]})")
+                .find("no value satisfies"),
+            std::string::npos);
+}
+
 TEST(JsonSchemaTest, APropertyWhoseSchemaIsFalseIsNeverAnExtraMember) {
   ExpectLanguage(R"({"properties":{"a":false}})", {"{}", R"({"b":1})"}, {R"({"a":1})"});
   ExpectLanguage(R"({"properties":{"a":false,"b":{"type":"integer"}}})", {R"({"b":1,"c":2})"},
