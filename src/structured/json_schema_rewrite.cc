@@ -291,6 +291,36 @@ bool ProvablyDisjoint(const json& root, const json& a, const json& b, int depth)
   return false;
 }
 
+// A property that every branch (objects only) lists with schemas that pairwise admit no common
+// value, though not every branch requires it: a discriminator the schema forgot to require.
+std::optional<std::string> Discriminator(const json& root, const std::vector<json>& branches) {
+  const json none = json::object();
+  for (const json& b : branches) {
+    if (!b.is_object() || DeclaredTypes(b) != kObj) return std::nullopt;
+  }
+  const json first_props = branches[0].value("properties", none);
+  if (!first_props.is_object()) return std::nullopt;
+  for (const auto& [p, first] : first_props.items()) {
+    std::vector<json> schemas;
+    for (const json& b : branches) {
+      const json props = b.value("properties", none);
+      if (!props.is_object() || !props.contains(p)) break;
+      Result<json> f = FlattenSchema(root, props[p], "", 0);
+      if (!f.ok()) break;
+      schemas.push_back(std::move(*f));
+    }
+    if (schemas.size() != branches.size()) continue;
+    bool disjoint = true;
+    for (size_t i = 0; i < schemas.size() && disjoint; ++i) {
+      for (size_t j = i + 1; j < schemas.size() && disjoint; ++j) {
+        disjoint = ProvablyDisjoint(root, schemas[i], schemas[j], 1);
+      }
+    }
+    if (disjoint) return p;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // A oneOf's branches as anyOf branches that no value satisfies twice, or nullopt with an error
@@ -337,6 +367,18 @@ Result<std::optional<json>> ExclusiveBranches(const json& root, const json& base
     for (size_t j = i + 1; j < merged.size(); ++j) {
       if (merged[i] == false || merged[j] == false) continue;
       if (!ProvablyDisjoint(root, merged[i], merged[j], 0)) {
+        if (std::optional<std::string> p = Discriminator(root, merged)) {
+          // Objects that carry the property: each branch requires it (a subset of the oneOf,
+          // whose branches then exclude each other).
+          json out = json::array();
+          for (const json& branch : branches) {
+            json b = branch.is_object() ? branch : json::object();
+            if (!b.contains("required") || !b["required"].is_array()) b["required"] = json::array();
+            if (!Requires(b, *p)) b["required"].push_back(*p);
+            out.push_back(std::move(b));
+          }
+          return std::optional<json>(std::move(out));
+        }
         return InvalidArgument(fmt::format(
             "unsupported 'oneOf' at {}: branches {} and {} may both match a value, which a "
             "grammar cannot exclude (make them differ by type, by a const or enum property both "

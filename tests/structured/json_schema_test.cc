@@ -585,6 +585,12 @@ TEST(JsonSchemaTest, OneOfOnlyWhereTheBranchesExcludeEachOther) {
       {"properties":{"p":{"type":"integer"}},"required":["p"],"additionalProperties":false},
       {"properties":{"q":{"type":"integer"}},"required":["q"],"additionalProperties":false}]})",
                  {R"({"p":1})", R"({"q":2})"}, {R"({"p":1,"q":2})"});
+  // A discriminator every branch lists but does not require becomes required (a subset).
+  ExpectLanguage(R"({"type":"object","oneOf":[
+      {"properties":{"kind":{"enum":["a"]},"v":{"type":"string"}}},
+      {"properties":{"kind":{"enum":["b","c"]},"v":{"type":"integer"}}}]})",
+                 {R"({"kind":"a","v":"x"})", R"({"kind":"b","v":1})"},
+                 {R"({"v":"x"})", "{}", R"({"kind":"a","v":1})"});
   // Branches that may overlap are refused rather than read as anyOf.
   for (const char* schema :
        {R"({"oneOf":[{"type":"integer"},{"type":"number"}]})",
