@@ -595,7 +595,8 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
   std::vector<std::string> names;
   for (const Prop& p : props) names.push_back(p.name);
   if (s.contains("properties")) {
-    for (const auto& [name, schema] : s["properties"].items()) {
+    for (const auto& item : s["properties"].items()) {
+      const std::string& name = item.key();
       const auto same = [&](const Prop& p) { return p.name == name; };
       if (std::none_of(props.begin(), props.end(), same)) names.push_back(name);  // left out
     }
