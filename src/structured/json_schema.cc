@@ -56,16 +56,20 @@ constexpr int kMaxCompiledSchemas = 20000;  // schema nodes compiled, refs and m
 constexpr int kMaxNesting = 64;             // objects and arrays inside one another while compiling
 using enum json_schema_internal::TypeBits;
 
-// Whether `pattern` (ECMA-262, as JSON Schema's patterns are) finds a match in `name`.
-Result<bool> SearchMatches(const std::string& pattern, const std::string& name,
-                           const std::string& path) {
-  try {
-    return std::regex_search(name, std::regex(pattern, std::regex::ECMAScript));
-  } catch (const std::regex_error& e) {
-    return InvalidArgument(
-        fmt::format("'patternProperties' at {}: pattern '{}' is not supported: {}", Where(path),
-                    pattern, e.what()));
+// `patterns` (ECMA-262, as JSON Schema's patterns are) compiled for searching names.
+Result<std::vector<std::regex>> NamePatterns(const std::vector<std::string>& patterns,
+                                             const std::string& path) {
+  std::vector<std::regex> out;
+  for (const std::string& pattern : patterns) {
+    try {
+      out.emplace_back(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      return InvalidArgument(
+          fmt::format("'patternProperties' at {}: pattern '{}' is not supported: {}", Where(path),
+                      pattern, e.what()));
+    }
   }
+  return out;
 }
 
 Result<int64_t> Count(const json& s, const char* key, const std::string& path) {
@@ -604,20 +608,16 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
   if (names.empty() && additional == true && min_props <= 0 && max_props < 0 && patterns.empty()) {
     return AnyObject();
   }
-  bool pattern_names = false;  // a listed or required name matches a pattern
-  for (const std::string& name : names) {
-    for (const std::string& pattern : patterns) {
-      KV_ASSIGN_OR_RETURN(const bool m, SearchMatches(pattern, name, path));
-      pattern_names = pattern_names || m;
-    }
-  }
+  KV_ASSIGN_OR_RETURN(const std::vector<std::regex> regexes, NamePatterns(patterns, path));
+  const auto matches_a_pattern = [&](const std::string& name) {
+    return std::any_of(regexes.begin(), regexes.end(),
+                       [&](const std::regex& r) { return std::regex_search(name, r); });
+  };
+  // A listed or required name matches a pattern.
+  const bool pattern_names = std::any_of(names.begin(), names.end(), matches_a_pattern);
   for (Prop& p : props) {
     const bool listed = s.contains("properties") && s["properties"].contains(p.name);
-    bool matches = false;
-    for (const std::string& pattern : patterns) {
-      KV_ASSIGN_OR_RETURN(const bool m, SearchMatches(pattern, p.name, path));
-      matches = matches || m;
-    }
+    const bool matches = matches_a_pattern(p.name);
     if (!listed && !patterns.empty() && !matches) {
       if (additional == false) {
         return InvalidArgument(
