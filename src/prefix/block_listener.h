@@ -5,6 +5,7 @@
 // into the tree or the KvCacheManager.
 #pragma once
 
+#include <cstdint>
 #include <span>
 
 #include "prefix/block_key.h"
@@ -13,9 +14,9 @@
 namespace kvserve {
 
 struct TreeBlock {
-  const BlockKey& key;         // chained key of this block
-  const BlockKey& parent_key;  // the previous block's key, or the namespace's root key
-  const BlockKey& root_key;    // RootKey of the namespace
+  const BlockKey& key;              // chained key of this block
+  const BlockKey& parent_key;       // the previous block's key, or the namespace's root key
+  const BlockKey& root_key;         // RootKey of the namespace
   std::span<const TokenId> tokens;  // the block's block_size tokens
   BlockId block;
 };
@@ -25,6 +26,13 @@ class BlockListener {
   virtual ~BlockListener() = default;
   virtual void OnBlockInserted(const TreeBlock& b) = 0;
   virtual void OnBlockEvicted(const TreeBlock& b) = 0;
+  // A held block (retention) that RAM does not keep: the tiers should store it and keep it
+  // until until_ms (milliseconds since the Unix epoch). Called before OnBlockEvicted when a
+  // held block is evicted, and for blocks held past RAM's retained share.
+  virtual void OnBlockRetained(const TreeBlock& b, int64_t until_ms) {
+    (void)b;
+    (void)until_ms;
+  }
 };
 
 }  // namespace kvserve

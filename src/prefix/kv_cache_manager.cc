@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_map>
 
 #include "util/check.h"
@@ -12,7 +13,8 @@ namespace kvserve {
 KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
       pool_(config.num_blocks),
-      max_pinned_blocks_(static_cast<int>(config.max_pinned_fraction * config.num_blocks)) {
+      max_pinned_blocks_(static_cast<int>(config.max_pinned_fraction * config.num_blocks)),
+      max_held_blocks_(static_cast<int>(config.max_retained_fraction * config.num_blocks)) {
   KV_CHECK_GT(config.block_size, 0);
   if (config.enable_prefix_caching) {
     tree_ = std::make_unique<RadixTree>(config.block_size,
@@ -66,6 +68,7 @@ int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const 
   Seq& s = seqs_.emplace(seq, Seq{ns, priority, BlockTable(config_.block_size)}).first->second;
   s.counted = !count_tokens;
   if (!tree_) return 0;
+  Tick();  // a hit renews only holds that are still live
   s.query_tokens = static_cast<int>(tokens.size());
   if (tokens.empty()) return 0;
   // At least the last token is computed: its logits are what the request needs next.
@@ -84,8 +87,8 @@ int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const 
   s.num_committed = static_cast<int>(path.size());
   s.hit_tokens = s.num_committed * config_.block_size;
   if (!partial_block) return s.hit_tokens;
-  const auto [source, m] = MatchPartial(
-      ns, s.node, tokens.first(static_cast<size_t>(max_tokens) + 1), s.hit_tokens);
+  const auto [source, m] =
+      MatchPartial(ns, s.node, tokens.first(static_cast<size_t>(max_tokens) + 1), s.hit_tokens);
   if (m == 0) return s.hit_tokens;
   // The source is locked while room is made, so eviction cannot take it; the copy happens
   // before the lock is dropped.
@@ -112,13 +115,107 @@ int KvCacheManager::num_allocatable_blocks() const {
 }
 
 void KvCacheManager::set_block_listener(BlockListener* listener) {
-  if (tree_) tree_->set_listener(listener);
+  if (!tree_) return;
+  tree_->set_listener(listener);
+  listener_ = listener;
+}
+
+int64_t KvCacheManager::NowMs() const {
+  if (config_.clock) return config_.clock();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void KvCacheManager::Tick() {
+  if (!tree_) return;
+  const int64_t now = NowMs();
+  tree_->SetNow(now);
+  std::erase_if(explicit_holds_, [now](const auto& entry) { return entry.second.until <= now; });
+}
+
+void KvCacheManager::RetainInTiers(const std::vector<RadixTree::Node*>& path, size_t from,
+                                   int64_t until_ms) {
+  for (size_t i = from; i < path.size(); ++i) tree_->Retain(path[i], until_ms);
+  if (listener_) tier_retained_blocks_ += static_cast<int64_t>(path.size() - from);
+}
+
+KvCacheManager::HoldResult KvCacheManager::HoldPrefix(CacheNamespace ns,
+                                                      std::span<const TokenId> tokens,
+                                                      int64_t ttl_ms, bool ram) {
+  HoldResult r;
+  if (!tree_ || ttl_ms <= 0) return r;
+  Tick();
+  const int bs = config_.block_size;
+  const std::vector<RadixTree::Node*> path =
+      tree_->Match(ns, tokens, static_cast<int>(tokens.size()) / bs);
+  // The longest leading run of the path that fits the retained share: holds are path-closed,
+  // so a prefix of the path is held or none.
+  size_t fit = 0;
+  if (ram) {
+    int added = 0;
+    for (; fit < path.size(); ++fit) {
+      added += !RadixTree::held(path[fit], tree_->now());
+      if (tree_->num_held() + added > max_held_blocks_) break;
+    }
+  }
+  if (fit > 0) tree_->HoldRenewable(path[fit - 1], ttl_ms);
+  RetainInTiers(path, fit, tree_->now() + ttl_ms);
+  r.held_tokens = static_cast<int>(fit) * bs;
+  r.tier_tokens = listener_ ? static_cast<int>(path.size() - fit) * bs : 0;
+  return r;
+}
+
+Result<int> KvCacheManager::HoldExplicit(uint64_t id, CacheNamespace ns,
+                                         std::span<const TokenId> tokens, int64_t until_ms) {
+  if (!tree_) return FailedPrecondition("explicit caches need prefix caching enabled");
+  Tick();
+  if (until_ms <= tree_->now()) return InvalidArgument("the deadline has passed");
+  const std::vector<RadixTree::Node*> path =
+      tree_->Match(ns, tokens, static_cast<int>(tokens.size()) / config_.block_size);
+  const int added = path.empty() ? 0 : tree_->CountUnheld(path.back());
+  if (tree_->num_held() + added > max_held_blocks_) {
+    return ResourceExhausted(fmt::format(
+        "holding {} more blocks would exceed the retained share of {} blocks ({}% of the KV "
+        "cache); delete a cache, shorten one, or raise --max-retained-fraction",
+        added, max_held_blocks_, config_.max_retained_fraction * 100));
+  }
+  auto it = explicit_holds_.find(id);
+  // A fixed deadline only grows in the tree: a cache that is shortened or moved to another
+  // prefix needs the fixed holds rebuilt.
+  const bool rebuild = it != explicit_holds_.end() &&
+                       (it->second.until > until_ms || it->second.ns != ns ||
+                        !std::equal(tokens.begin(), tokens.end(), it->second.tokens.begin(),
+                                    it->second.tokens.end()));
+  explicit_holds_[id] = ExplicitHold{ns, {tokens.begin(), tokens.end()}, until_ms};
+  if (rebuild) {
+    RebuildFixedHolds();
+  } else if (!path.empty()) {
+    tree_->HoldFixed(path.back(), until_ms);
+  }
+  return static_cast<int>(path.size()) * config_.block_size;
+}
+
+void KvCacheManager::ReleaseExplicit(uint64_t id) {
+  if (!tree_) return;
+  Tick();
+  if (explicit_holds_.erase(id) != 0) RebuildFixedHolds();
+}
+
+void KvCacheManager::RebuildFixedHolds() {
+  tree_->ClearAllFixed();
+  for (const auto& [hid, h] : explicit_holds_) {
+    const std::vector<RadixTree::Node*> path =
+        tree_->Match(h.ns, h.tokens, static_cast<int>(h.tokens.size()) / config_.block_size);
+    if (!path.empty()) tree_->HoldFixed(path.back(), h.until);
+  }
 }
 
 bool KvCacheManager::MakeRoom(int n) {
   if (pool_.num_free() >= n) return true;
   const int deficit = n - pool_.num_free();
   if (!tree_ || tree_->num_evictable() < deficit) return false;
+  Tick();  // expired holds are ordinary candidates again
   const int evicted = tree_->Evict(deficit);
   KV_CHECK_EQ(evicted, deficit);
   return true;
@@ -165,8 +262,8 @@ void KvCacheManager::Commit(SeqId seq, std::span<const TokenId> tokens, int num_
   Seq& s = Get(seq);
   if (s.edited) return;
   const int bs = config_.block_size;
-  const int full = std::min({num_computed, static_cast<int>(tokens.size()),
-                             s.table.capacity_tokens()}) / bs;
+  const int full =
+      std::min({num_computed, static_cast<int>(tokens.size()), s.table.capacity_tokens()}) / bs;
   RadixTree::Node* node = s.node;
   int committed = s.num_committed;
   for (int i = committed; i < full; ++i) {
@@ -231,8 +328,8 @@ bool KvCacheManager::PrivatizeBlocks(Seq& s, int from, int keep_committed, Block
 std::optional<BlockEviction> KvCacheManager::EvictBlocks(SeqId seq, int first, int count) {
   Seq& s = Get(seq);
   const int n = s.table.num_blocks();
-  KV_CHECK(first >= 0 && count >= 1 && first + count <= n, "evicting blocks [{}, {}) of {}",
-           first, first + count, n);
+  KV_CHECK(first >= 0 && count >= 1 && first + count <= n, "evicting blocks [{}, {}) of {}", first,
+           first + count, n);
   BlockEviction e;
   if (!PrivatizeBlocks(s, first + count, first, &e)) return std::nullopt;
   for (BlockId b : s.table.Erase(first, count)) pool_.Release(b);
@@ -263,8 +360,7 @@ void KvCacheManager::EndSequence(SeqId seq) {
   seqs_.erase(seq);
 }
 
-Result<std::optional<BlockCopy>> KvCacheManager::Fork(SeqId parent, SeqId child,
-                                                      int num_computed) {
+Result<std::optional<BlockCopy>> KvCacheManager::Fork(SeqId parent, SeqId child, int num_computed) {
   KV_CHECK(!seqs_.count(child), "sequence {} is already live", child.value());
   const int bs = config_.block_size;
   const int slots = num_computed - Get(parent).evicted;
@@ -343,6 +439,10 @@ KvCacheStats KvCacheManager::stats() const {
   st.num_in_use = pool_.num_in_use();
   if (tree_) {
     st.num_pinned = tree_->num_pinned();
+    st.num_held = tree_->num_held();
+    st.max_held = max_held_blocks_;
+    st.num_explicit_holds = static_cast<int>(explicit_holds_.size());
+    st.tier_retained_blocks = tier_retained_blocks_;
     st.num_tree_blocks = tree_->num_nodes();
     st.evicted_blocks = tree_->num_evicted();
   }
@@ -360,8 +460,8 @@ void KvCacheManager::CheckInvariants() const {
     const std::vector<BlockId> path = RadixTree::PathBlocks(s.node);
     KV_CHECK_EQ(static_cast<int>(path.size()), s.num_committed);
     for (int i = 0; i < s.num_committed; ++i) {
-      KV_CHECK(path[i] == s.table.blocks()[i], "seq {} block {} is not its locked path",
-               id.value(), i);
+      KV_CHECK(path[i] == s.table.blocks()[i], "seq {} block {} is not its locked path", id.value(),
+               i);
     }
   }
   for (int32_t b = 0; b < pool_.num_blocks(); ++b) {
@@ -384,6 +484,7 @@ void KvCacheManager::CheckInvariants() const {
   });
   KV_CHECK_EQ(tree_unlocked, pool_.num_cached());
   KV_CHECK_LE(tree_->num_pinned(), max_pinned_blocks_);
+  KV_CHECK_LE(tree_->num_held(), max_held_blocks_);
 }
 
 }  // namespace kvserve

@@ -50,8 +50,12 @@ struct KvCacheConfig {
   int block_size = 16;
   bool enable_prefix_caching = true;
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;
-  double max_pinned_fraction = 0.25;  // share of all blocks that Pin may hold
-  bool partial_block_hits = true;     // token-granular hits (needs a block copier)
+  double max_pinned_fraction = 0.25;   // share of all blocks that Pin may hold
+  bool partial_block_hits = true;      // token-granular hits (needs a block copier)
+  double max_retained_fraction = 0.5;  // share of all blocks that holds may keep (retention)
+  // Milliseconds since the Unix epoch, for hold deadlines; null = the system clock. Tests set
+  // their own so that no test waits for a TTL to run out.
+  std::function<int64_t()> clock;
 };
 
 struct KvCacheStats {
@@ -60,10 +64,14 @@ struct KvCacheStats {
   int num_cached = 0;  // cached-evictable (ref 0, in the tree; pinned ones included)
   int num_in_use = 0;
   int num_pinned = 0;
-  int num_tree_blocks = 0;   // all blocks in the tree, in use or not
-  int64_t query_tokens = 0;  // prompt tokens looked up by BeginSequence
-  int64_t hit_tokens = 0;    // of which found cached
-  int64_t partial_hit_tokens = 0;  // of which in copied partial blocks
+  int num_held = 0;                  // blocks held by retention now (HoldPrefix, HoldExplicit)
+  int max_held = 0;                  // the retained share, in blocks
+  int num_explicit_holds = 0;        // explicit caches still held
+  int64_t tier_retained_blocks = 0;  // blocks handed to lower tiers with a deadline
+  int num_tree_blocks = 0;           // all blocks in the tree, in use or not
+  int64_t query_tokens = 0;          // prompt tokens looked up by BeginSequence
+  int64_t hit_tokens = 0;            // of which found cached
+  int64_t partial_hit_tokens = 0;    // of which in copied partial blocks
   int64_t evicted_blocks = 0;
 };
 
@@ -127,8 +135,8 @@ class KvCacheManager {
   // first. Until the sequence evicts inside itself (EvictBlocks) token i is slot i; after that
   // the slot is the token's index minus evicted_tokens().
   //
-  // Makes the block table cover `num_tokens` tokens' slots, evicting cached blocks when the free list
-  // is short. All or nothing: false (and no change) when even eviction cannot make room.
+  // Makes the block table cover `num_tokens` tokens' slots, evicting cached blocks when the free
+  // list is short. All or nothing: false (and no change) when even eviction cannot make room.
   bool Allocate(SeqId seq, int num_tokens);
   std::span<const BlockId> block_table(SeqId seq) const;
   // Releases the blocks past those `num_tokens` slots need (they held only rejected speculative
@@ -172,6 +180,31 @@ class KvCacheManager {
   // Unpins what Pin(ns, tokens) pinned. NotFound if that prefix is not pinned.
   Status Unpin(CacheNamespace ns, std::span<const TokenId> tokens);
 
+  // Retention (prompt caching). A held block stays cached until its deadline: it is evicted
+  // only after every unheld evictable block, and holds keep at most max_retained_fraction of
+  // the cache. Deadlines come from config().clock; an expired hold leaves an ordinary cached
+  // block.
+  struct HoldResult {
+    int held_tokens = 0;  // tokens of the cached full-block prefix now held in RAM
+    int tier_tokens = 0;  // tokens past the retained share, handed to the lower tiers instead
+  };
+  // Holds the cached full-block prefix of `tokens` for ttl_ms; each hit on a held block starts
+  // its TTL again. Blocks that would take holds past the retained share are not held in RAM:
+  // the block listener (the lower tiers) gets them with their deadline (OnBlockRetained). With
+  // ram false every block goes to the listener only (a long retention that the disk keeps).
+  HoldResult HoldPrefix(CacheNamespace ns, std::span<const TokenId> tokens, int64_t ttl_ms,
+                        bool ram = true);
+  // An explicit cache `id`: holds the cached full-block prefix of `tokens` until until_ms, never
+  // renewed by hits. Calling it again for the same id replaces its prefix and deadline (and
+  // holds again what was recomputed since). Returns the held tokens; ResourceExhausted, and no
+  // change, when the blocks it adds would take holds past the retained share.
+  Result<int> HoldExplicit(uint64_t id, CacheNamespace ns, std::span<const TokenId> tokens,
+                           int64_t until_ms);
+  // Ends explicit cache `id`'s hold (no-op when unknown or expired).
+  void ReleaseExplicit(uint64_t id);
+  bool has_block_listener() const { return listener_ != nullptr; }
+  int64_t NowMs() const;
+
   KvCacheStats stats() const;
   const BlockPool& pool() const { return pool_; }
   const RadixTree* tree() const { return tree_.get(); }
@@ -184,8 +217,8 @@ class KvCacheManager {
     CacheNamespace ns;
     int32_t priority = 0;
     BlockTable table;
-    RadixTree::Node* node = nullptr;  // deepest committed node, locked by this sequence
-    int num_committed = 0;            // blocks of `table` that are the path to `node`
+    RadixTree::Node* node = nullptr;       // deepest committed node, locked by this sequence
+    int num_committed = 0;                 // blocks of `table` that are the path to `node`
     int query_tokens = 0, hit_tokens = 0;  // counted at the first successful Allocate
     int partial_hit_tokens = 0;
     bool counted = false;
@@ -205,6 +238,18 @@ class KvCacheManager {
   // False, and no change, when the copies' blocks cannot be had.
   bool PrivatizeBlocks(Seq& s, int from, int keep_committed, BlockEviction* e);
   static uint64_t PinKey(CacheNamespace ns, std::span<const TokenId> tokens);
+  // Moves the tree's clock to now and drops expired explicit holds.
+  void Tick();
+  // Clears every fixed hold in the tree and applies explicit_holds_ again.
+  void RebuildFixedHolds();
+  // Tells the listener of path[from...] with their deadline.
+  void RetainInTiers(const std::vector<RadixTree::Node*>& path, size_t from, int64_t until_ms);
+
+  struct ExplicitHold {
+    CacheNamespace ns;
+    std::vector<TokenId> tokens;
+    int64_t until = 0;
+  };
 
   KvCacheConfig config_;
   BlockPool pool_;
@@ -212,6 +257,10 @@ class KvCacheManager {
   std::unordered_map<SeqId, Seq> seqs_;
   std::unordered_multimap<uint64_t, RadixTree::Node*> pins_;  // by hash of (ns, tokens)
   int max_pinned_blocks_;
+  int max_held_blocks_;
+  std::unordered_map<uint64_t, ExplicitHold> explicit_holds_;
+  BlockListener* listener_ = nullptr;
+  int64_t tier_retained_blocks_ = 0;
   int64_t query_tokens_ = 0, hit_tokens_ = 0, partial_hit_tokens_ = 0;
   std::function<void(BlockId, BlockId)> copier_;
 };

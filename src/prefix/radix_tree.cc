@@ -18,7 +18,10 @@ struct RadixTree::Node {
   NodeUsage usage;
   uint64_t serial = 0;
   bool in_candidates = false;
-  EvictionKey key{};  // key it was inserted into the candidate set with
+  int64_t candidate_held = 0;  // held_until it was inserted into the candidate set with
+  EvictionKey key{};           // key it was inserted into the candidate set with
+  // Holds (0 = none): a renewable one's deadline and TTL, and a fixed one's deadline.
+  int64_t renewable_until = 0, ttl = 0, fixed_until = 0;
 };
 
 RadixTree::RadixTree(int block_size, std::unique_ptr<EvictionPolicy> policy, BlockPool* pool)
@@ -87,8 +90,8 @@ std::vector<RadixTree::Node*> RadixTree::Match(CacheNamespace ns, std::span<cons
   Node* cur = nullptr;
   const int limit = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / block_size_);
   for (int i = 0; i < limit; ++i) {
-    Node* next = FindChild(ns, cur, tokens.subspan(static_cast<size_t>(i) * block_size_,
-                                                   block_size_));
+    Node* next =
+        FindChild(ns, cur, tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_));
     if (!next) break;
     path.push_back(next);
     cur = next;
@@ -130,8 +133,71 @@ void RadixTree::Touch(Node* node, int32_t priority, int hits) {
     n->usage.last_access = now;
     n->usage.hit_count += hits;
     n->usage.priority = std::max(n->usage.priority, priority);
+    // A hit renews a live renewable hold. Ancestors' TTLs are at least their children's, so
+    // the path stays closed.
+    if (hits > 0 && n->renewable_until > now_) {
+      SetHold(n, std::max(n->renewable_until, now_ + n->ttl), n->ttl, n->fixed_until);
+    }
     Refresh(n);
   }
+}
+
+bool RadixTree::held(const Node* node, int64_t now_ms) { return held_until(node) > now_ms; }
+
+int64_t RadixTree::held_until(const Node* node) {
+  return std::max(node->renewable_until, node->fixed_until);
+}
+
+void RadixTree::SetHold(Node* n, int64_t renewable_until, int64_t ttl, int64_t fixed_until) {
+  const bool was_held = held_until(n) > now_;
+  if (was_held) deadlines_.erase(Deadline{held_until(n), n->serial, n});
+  n->renewable_until = renewable_until > now_ ? renewable_until : 0;
+  n->ttl = n->renewable_until > 0 ? ttl : 0;
+  n->fixed_until = fixed_until > now_ ? fixed_until : 0;
+  const bool is_held = held_until(n) > now_;
+  if (is_held) deadlines_.insert(Deadline{held_until(n), n->serial, n});
+  num_held_ += is_held - was_held;
+  Refresh(n);
+}
+
+void RadixTree::SetNow(int64_t now_ms) {
+  if (now_ms <= now_) return;
+  now_ = now_ms;
+  while (!deadlines_.empty() && deadlines_.begin()->until <= now_) {
+    Node* n = deadlines_.begin()->node;
+    deadlines_.erase(deadlines_.begin());
+    --num_held_;
+    n->renewable_until = n->ttl = n->fixed_until = 0;
+    Refresh(n);
+  }
+}
+
+void RadixTree::HoldRenewable(Node* node, int64_t ttl_ms) {
+  if (ttl_ms <= 0) return;
+  for (Node* n = node; n && n->parent; n = n->parent) {
+    SetHold(n, std::max(n->renewable_until, now_ + ttl_ms), std::max(n->ttl, ttl_ms),
+            n->fixed_until);
+  }
+}
+
+void RadixTree::HoldFixed(Node* node, int64_t until_ms) {
+  for (Node* n = node; n && n->parent; n = n->parent) {
+    SetHold(n, n->renewable_until, n->ttl, std::max(n->fixed_until, until_ms));
+  }
+}
+
+void RadixTree::ClearAllFixed() {
+  std::vector<Node*> nodes;
+  for (const Deadline& d : deadlines_) {
+    if (d.node->fixed_until > 0) nodes.push_back(d.node);
+  }
+  for (Node* n : nodes) SetHold(n, n->renewable_until, n->ttl, 0);
+}
+
+int RadixTree::CountUnheld(const Node* node) const {
+  int count = 0;
+  for (const Node* n = node; n && n->parent; n = n->parent) count += !held(n, now_);
+  return count;
 }
 
 void RadixTree::AddLockRef(Node* n, int delta) {
@@ -181,20 +247,31 @@ bool RadixTree::IsCandidate(const Node* n) const {
 void RadixTree::Refresh(Node* n) {
   const bool want = IsCandidate(n);
   const EvictionKey key = policy_->Key(n->usage);
-  if (n->in_candidates && (!want || key != n->key)) {
-    candidates_.erase(Candidate{n->key, n->serial, n});
+  const int64_t is_held = held(n, now_) ? held_until(n) : 0;
+  if (n->in_candidates && (!want || key != n->key || is_held != n->candidate_held)) {
+    candidates_.erase(Candidate{n->candidate_held, n->key, n->serial, n});
     n->in_candidates = false;
   }
   if (want && !n->in_candidates) {
     n->key = key;
-    candidates_.insert(Candidate{key, n->serial, n});
+    n->candidate_held = is_held;
+    candidates_.insert(Candidate{is_held, key, n->serial, n});
     n->in_candidates = true;
   }
 }
 
 void RadixTree::RemoveLeaf(Node* n) {
   KV_CHECK(IsCandidate(n), "evicting a node that is not an evictable leaf");
-  candidates_.erase(Candidate{n->key, n->serial, n});
+  candidates_.erase(Candidate{n->candidate_held, n->key, n->serial, n});
+  if (listener_ && held(n, now_)) {
+    listener_->OnBlockRetained(
+        TreeBlock{n->chain_key, n->parent->chain_key, n->root->chain_key, n->tokens, n->block},
+        held_until(n));
+  }
+  if (held(n, now_)) {
+    deadlines_.erase(Deadline{held_until(n), n->serial, n});
+    --num_held_;
+  }
   if (listener_) {
     listener_->OnBlockEvicted(
         TreeBlock{n->chain_key, n->parent->chain_key, n->root->chain_key, n->tokens, n->block});
@@ -227,6 +304,13 @@ RadixTree::Node* RadixTree::parent(const Node* node) { return node->parent; }
 int RadixTree::pin_ref(const Node* node) { return node->pin_ref; }
 const NodeUsage& RadixTree::usage(const Node* node) { return node->usage; }
 
+void RadixTree::Retain(const Node* n, int64_t until_ms) const {
+  if (!listener_) return;
+  listener_->OnBlockRetained(
+      TreeBlock{n->chain_key, n->parent->chain_key, n->root->chain_key, n->tokens, n->block},
+      until_ms);
+}
+
 std::vector<BlockId> RadixTree::PathBlocks(const Node* node) {
   std::vector<BlockId> blocks;
   for (const Node* n = node; n && n->parent; n = n->parent) blocks.push_back(n->block);
@@ -254,9 +338,15 @@ void RadixTree::ForEachNode(const std::function<void(const Node*)>& fn) const {
 }
 
 void RadixTree::CheckInvariants() const {
-  int nodes = 0, locked = 0, evictable = 0, pinned = 0, candidates = 0;
+  int nodes = 0, locked = 0, evictable = 0, pinned = 0, candidates = 0, held_nodes = 0;
   ForEachNode([&](const Node* n) {
     ++nodes;
+    held_nodes += held(n, now_);
+    KV_CHECK(held_until(n) == 0 || held_until(n) > now_, "block {} keeps an expired hold",
+             n->block.value());
+    KV_CHECK_EQ(deadlines_.count(Deadline{held_until(n), n->serial, const_cast<Node*>(n)}),
+                held(n, now_) ? 1u : 0u);
+    if (n->in_candidates) KV_CHECK_EQ(n->candidate_held, held(n, now_) ? held_until(n) : 0);
     locked += n->lock_ref > 0;
     pinned += n->pin_ref > 0;
     evictable += n->lock_ref == 0 && n->pin_ref == 0;
@@ -268,9 +358,12 @@ void RadixTree::CheckInvariants() const {
       KV_CHECK_EQ(h, HashTokens(c->tokens));
       child_locks += c->lock_ref;
       child_pins += c->pin_ref;
+      KV_CHECK(c->renewable_until <= n->renewable_until && c->fixed_until <= n->fixed_until &&
+                   c->ttl <= n->ttl,
+               "block {} is held longer than its parent", c->block.value());
     }
-    KV_CHECK(n->lock_ref >= child_locks, "block {} lock_ref {} < children's {}",
-             n->block.value(), n->lock_ref, child_locks);
+    KV_CHECK(n->lock_ref >= child_locks, "block {} lock_ref {} < children's {}", n->block.value(),
+             n->lock_ref, child_locks);
     KV_CHECK(n->pin_ref >= child_pins, "block {} pin_ref {} < children's {}", n->block.value(),
              n->pin_ref, child_pins);
     KV_CHECK_EQ(n->in_candidates, IsCandidate(n));
@@ -280,6 +373,8 @@ void RadixTree::CheckInvariants() const {
   KV_CHECK_EQ(locked, num_locked_);
   KV_CHECK_EQ(evictable, num_evictable_);
   KV_CHECK_EQ(pinned, num_pinned_);
+  KV_CHECK_EQ(held_nodes, num_held_);
+  KV_CHECK_EQ(held_nodes, static_cast<int>(deadlines_.size()));
   KV_CHECK_EQ(candidates, static_cast<int>(candidates_.size()));
 }
 

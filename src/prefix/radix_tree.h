@@ -13,6 +13,15 @@
 // so evicting leaves one by one can free every evictable block: num_evictable() is exact.
 // Pins (Pin/Unpin) work the same way and keep nodes until unpinned.
 //
+// NOTE (holds): a node may be held until a deadline (prompt caching's retention). A hold covers a
+// path, like a lock, and sets each node's deadline to the larger of its own and the new one, so
+// a parent is held at least as long as any child: holds are path-closed too. Held evictable
+// leaves are still candidates, but after every unheld one (the candidate order puts held last),
+// so they go only when nothing else can. Two kinds: a renewable hold (its TTL starts again when
+// a sequence matches the node) and a fixed one (an explicit cache with a set expiry). The tree
+// learns the time from SetNow (milliseconds, from the owner's clock); deadlines at or before it
+// have expired and the node is ordinary again.
+//
 // NOTE (eviction): only evictable LEAVES are candidates; they sit in an ordered set keyed by the
 // policy's key of their usage (plus a creation serial for ties). Evicting a leaf may turn its
 // parent into a candidate. Eviction happens only when asked (when blocks are needed).
@@ -82,13 +91,30 @@ class RadixTree {
   void Pin(Node* node);     // +1 pin on node and all ancestors
   void Unpin(Node* node);
 
+  // Moves the tree's clock to now_ms (never backwards): expired holds end.
+  void SetNow(int64_t now_ms);
+  int64_t now() const { return now_; }
+  // Holds node and its ancestors until now + ttl_ms, renewed on every match (renewable), or
+  // until until_ms, never renewed (fixed). A node keeps the later of its deadlines.
+  void HoldRenewable(Node* node, int64_t ttl_ms);
+  void HoldFixed(Node* node, int64_t until_ms);
+  // Drops every fixed hold (the owner then applies again the fixed holds that remain).
+  void ClearAllFixed();
+  // Nodes on the path root -> node that are not held now.
+  int CountUnheld(const Node* node) const;
+  // Tells the listener that node's block should be kept by the lower tiers until until_ms.
+  void Retain(const Node* node, int64_t until_ms) const;
+  static bool held(const Node* node, int64_t now_ms);
+  static int64_t held_until(const Node* node);  // 0 when never held
+
   // Evicts up to `num_blocks` evictable leaves in policy order; returns how many it evicted.
   int Evict(int num_blocks);
 
   int num_nodes() const { return num_nodes_; }
-  int num_protected() const { return num_locked_; }   // nodes with lock_ref > 0
+  int num_protected() const { return num_locked_; }     // nodes with lock_ref > 0
   int num_evictable() const { return num_evictable_; }  // lock_ref == 0 and pin_ref == 0
   int num_pinned() const { return num_pinned_; }        // nodes with pin_ref > 0
+  int num_held() const { return num_held_; }            // nodes held now
   int64_t num_evicted() const { return num_evicted_; }
 
   static BlockId block(const Node* node);
@@ -110,11 +136,23 @@ class RadixTree {
 
  private:
   struct Candidate {
+    // 0 when not held; else the hold's deadline: held leaves go after every unheld one, the
+    // hold that ends first first.
+    int64_t held_until;
     EvictionKey key;
     uint64_t serial;
     Node* node;
     bool operator<(const Candidate& o) const {
+      if (held_until != o.held_until) return held_until < o.held_until;
       return key != o.key ? key < o.key : serial < o.serial;
+    }
+  };
+  struct Deadline {  // a held node, by the time its hold ends
+    int64_t until;
+    uint64_t serial;
+    Node* node;
+    bool operator<(const Deadline& o) const {
+      return until != o.until ? until < o.until : serial < o.serial;
     }
   };
   Node* FindRoot(CacheNamespace ns) const;  // nullptr if the namespace has no blocks yet
@@ -125,6 +163,8 @@ class RadixTree {
   void AddLockRef(Node* n, int delta);
   void AddPinRef(Node* n, int delta);
   void RemoveLeaf(Node* n);
+  // Sets n's hold fields and keeps deadlines_, num_held_ and the candidate set in step.
+  void SetHold(Node* n, int64_t renewable_until, int64_t ttl, int64_t fixed_until);
 
   int block_size_;
   std::unique_ptr<EvictionPolicy> policy_;
@@ -132,6 +172,9 @@ class RadixTree {
   BlockListener* listener_ = nullptr;
   std::unordered_map<uint64_t, std::unique_ptr<Node>> roots_;  // by namespace
   std::set<Candidate> candidates_;
+  std::set<Deadline> deadlines_;  // every held node
+  int64_t now_ = 0;
+  int num_held_ = 0;
   int64_t clock_ = 0;
   uint64_t next_serial_ = 0;
   int num_nodes_ = 0, num_locked_ = 0, num_evictable_ = 0, num_pinned_ = 0;

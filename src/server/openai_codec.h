@@ -81,6 +81,22 @@ struct GenerationParams {
   ToolChoice tool_choice = ToolChoice::kNone;  // "auto" by default when tools are given
   std::string tool_choice_name;                // kNamed
   bool parallel_tool_calls = true;
+  // Prompt caching. Each hold keeps the prompt's prefix up to a breakpoint cached until its TTL
+  // runs out (a hit renews it): the prefix is the chat rendered from `messages` with the
+  // request's tools and no generation prompt (`tools_only`: the tools alone), cut to the tokens
+  // it shares with the whole prompt. Anthropic's cache_control breakpoints (at most 4) and
+  // OpenAI's prompt_cache_retention: "24h" (the whole prompt) become holds.
+  struct PrefixHold {
+    std::vector<ChatMessage> messages;
+    bool tools_only = false;
+    int64_t ttl_seconds = 300;
+    bool whole_prompt = false;  // the whole prompt (completions, prompt_cache_retention)
+  };
+  std::vector<PrefixHold> prefix_holds;
+  std::string prompt_cache_key;  // OpenAI's prompt_cache_key: reported back
+  bool retention_24h = false;    // prompt_cache_retention: "24h"
+  std::string cached_content;    // an explicit cache (POST /v1/caches) whose prompt leads
+  std::string tenant;            // set by the server: who sent it (API key), for explicit caches
 };
 
 // The server parses bodies into nlohmann::json, which sorts object keys; but a chat template
@@ -130,6 +146,12 @@ struct UsageOut {
   // prompt_tokens_details.cached_tokens_by_tier, present when lower KV tiers are configured:
   // (tier, tokens) with "ram" first.
   std::vector<std::pair<std::string, int64_t>> cached_tokens_by_tier;
+  // Prompt caching with holds (PrefixHold): prompt tokens up to the last breakpoint that were
+  // not cached (written to the cache now), split by the TTL of the breakpoint that covers them.
+  int64_t cache_creation_tokens = 0;
+  int64_t cache_creation_5m_tokens = 0;  // TTL <= 5 minutes
+  int64_t cache_creation_1h_tokens = 0;  // longer TTLs
+  std::string prompt_cache_key;          // echoed back when the request gave one
 };
 
 struct ResponseHeader {
