@@ -130,6 +130,12 @@ Result<uint64_t> DefaultCapacityBytes(const fs::path& dir) {
   return std::min(kMaxDefaultCapacityBytes, free_bytes / 10);
 }
 
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // What the rebuild learns of one good record file.
 struct FoundRecord {
   BlockKey key;
@@ -240,7 +246,13 @@ void DiskTier::Rebuild() {
   });
   {
     std::lock_guard lock(mu_);
-    for (const FoundRecord& f : found) InsertLocked(f.key, f.bytes);
+    const int64_t now = NowMs();
+    for (const FoundRecord& f : found) {
+      InsertLocked(f.key, f.bytes);
+      const int64_t mtime_ms =
+          static_cast<int64_t>(f.mtime.tv_sec) * 1000 + f.mtime.tv_nsec / 1000000;
+      if (mtime_ms > now) index_.at(f.key).retain_until = mtime_ms;  // a deadline (Retain)
+    }
     EvictLocked();
     PublishCountsLocked();
   }
@@ -263,11 +275,44 @@ void DiskTier::InsertLocked(const BlockKey& key, uint64_t bytes) {
 }
 
 void DiskTier::EvictLocked() {
+  if (bytes_held_ <= capacity_bytes_) return;
+  const int64_t now = NowMs();
+  for (auto it = lru_.begin(); bytes_held_ > capacity_bytes_ && it != lru_.end();) {
+    const BlockKey victim = *it++;
+    if (index_.at(victim).retain_until > now) continue;
+    ::unlink(PathOf(victim).c_str());
+    EraseLocked(victim);
+  }
   while (bytes_held_ > capacity_bytes_ && !lru_.empty()) {
     const BlockKey victim = lru_.front();
     ::unlink(PathOf(victim).c_str());
     EraseLocked(victim);
   }
+}
+
+void DiskTier::StampLocked(const BlockKey& key, int64_t until_ms) {
+  timespec times[2];
+  times[0].tv_sec = 0;
+  times[0].tv_nsec = UTIME_OMIT;  // access time
+  times[1].tv_sec = static_cast<time_t>(until_ms / 1000);
+  times[1].tv_nsec = static_cast<long>(until_ms % 1000) * 1000000;
+  ::utimensat(AT_FDCWD, PathOf(key).c_str(), times, 0);  // best effort: RAM knows the deadline
+}
+
+void DiskTier::Retain(const BlockKey& key, int64_t until_ms) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end() || until_ms <= it->second.retain_until) return;
+  it->second.retain_until = until_ms;
+  StampLocked(key, until_ms);
+}
+
+int64_t DiskTier::num_retained() {
+  const int64_t now = NowMs();
+  std::lock_guard lock(mu_);
+  int64_t n = 0;
+  for (const auto& [key, e] : index_) n += e.retain_until > now;
+  return n;
 }
 
 void DiskTier::EraseLocked(const BlockKey& key) {

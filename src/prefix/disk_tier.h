@@ -19,6 +19,11 @@
 // wrong (a flipped bit, another layout) is caught by the header checks at rebuild and by the
 // caller's verification of the whole record at load.
 //
+// NOTE (retention): Retain keeps a record until a deadline: eviction passes over retained
+// records while unretained ones remain. The deadline is the file's modification time (set into
+// the future), so it survives restarts with no format change: Rebuild reads a future mtime as a
+// deadline, and the LRU order by mtime puts retained records last.
+//
 // NOTE (full disk): a write that fails for lack of space (ENOSPC, EDQUOT, or EFBIG from a file
 // size limit) lowers the capacity to what the tier holds at that moment, so later writes evict
 // the tier's own least recently used files instead of failing one after another. Every I/O
@@ -72,12 +77,15 @@ class DiskTier final : public KvTier {
   int GetRun(std::span<const BlockKey> keys, std::vector<std::vector<uint8_t>>* values) override;
   Status Put(const BlockKey& key, std::span<const uint8_t> value) override;
   void Remove(const BlockKey& key) override;
+  void Retain(const BlockKey& key, int64_t until_ms) override;
   std::string Describe() override;
+  int64_t num_retained();  // records whose deadline has not passed
 
  private:
   struct Entry {
     uint64_t bytes = 0;
     std::list<BlockKey>::iterator lru;  // position in lru_ (front = next to evict)
+    int64_t retain_until = 0;           // ms since the epoch; 0 = not retained
   };
   // The kinds of failure that are logged once each.
   enum class LogKind { kFull, kDenied, kWrite, kRead, kRebuild };
@@ -95,8 +103,11 @@ class DiskTier final : public KvTier {
   void TouchLocked(Entry& entry);
   // Adds `key` as the most recently used entry, or makes an existing one so.
   void InsertLocked(const BlockKey& key, uint64_t bytes);
-  // Unlinks least recently used files until bytes held <= capacity.
+  // Unlinks least recently used files until bytes held <= capacity: unretained ones first, then
+  // retained ones.
   void EvictLocked();
+  // Sets the file's modification time to the entry's deadline.
+  void StampLocked(const BlockKey& key, int64_t until_ms);
   void EraseLocked(const BlockKey& key);
   void PublishCountsLocked();
 

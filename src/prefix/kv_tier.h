@@ -33,8 +33,8 @@ inline constexpr std::array<double, 12> kTierLatencyBounds = {
 // A plain copy of a tier's counters.
 struct TierStats {
   std::string name;
-  int64_t query_blocks = 0;    // blocks the load path looked for in this tier
-  int64_t hit_blocks = 0;      // of which it found, verified and loaded
+  int64_t query_blocks = 0;  // blocks the load path looked for in this tier
+  int64_t hit_blocks = 0;    // of which it found, verified and loaded
   int64_t blocks_read = 0, bytes_read = 0;
   int64_t blocks_written = 0, bytes_written = 0;
   int64_t dropped_writes = 0;  // writes not made: full queue, tier down or disabled
@@ -83,6 +83,13 @@ class KvTier {
   virtual Status Put(const BlockKey& key, std::span<const uint8_t> value) = 0;
   // Deletes `key` (a record that failed verification). Missing keys are fine.
   virtual void Remove(const BlockKey& key) = 0;
+  // Keeps `key` (when held) until until_ms, milliseconds since the Unix epoch: the tier evicts
+  // it only when nothing unretained is left (retention, prompt caching). A tier without its own
+  // eviction order ignores it.
+  virtual void Retain(const BlockKey& key, int64_t until_ms) {
+    (void)key;
+    (void)until_ms;
+  }
   // The start-up line: where it is and what it holds.
   virtual std::string Describe() = 0;
 

@@ -80,8 +80,8 @@ uint32_t TieredStore::TiersLacking(const BlockKey& key) {
   uint32_t mask = 0;
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < tiers_.size(); ++i) {
-    const bool held = tiers_[i]->exact_contains() ? tiers_[i]->MayContain(key)
-                                                  : held_[i].count(key) != 0;
+    const bool held =
+        tiers_[i]->exact_contains() ? tiers_[i]->MayContain(key) : held_[i].count(key) != 0;
     if (!held) mask |= 1u << i;
   }
   return mask;
@@ -105,9 +105,20 @@ void TieredStore::OnBlockEvicted(const TreeBlock& b) {
 // NOTE (engine thread cost): one copy of the block's bytes into a recycled buffer; the checksum
 // and every byte of I/O happen on the writer thread. A write that does not fit the queue is
 // dropped: the block stays in RAM and is simply not in the lower tiers.
-void TieredStore::Enqueue(const TreeBlock& b) {
+void TieredStore::OnBlockRetained(const TreeBlock& b, int64_t until_ms) { Enqueue(b, until_ms); }
+
+void TieredStore::Enqueue(const TreeBlock& b, int64_t retain_until) {
   const uint32_t mask = TiersLacking(b.key);
-  if (mask == 0) return;
+  if (mask == 0 && retain_until == 0) return;
+  if (mask == 0) {  // every tier has it: only the deadline goes to the writer
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+      writes_.push_back(WriteJob{b.key, {}, 0, retain_until});
+    }
+    write_cv_.notify_one();
+    return;
+  }
   const size_t bytes = BlockRecordBytes(kv_->layout());
   {
     std::lock_guard lock(mu_);
@@ -119,7 +130,7 @@ void TieredStore::Enqueue(const TreeBlock& b) {
     }
     queued_write_bytes_ += bytes;
   }
-  WriteJob job{b.key, TakeBuffer(), mask};
+  WriteJob job{b.key, TakeBuffer(), mask, retain_until};
   EncodeUnsealedBlockRecord(b, *kv_, &job.record);
   {
     std::lock_guard lock(mu_);
@@ -141,13 +152,16 @@ void TieredStore::WriterLoop() {
       writes_.pop_front();
       writer_busy_ = true;
     }
-    SealBlockRecord(job.record);
+    if (job.tier_mask != 0) SealBlockRecord(job.record);
     for (size_t i = 0; i < tiers_.size(); ++i) {
       if (!(job.tier_mask >> i & 1)) continue;
       if (tiers_[i]->Put(job.key, job.record).ok()) {
         std::lock_guard lock(mu_);
         NoteHeld(static_cast<int>(i), job.key);
       }
+    }
+    if (job.retain_until != 0) {
+      for (const auto& tier : tiers_) tier->Retain(job.key, job.retain_until);
     }
     {
       std::lock_guard lock(mu_);
@@ -262,8 +276,8 @@ TierLoad TieredStore::RunLoad(const LoadJob& job) {
       for (; good < got; ++good) {
         const size_t b = i + static_cast<size_t>(good);
         const std::span<const TokenId> tokens(job.tokens.data() + b * bs, bs);
-        auto payload = VerifyBlockRecord(values[static_cast<size_t>(good)], job.keys[b], tokens,
-                                         layout);
+        auto payload =
+            VerifyBlockRecord(values[static_cast<size_t>(good)], job.keys[b], tokens, layout);
         if (!payload.ok()) {
           KV_LOG(Warning, "kv {} tier: dropped block {}: {}", tier.name(), job.keys[b].Hex(),
                  payload.status().message());

@@ -66,6 +66,8 @@ class TieredStore final : public BlockListener {
   // BlockListener (engine thread): queue the block for the tiers that may lack it.
   void OnBlockInserted(const TreeBlock& b) override;
   void OnBlockEvicted(const TreeBlock& b) override;
+  // Stores the block where a tier lacks it, and has every tier keep it until until_ms.
+  void OnBlockRetained(const TreeBlock& b, int64_t until_ms) override;
 
   // Whether any tier may hold `key` (cheap; no I/O).
   bool MayContain(const BlockKey& key);
@@ -95,13 +97,14 @@ class TieredStore final : public BlockListener {
     BlockKey key;
     std::vector<uint8_t> record;  // unsealed; the writer seals it
     uint32_t tier_mask = 0;       // bit i: store in tiers_[i]
+    int64_t retain_until = 0;     // then Retain in every tier (0 = no)
   };
   struct LoadJob {
     uint64_t id;
     std::vector<BlockKey> keys;
     std::vector<TokenId> tokens;
   };
-  void Enqueue(const TreeBlock& b);
+  void Enqueue(const TreeBlock& b, int64_t retain_until = 0);
   // Tiers (bits) that may lack `key`.
   uint32_t TiersLacking(const BlockKey& key);
   void NoteHeld(int tier, const BlockKey& key);
@@ -124,7 +127,7 @@ class TieredStore final : public BlockListener {
   bool writer_busy_ = false;
   std::deque<LoadJob> loads_;
   std::vector<TierLoad> completed_;
-  std::vector<std::vector<uint8_t>> buffers_;  // recycled record buffers (writes)
+  std::vector<std::vector<uint8_t>> buffers_;       // recycled record buffers (writes)
   std::vector<std::vector<uint8_t>> read_buffers_;  // recycled record buffers (loads)
   // Keys recently stored in or loaded from tiers that cannot answer MayContain exactly
   // (a bounded FIFO per tier), so blocks loaded from Redis are not written back to it.

@@ -257,6 +257,44 @@ TEST_F(DiskTierTest, ReopeningRebuildsTheIndexInModificationTimeOrder) {
   EXPECT_EQ(Files().size(), 3u);
 }
 
+// Retention: a retained record outlives unretained ones, also across a restart (its deadline
+// is the file's modification time); an expired or absent deadline is ordinary LRU again.
+TEST_F(DiskTierTest, RetainedRecordsAreEvictedLastAndKeepTheirDeadlineAcrossARestart) {
+  std::vector<BlockKey> k;
+  std::vector<std::vector<uint8_t>> r;
+  Records(6, &k, &r);
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const int64_t until = now_ms + 3600 * 1000;
+  {
+    auto tier = Open(3 * record_bytes_);
+    ASSERT_NE(tier, nullptr);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(tier->Put(k[i], r[i]).ok());
+    tier->Retain(k[0], until);  // the least recently used, but retained
+    tier->Retain(k[5], until);  // not held: nothing happens
+    EXPECT_EQ(tier->num_retained(), 1);
+    ASSERT_TRUE(tier->Put(k[3], r[3]).ok());  // evicts k1, not k0
+    EXPECT_TRUE(tier->MayContain(k[0]));
+    EXPECT_FALSE(tier->MayContain(k[1]));
+    const auto mtime = fs::last_write_time(PathOf(k[0]));
+    EXPECT_GT(mtime, fs::file_time_type::clock::now() + std::chrono::minutes(59));
+  }
+  auto tier = Open(3 * record_bytes_);
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->num_retained(), 1);
+  ASSERT_TRUE(tier->Put(k[4], r[4]).ok());  // evicts k2, then k3: never the retained k0
+  ASSERT_TRUE(tier->Put(k[5], r[5]).ok());
+  EXPECT_TRUE(tier->MayContain(k[0]));
+  EXPECT_FALSE(tier->MayContain(k[2]));
+  EXPECT_FALSE(tier->MayContain(k[3]));
+  // Reopened with room for one record, the unretained ones go and the retained one stays.
+  auto small = Open(record_bytes_);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(Files().size(), 1u);
+  EXPECT_TRUE(small->MayContain(k[0]));
+}
+
 TEST_F(DiskTierTest, ReopeningWithASmallerCapacityEvictsTheOldestFiles) {
   std::vector<BlockKey> k;
   std::vector<std::vector<uint8_t>> r;
