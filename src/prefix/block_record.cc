@@ -46,7 +46,8 @@ void EncodeBlockRecord(const TreeBlock& b, const KvStorage& kv, std::vector<uint
   SealBlockRecord(*out);
 }
 
-void EncodeUnsealedBlockRecord(const TreeBlock& b, const KvStorage& kv, std::vector<uint8_t>* out) {
+void EncodeUnsealedBlockRecord(const TreeBlock& b, const KvStorage& kv,
+                               std::vector<uint8_t>* out) {
   const KvLayout& layout = kv.layout();
   KV_CHECK_EQ(static_cast<int>(b.tokens.size()), layout.block_size);
   out->resize(BlockRecordBytes(layout));
@@ -90,8 +91,8 @@ std::span<const uint8_t> BlockRecordPayload(std::span<const uint8_t> record,
 
 Result<BlockRecordHeader> ParseBlockRecordHeader(std::span<const uint8_t> bytes) {
   if (bytes.size() < kRecordHeaderBytes) {
-    return DataLoss(
-        fmt::format("block record of {} bytes is shorter than its header", bytes.size()));
+    return DataLoss(fmt::format("block record of {} bytes is shorter than its header",
+                                bytes.size()));
   }
   const uint8_t* p = bytes.data();
   if (std::memcmp(p, kMagic, 8) != 0) return DataLoss("not a kvserve block record (bad magic)");
@@ -132,8 +133,8 @@ Result<std::span<const uint8_t>> VerifyBlockRecord(std::span<const uint8_t> reco
   KV_ASSIGN_OR_RETURN(const BlockRecordHeader h, ParseBlockRecordHeader(record));
   if (!SameLayout(h.layout, layout)) return DataLoss("block record of another KV layout");
   if (record.size() != BlockRecordBytes(layout)) {
-    return DataLoss(fmt::format("block record of {} bytes, expected {} (truncated?)", record.size(),
-                                BlockRecordBytes(layout)));
+    return DataLoss(fmt::format("block record of {} bytes, expected {} (truncated?)",
+                                record.size(), BlockRecordBytes(layout)));
   }
   if (!(h.key == key)) return DataLoss("block record holds another key");
   if (tokens.size() != static_cast<size_t>(layout.block_size)) {

@@ -49,7 +49,8 @@ size_t BlockRecordBytes(const KvLayout& layout);
 // Encodes `b` with its K/V read from `kv` into *out (resized): EncodeUnsealed then Seal.
 void EncodeBlockRecord(const TreeBlock& b, const KvStorage& kv, std::vector<uint8_t>* out);
 // Everything but the checksum (the engine thread's part: a copy of the bytes).
-void EncodeUnsealedBlockRecord(const TreeBlock& b, const KvStorage& kv, std::vector<uint8_t>* out);
+void EncodeUnsealedBlockRecord(const TreeBlock& b, const KvStorage& kv,
+                               std::vector<uint8_t>* out);
 // Writes the checksum of an unsealed record (an I/O thread's part).
 void SealBlockRecord(std::span<uint8_t> record);
 // The payload of a verified record of `layout`.

@@ -27,12 +27,9 @@ class PriorityPolicy final : public EvictionPolicy {
 
 std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionPolicyKind kind) {
   switch (kind) {
-    case EvictionPolicyKind::kLru:
-      return std::make_unique<LruPolicy>();
-    case EvictionPolicyKind::kLfu:
-      return std::make_unique<LfuPolicy>();
-    case EvictionPolicyKind::kPriority:
-      return std::make_unique<PriorityPolicy>();
+    case EvictionPolicyKind::kLru: return std::make_unique<LruPolicy>();
+    case EvictionPolicyKind::kLfu: return std::make_unique<LfuPolicy>();
+    case EvictionPolicyKind::kPriority: return std::make_unique<PriorityPolicy>();
   }
   return std::make_unique<LruPolicy>();
 }

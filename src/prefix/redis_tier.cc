@@ -1,11 +1,12 @@
 #include "prefix/redis_tier.h"
 
-#include <fmt/format.h>
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+
+#include <fmt/format.h>
 
 #include "util/byte_size.h"
 #include "util/log.h"
@@ -15,8 +16,8 @@ namespace {
 
 constexpr std::chrono::milliseconds kFirstBackoff{100};
 constexpr std::chrono::milliseconds kMaxBackoff{5000};
-constexpr size_t kBatch = 32;     // GETs per pipelined round trip
-constexpr size_t kMaxPooled = 4;  // idle connections kept
+constexpr size_t kBatch = 32;      // GETs per pipelined round trip
+constexpr size_t kMaxPooled = 4;   // idle connections kept
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const {
@@ -49,8 +50,8 @@ bool ParseInt(std::string_view s, int* out) {
 
 Result<RedisTierConfig> ParseRedisUrl(std::string_view url) {
   const auto bad = [&](std::string_view why) {
-    return InvalidArgument(
-        fmt::format("bad Redis URL '{}' ({}): use redis://HOST:PORT[/DB]", url, why));
+    return InvalidArgument(fmt::format("bad Redis URL '{}' ({}): use redis://HOST:PORT[/DB]",
+                                       url, why));
   };
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme) return bad("it must start with redis://");
@@ -58,8 +59,7 @@ Result<RedisTierConfig> ParseRedisUrl(std::string_view url) {
   RedisTierConfig c;
   if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
     const std::string_view db = rest.substr(slash + 1);
-    if (!db.empty() && (!ParseInt(db, &c.db) || c.db < 0))
-      return bad("the database is not a number");
+    if (!db.empty() && (!ParseInt(db, &c.db) || c.db < 0)) return bad("the database is not a number");
     rest = rest.substr(0, slash);
   }
   std::string_view host = rest, port;
@@ -238,8 +238,8 @@ Status RedisTier::Put(const BlockKey& key, std::span<const uint8_t> value) {
   const char* argv[5] = {"SET", name.c_str(), reinterpret_cast<const char*>(value.data()), "EX",
                          ttl.c_str()};
   const size_t len[5] = {3, name.size(), value.size(), 2, ttl.size()};
-  Reply r(
-      static_cast<redisReply*>(redisCommandArgv(c, config_.ttl_seconds > 0 ? 5 : 3, argv, len)));
+  Reply r(static_cast<redisReply*>(
+      redisCommandArgv(c, config_.ttl_seconds > 0 ? 5 : 3, argv, len)));
   if (!r) {
     Failed(c);
     counters_.dropped_writes.fetch_add(1);
@@ -303,8 +303,8 @@ std::string RedisTier::Describe() {
     RefreshSizes(c);
     Give(c);
   }
-  const std::string where =
-      fmt::format("redis tier {}:{}/{}", config_.host, config_.port, config_.db);
+  const std::string where = fmt::format("redis tier {}:{}/{}", config_.host, config_.port,
+                                        config_.db);
   std::lock_guard lock(mu_);
   if (backoff_.count() > 0) {
     return fmt::format("{}: unreachable ({}); retrying with back-off", where, last_error_);
