@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <future>
+
 #include "util/check.h"
 #include "util/log.h"
 
@@ -111,13 +113,30 @@ void Engine::Route(std::vector<RequestOutput>* events) {
   events->clear();
 }
 
-void Engine::TakeInbox(std::vector<Pending>* adds, std::vector<RequestId>* cancels) {
+void Engine::TakeInbox(std::vector<Pending>* adds, std::vector<RequestId>* cancels,
+                       std::vector<std::function<void(EngineCore&)>>* tasks) {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] {
-    return stop_ || !adds_.empty() || !cancels_.empty() || core_->HasWork();
+    return stop_ || !adds_.empty() || !cancels_.empty() || !tasks_.empty() || core_->HasWork();
   });
   adds->swap(adds_);
   cancels->swap(cancels_);
+  tasks->swap(tasks_);
+}
+
+void Engine::RunOnStepThread(const std::function<void(EngineCore&)>& fn) {
+  std::promise<void> done;
+  std::future<void> finished = done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;  // the step thread may be gone
+    tasks_.push_back([&fn, &done](EngineCore& core) {
+      fn(core);
+      done.set_value();
+    });
+  }
+  cv_.notify_one();
+  finished.wait();
 }
 
 // NOTE: everything mutable in the core is touched only here, on the step thread; other threads
@@ -126,10 +145,13 @@ void Engine::Loop() {
   std::vector<Pending> adds;
   std::vector<RequestId> cancels;
   std::vector<RequestOutput> events;
+  std::vector<std::function<void(EngineCore&)>> tasks;
   for (;;) {
     adds.clear();
     cancels.clear();
-    TakeInbox(&adds, &cancels);
+    tasks.clear();
+    TakeInbox(&adds, &cancels, &tasks);
+    for (const auto& task : tasks) task(*core_);
     bool stopping;
     {
       std::lock_guard lock(mu_);

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,9 @@ class Engine {
 
   Result<std::shared_ptr<RequestStream>> AddRequest(EngineRequest request);
   void Cancel(RequestId id);
+  // Runs fn on the step thread before its next step and waits for it to return (retention's
+  // explicit caches: holds that no request carries). Returns at once once the engine stops.
+  void RunOnStepThread(const std::function<void(EngineCore&)>& fn);
   // A snapshot taken after the latest step.
   EngineStats stats() const;
   const EngineConfig& config() const { return core_->config(); }
@@ -75,7 +79,8 @@ class Engine {
   };
   explicit Engine(std::unique_ptr<EngineCore> core);
   void Loop();
-  void TakeInbox(std::vector<Pending>* adds, std::vector<RequestId>* cancels);
+  void TakeInbox(std::vector<Pending>* adds, std::vector<RequestId>* cancels,
+                 std::vector<std::function<void(EngineCore&)>>* tasks);
   void Route(std::vector<RequestOutput>* events);
 
   std::unique_ptr<EngineCore> core_;
@@ -84,6 +89,7 @@ class Engine {
   std::condition_variable cv_;
   std::vector<Pending> adds_;
   std::vector<RequestId> cancels_;
+  std::vector<std::function<void(EngineCore&)>> tasks_;
   bool stop_ = false;
   EngineStats stats_;
   // Engine thread only:

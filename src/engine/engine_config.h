@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include <string>
 
@@ -44,6 +45,9 @@ struct EngineConfig {
   int max_num_batched_tokens = 0;     // tokens per step; 0 = the model's max batch
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;
   double max_pinned_fraction = 0.25;  // share of the cache Pin may hold
+  double max_retained_fraction = 0.5;  // --max-retained-fraction: share that holds may keep
+  // Milliseconds since the Unix epoch for hold deadlines (retention); null = the system clock.
+  std::function<int64_t()> clock_ms;
   KvTierConfig tiers;
   SpecConfig spec;                    // --speculative-config (docs/speculative.md); off by default
   // Jump-forward for structured output (--no-jump-forward turns it off): what a constraint

@@ -112,7 +112,8 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
                                                   tokenizer));
   core->kv_manager_ = std::make_unique<KvCacheManager>(
       KvCacheConfig{num_blocks, config.block_size, config.enable_prefix_caching,
-                    config.eviction_policy, config.max_pinned_fraction, config.partial_block_hits});
+                    config.eviction_policy, config.max_pinned_fraction, config.partial_block_hits,
+                    config.max_retained_fraction, config.clock_ms});
   {
     KvStorage* storage = &core->kv_;
     core->kv_manager_->set_block_copier(
@@ -303,6 +304,31 @@ Status EngineCore::Step(std::vector<RequestOutput>* out) {
 
 Result<int> EngineCore::Pin(std::span<const TokenId> prompt, const std::string& cache_salt) {
   return kv_manager_->Pin(NamespaceFor(cache_salt), prompt);
+}
+
+Result<int> EngineCore::HoldExplicit(uint64_t id, std::span<const TokenId> prompt,
+                                     const std::string& cache_salt, int64_t until_ms) {
+  return kv_manager_->HoldExplicit(id, NamespaceFor(cache_salt), prompt, until_ms);
+}
+
+void EngineCore::ReleaseExplicit(uint64_t id) { kv_manager_->ReleaseExplicit(id); }
+
+void EngineCore::ApplyHolds(const EngineRequest& request, RequestMetrics* metrics) {
+  const CacheNamespace ns = NamespaceFor(request.cache_salt);
+  const std::span<const TokenId> prompt(request.prompt);
+  for (const KvHold& h : request.holds) {
+    const auto prefix = prompt.first(static_cast<size_t>(
+        std::clamp<int>(h.tokens, 0, static_cast<int>(prompt.size()))));
+    if (h.explicit_id != 0) {
+      Result<int> held = kv_manager_->HoldExplicit(h.explicit_id, ns, prefix, h.until_ms);
+      metrics->held_tokens.push_back(held.ok() ? *held : -1);
+      if (!held.ok()) metrics->hold_error = held.status();
+      continue;
+    }
+    const bool tiers = h.tiers_only && kv_manager_->has_block_listener();
+    const KvCacheManager::HoldResult r = kv_manager_->HoldPrefix(ns, prefix, h.ttl_ms, !tiers);
+    metrics->held_tokens.push_back(r.held_tokens + r.tier_tokens);
+  }
 }
 
 Status EngineCore::Unpin(std::span<const TokenId> prompt, const std::string& cache_salt) {

@@ -101,6 +101,11 @@ class EngineCore {
   // Pins / unpins the cached full-block prefix of `prompt` (see KvCacheManager::Pin).
   Result<int> Pin(std::span<const TokenId> prompt, const std::string& cache_salt = {});
   Status Unpin(std::span<const TokenId> prompt, const std::string& cache_salt = {});
+  // Explicit caches (KvCacheManager::HoldExplicit / ReleaseExplicit).
+  Result<int> HoldExplicit(uint64_t id, std::span<const TokenId> prompt,
+                           const std::string& cache_salt, int64_t until_ms);
+  void ReleaseExplicit(uint64_t id);
+  int64_t NowMs() const { return kv_manager_->NowMs(); }
 
   EngineStats stats() const;
   // The lower tiers' counters as they are now. Safe from any thread: they are atomics, and the
@@ -109,6 +114,8 @@ class EngineCore {
   // The prefix-cache namespace of requests with this salt: the model's fingerprint, the K and V
   // dtypes and the block size, then the salt; caches of different dtypes never mix.
   CacheNamespace NamespaceFor(const std::string& cache_salt) const;
+  // Applies the request's holds (at its end) and reports them in *metrics.
+  void ApplyHolds(const EngineRequest& request, RequestMetrics* metrics);
   const EngineConfig& config() const { return config_; }
   const Model& model() const { return *model_; }
   const KvCacheManager& kv_manager() const { return *kv_manager_; }

@@ -116,6 +116,7 @@ void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
   r.seqs.erase(std::find(r.seqs.begin(), r.seqs.end(), seq));
   // Before the first sampling a request has one sequence even when n > 1: it ends whole.
   e.request_finished = r.seqs.empty();
+  if (e.request_finished && !r.request.holds.empty()) ApplyHolds(r.request, &e.metrics);
   if (e.request_finished) requests_.erase(e.id);
   if (!event) out->push_back(std::move(own));
 }

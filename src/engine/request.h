@@ -28,6 +28,16 @@ using RequestId = StrongId<RequestIdTag, int64_t>;
 enum class FinishReason { kStop, kLength, kCancelled, kError };
 const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"
 
+// Retention (prompt caching): when the request ends, the cached full blocks of its prompt's first
+// `tokens` tokens are held (KvCacheManager::HoldPrefix / HoldExplicit).
+struct KvHold {
+  int tokens = 0;
+  int64_t ttl_ms = 0;        // a renewable hold: each hit starts the TTL again
+  bool tiers_only = false;   // kept by the lower tiers rather than RAM (where there are tiers)
+  uint64_t explicit_id = 0;  // nonzero: explicit cache `explicit_id`, held until until_ms
+  int64_t until_ms = 0;
+};
+
 struct EngineRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
@@ -56,6 +66,7 @@ struct EngineRequest {
   // distribution it was scored with (prompt_distributions; -1: none). For measuring eviction
   // against the full cache (KL divergence, top-1 agreement).
   int prompt_distributions_from = -1;
+  std::vector<KvHold> holds;
 };
 
 // Cached prompt tokens that one cache tier supplied ("ram", "disk", "redis").
@@ -81,6 +92,10 @@ struct RequestMetrics {
   int draft_tokens = 0;         // speculative drafts verified for this sample
   int accepted_tokens = 0;      // of them, accepted
   int64_t evicted_tokens = 0;   // tokens evicted inside this sample (kv_eviction)
+  // The request's holds, on its last event: tokens each one holds (-1: refused, with
+  // hold_error saying why: an explicit hold past the retained share).
+  std::vector<int> held_tokens;
+  Status hold_error;
 };
 
 struct RequestOutput {
