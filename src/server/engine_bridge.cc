@@ -53,6 +53,30 @@ ApiError FromStatus(const Status& s, const char* param) {
   return e;
 }
 
+constexpr int64_t kFiveMinutesMs = 5 * 60 * 1000;
+constexpr int64_t kDayMs = 24 * 60 * 60 * 1000;
+
+// The prefix-cache salt of a tenant's request: tenants (API keys) never share cached KV.
+std::string SaltFor(const std::string& tenant, const std::string& cache_salt) {
+  return tenant.empty() ? cache_salt : tenant + '\x1f' + cache_salt;
+}
+
+ApiError CacheNotFound(const std::string& id) {
+  ApiError e;
+  e.status = 404;
+  e.message = fmt::format("no cache '{}': it never existed, expired, or belongs to another key", id);
+  e.code = "cache_not_found";
+  return e;
+}
+
+ApiError CacheFull(const Status& s) {
+  ApiError e;
+  e.status = 409;
+  e.message = std::string(s.message());
+  e.code = "cache_full";
+  return e;
+}
+
 }  // namespace
 
 std::string NewResponseId(std::string_view prefix) {
@@ -152,19 +176,40 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     }
     tool_constraint = std::move(spec);
   }
+  // An explicit cache leads the prompt: its messages (chat) or its tokens (completions).
+  std::optional<ExplicitCache> cache;
+  if (!p.cached_content.empty()) {
+    ExplicitCache c;
+    if (auto e = GetCache(p.tenant, p.cached_content, &c)) {
+      e->param = "cached_content";
+      return e;
+    }
+    if (c.chat != chat) {
+      return BadRequest(fmt::format("cache '{}' was made from {}; use it with {}", c.id,
+                                    c.chat ? "messages" : "a prompt",
+                                    c.chat ? "/v1/chat/completions" : "/v1/completions"),
+                        "cached_content");
+    }
+    cache = std::move(c);
+  }
   if (chat) {
+    std::vector<ChatMessage> messages = cache ? cache->messages : std::vector<ChatMessage>{};
+    messages.insert(messages.end(), p.messages.begin(), p.messages.end());
     prompts.emplace_back();
-    if (auto e = EncodeChat(p.messages, true, &prompts.back(), p.tools)) return e;
+    if (auto e = EncodeChat(messages, true, &prompts.back(), p.tools)) return e;
     echoes.emplace_back();
   } else {
     for (const PromptInput& in : p.prompts) {
       prompts.emplace_back();
-      if (auto e = EncodePrompt(in, true, &prompts.back())) return e;
+      if (auto e = EncodePrompt(in, !cache, &prompts.back())) return e;
+      if (cache) prompts.back().insert(prompts.back().begin(), cache->tokens.begin(), cache->tokens.end());
       echoes.push_back(!p.echo ? std::string()
                        : in.is_ids ? tokenizer_->Decode(prompts.back())
                                    : in.text);
     }
   }
+  const std::string salt =
+      cache ? SaltFor(cache->tenant, cache->cache_salt) : SaltFor(p.tenant, p.cache_salt);
   for (const auto& ids : prompts) {
     if (ids.empty()) return BadRequest("the prompt is empty", param);
   }
@@ -245,7 +290,16 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     r.stop_strings = p.stop;
     r.ignore_eos = p.ignore_eos;
     r.priority = p.priority;
-    r.cache_salt = p.cache_salt;
+    r.cache_salt = salt;
+    std::vector<std::pair<int, int64_t>> breakpoints;
+    if (auto e = ResolveHolds(p, r.prompt, &r.holds, &breakpoints)) {
+      in_flight_.fetch_sub(k - i);
+      return e;
+    }
+    if (cache) {
+      r.holds.push_back(KvHold{static_cast<int>(cache->tokens.size()), 0, false, cache->hold_id,
+                               cache->expires_ms});
+    }
     r.speculative = p.speculative;
     r.constraint = constraint;
     if (p.kv_eviction) {
@@ -270,6 +324,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     job.stream = std::move(stream).value();
     job.echo = std::move(echoes[static_cast<size_t>(i)]);
     job.prompt_tokens = prompt_len;
+    job.breakpoints = std::move(breakpoints);
     job.started.assign(static_cast<size_t>(p.n), false);
     job.last_token.assign(static_cast<size_t>(p.n), Clock::time_point{});
     job.text_len.assign(static_cast<size_t>(p.n), 0);
@@ -277,7 +332,145 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     gen->usage_.prompt_tokens += prompt_len;
     gen->jobs_.push_back(std::move(job));
   }
+  gen->usage_.prompt_cache_key = p.prompt_cache_key;
   *out = std::move(gen);
+  return std::nullopt;
+}
+
+// NOTE (breakpoints): a breakpoint's prefix is rendered as the chat up to it (no generation
+// prompt) and cut to the tokens it shares with the whole prompt: templates close a message with
+// tokens that the whole prompt has too, but a prefix rendered alone may end differently (a last
+// message rendered as the final one), and only tokens in the prompt are cached.
+std::optional<ApiError> EngineBridge::ResolveHolds(
+    const GenerationParams& p, std::span<const TokenId> prompt, std::vector<KvHold>* holds,
+    std::vector<std::pair<int, int64_t>>* breakpoints) const {
+  const int n = static_cast<int>(prompt.size());
+  for (const GenerationParams::PrefixHold& h : p.prefix_holds) {
+    int tokens = n;
+    if (!h.whole_prompt) {
+      std::vector<TokenId> ids;
+      const std::vector<ChatMessage> none;
+      if (auto e = EncodeChat(h.tools_only ? none : h.messages, false, &ids, p.tools)) {
+        if (!h.tools_only) return e;
+        continue;  // a template that renders nothing without messages: nothing to hold
+      }
+      tokens = static_cast<int>(
+          std::mismatch(ids.begin(), ids.end(), prompt.begin(), prompt.end()).first - ids.begin());
+    }
+    const int64_t ttl_ms = h.ttl_seconds * 1000;
+    holds->push_back(KvHold{tokens, ttl_ms});
+    breakpoints->emplace_back(tokens, ttl_ms);
+  }
+  if (p.retention_24h) {
+    // Where a disk tier is configured it keeps the prompt for the day; RAM does otherwise.
+    holds->push_back(KvHold{n, kDayMs, !engine_->config().tiers.disk_path.empty()});
+  }
+  return std::nullopt;
+}
+
+int64_t EngineBridge::NowMs() const {
+  if (engine_->config().clock_ms) return engine_->config().clock_ms();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+ExplicitCache* EngineBridge::FindCacheLocked(const std::string& tenant, const std::string& id) {
+  const int64_t now = NowMs();
+  std::erase_if(caches_, [now](const ExplicitCache& c) { return c.expires_ms <= now; });
+  for (ExplicitCache& c : caches_) {
+    if (c.id == id && c.tenant == tenant) return &c;
+  }
+  return nullptr;
+}
+
+std::optional<ApiError> EngineBridge::CreateCache(const CacheRequest& request, ExplicitCache* out) {
+  ExplicitCache c;
+  c.tenant = request.tenant;
+  c.cache_salt = request.cache_salt;
+  c.chat = request.chat;
+  c.messages = request.messages;
+  if (auto e = request.chat ? EncodeChat(request.messages, false, &c.tokens)
+                            : EncodePrompt(request.prompt, true, &c.tokens)) {
+    return e;
+  }
+  if (c.tokens.empty()) return BadRequest("the prompt is empty", c.chat ? "messages" : "prompt");
+  c.id = NewResponseId("cache_");
+  c.created_ms = NowMs();
+  c.expires_ms = c.created_ms + request.ttl_seconds * 1000;
+  {
+    std::lock_guard lock(caches_mu_);
+    c.hold_id = next_hold_id_++;
+  }
+  // One engine request computes the prompt's KV; when it ends its blocks are held.
+  EngineRequest r;
+  r.prompt = c.tokens;
+  r.max_tokens = 1;
+  r.cache_salt = SaltFor(c.tenant, c.cache_salt);
+  r.speculative = false;
+  r.holds.push_back(KvHold{static_cast<int>(c.tokens.size()), 0, false, c.hold_id, c.expires_ms});
+  Result<std::shared_ptr<RequestStream>> stream = engine_->AddRequest(std::move(r));
+  if (!stream.ok()) return FromStatus(stream.status(), c.chat ? "messages" : "prompt");
+  RequestOutput e;
+  while ((*stream)->Next(&e) && !e.request_finished) {
+  }
+  if (e.finish_reason == FinishReason::kError) {
+    return FromStatus(e.error, c.chat ? "messages" : "prompt");
+  }
+  if (e.metrics.held_tokens.empty() || e.metrics.held_tokens[0] < 0) {
+    return CacheFull(e.metrics.hold_error);
+  }
+  c.held_tokens = e.metrics.held_tokens[0];
+  std::lock_guard lock(caches_mu_);
+  caches_.push_back(c);
+  *out = std::move(c);
+  return std::nullopt;
+}
+
+std::vector<ExplicitCache> EngineBridge::ListCaches(const std::string& tenant) {
+  std::lock_guard lock(caches_mu_);
+  FindCacheLocked(tenant, {});  // drops the expired ones
+  std::vector<ExplicitCache> out;
+  for (const ExplicitCache& c : caches_) {
+    if (c.tenant == tenant) out.push_back(c);
+  }
+  return out;
+}
+
+std::optional<ApiError> EngineBridge::GetCache(const std::string& tenant, const std::string& id,
+                                               ExplicitCache* out) {
+  std::lock_guard lock(caches_mu_);
+  const ExplicitCache* c = FindCacheLocked(tenant, id);
+  if (!c) return CacheNotFound(id);
+  *out = *c;
+  return std::nullopt;
+}
+
+std::optional<ApiError> EngineBridge::UpdateCache(const std::string& tenant, const std::string& id,
+                                                  int64_t ttl_seconds, ExplicitCache* out) {
+  std::lock_guard lock(caches_mu_);
+  ExplicitCache* c = FindCacheLocked(tenant, id);
+  if (!c) return CacheNotFound(id);
+  const int64_t until = NowMs() + ttl_seconds * 1000;
+  Result<int> held = FailedPrecondition("the server is shutting down");
+  engine_->RunOnStepThread([&](EngineCore& core) {
+    held = core.HoldExplicit(c->hold_id, c->tokens, SaltFor(c->tenant, c->cache_salt), until);
+  });
+  if (!held.ok()) return CacheFull(held.status());
+  c->expires_ms = until;
+  c->held_tokens = *held;
+  *out = *c;
+  return std::nullopt;
+}
+
+std::optional<ApiError> EngineBridge::DeleteCache(const std::string& tenant,
+                                                  const std::string& id) {
+  std::lock_guard lock(caches_mu_);
+  ExplicitCache* c = FindCacheLocked(tenant, id);
+  if (!c) return CacheNotFound(id);
+  const uint64_t hold_id = c->hold_id;
+  engine_->RunOnStepThread([hold_id](EngineCore& core) { core.ReleaseExplicit(hold_id); });
+  caches_.erase(caches_.begin() + (c - caches_.data()));
   return std::nullopt;
 }
 
@@ -380,6 +573,16 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
     if (e.index == 0) {
       usage_.cached_tokens += e.metrics.cached_tokens;
       AddTierTokens(e.metrics.cached_tokens_by_tier, &usage_);
+      // Prompt tokens up to each breakpoint that were not cached were written now.
+      int covered = e.metrics.cached_tokens;
+      for (const auto& [tokens, ttl_ms] : job.breakpoints) {
+        if (tokens <= covered) continue;
+        const int64_t written = tokens - covered;
+        usage_.cache_creation_tokens += written;
+        (ttl_ms <= kFiveMinutesMs ? usage_.cache_creation_5m_tokens
+                                  : usage_.cache_creation_1h_tokens) += written;
+        covered = tokens;
+      }
     }
   }
   if (e.request_finished) {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,27 @@ struct BridgeConfig {
 // around its text, and with logprobs, its own entry and each alternative's (token text, number,
 // punctuation). Measured responses run above it, so a request refused by it is certainly over.
 uint64_t MinResponseBytesPerToken(Endpoint endpoint, int top_logprobs);
+
+// An explicit cache (POST /v1/caches): a prompt whose KV blocks are held until expires_ms.
+struct ExplicitCache {
+  std::string id;     // "cache_" + 24 hex digits
+  uint64_t hold_id = 0;  // the KV manager's id for its hold
+  std::string tenant;    // who made it; nobody else sees it
+  std::string cache_salt;  // as the client gave it
+  bool chat = false;       // made from messages (else from a prompt)
+  std::vector<ChatMessage> messages;
+  std::vector<TokenId> tokens;
+  int held_tokens = 0;  // tokens held in the KV cache at the last (re)hold
+  int64_t created_ms = 0, expires_ms = 0;
+};
+
+struct CacheRequest {  // the body of POST /v1/caches (validated by the server)
+  std::string tenant, cache_salt;
+  bool chat = false;
+  std::vector<ChatMessage> messages;
+  PromptInput prompt;
+  int64_t ttl_seconds = 3600;
+};
 
 class EngineBridge;
 
@@ -70,6 +92,8 @@ class Generation {
     std::vector<std::chrono::steady_clock::time_point> last_token;
     std::vector<size_t> text_len;  // per sample: bytes of text sent so far
     std::vector<ToolCallStream> tools;  // per sample, when tool calls are parsed
+    // Prompt caching: (prompt tokens up to the breakpoint, its TTL in ms), in prompt order.
+    std::vector<std::pair<int, int64_t>> breakpoints;
   };
   Generation(EngineBridge* bridge, int n, ResponseHeader header)
       : bridge_(bridge), n_(n), header_(std::move(header)) {}
@@ -114,6 +138,19 @@ class EngineBridge {
   std::optional<ApiError> Start(const GenerationParams& params,
                                 std::unique_ptr<Generation>* out);
 
+  // Explicit caches. Create computes the prompt's KV (one engine request) and holds its blocks:
+  // 409 when they would take holds past the retained share. Get, Update and Delete see only the
+  // tenant's own caches (404 for others'); expired caches are gone.
+  std::optional<ApiError> CreateCache(const CacheRequest& request, ExplicitCache* out);
+  std::vector<ExplicitCache> ListCaches(const std::string& tenant);
+  std::optional<ApiError> GetCache(const std::string& tenant, const std::string& id,
+                                   ExplicitCache* out);
+  // Moves the deadline to now + ttl_seconds (holding again what was evicted and recomputed).
+  std::optional<ApiError> UpdateCache(const std::string& tenant, const std::string& id,
+                                      int64_t ttl_seconds, ExplicitCache* out);
+  std::optional<ApiError> DeleteCache(const std::string& tenant, const std::string& id);
+  int64_t NowMs() const;
+
   // From now on Start() refuses with 503 and every running Generation cancels its requests.
   void Shutdown() { shutting_down_.store(true); }
   bool shutting_down() const { return shutting_down_.load(); }
@@ -130,6 +167,16 @@ class EngineBridge {
   mutable std::once_flag constraints_once_;
   mutable std::unique_ptr<structured::ConstraintCompiler> constraints_;
   std::atomic<int> in_flight_{0};
+  // Resolves p's holds into token counts of `prompt` (Start), with (tokens, ttl ms) per
+  // breakpoint for the usage.
+  std::optional<ApiError> ResolveHolds(const GenerationParams& p, std::span<const TokenId> prompt,
+                                       std::vector<KvHold>* holds,
+                                       std::vector<std::pair<int, int64_t>>* breakpoints) const;
+  // The live cache `id` of `tenant` (expired ones are dropped first). REQUIRES: caches_mu_.
+  ExplicitCache* FindCacheLocked(const std::string& tenant, const std::string& id);
+  std::mutex caches_mu_;
+  std::vector<ExplicitCache> caches_;  // guarded by caches_mu_
+  uint64_t next_hold_id_ = 1;          // guarded by caches_mu_
   std::atomic<bool> shutting_down_{false};
 };
 

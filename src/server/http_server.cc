@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "http/message.h"
+#include "server/caches_api.h"
+#include "util/digest.h"
 #include "util/log.h"
 
 namespace kvserve {
@@ -67,6 +69,16 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
     diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
   }
   return diff == 0;
+}
+
+// Whether `method` is one of `methods` ("GET, POST").
+bool Allows(std::string_view methods, std::string_view method) {
+  for (size_t at = 0; at <= methods.size();) {
+    const size_t end = std::min(methods.find(", ", at), methods.size());
+    if (methods.substr(at, end - at) == method) return true;
+    at = end + 2;
+  }
+  return false;
 }
 
 bool NeedsKey(const std::string& path) {
@@ -184,9 +196,11 @@ struct HttpServer::Impl {
   // A generation that is not streamed. While it runs, the HTTP layer watches the connection: a
   // client that closes it is noticed within kPollEvery, and destroying the generation cancels
   // its engine requests, as for a stream.
-  void Generate(const std::string& body_text, http::Exchange& ex, Endpoint endpoint) {
+  void Generate(const std::string& body_text, http::Exchange& ex, Endpoint endpoint,
+                const std::string& tenant) {
     json body;
     GenerationParams params;
+    params.tenant = tenant;
     std::unique_ptr<Generation> gen;
     std::optional<ApiError> err = ParseBody(body_text, &body);
     if (!err) err = ParseGenerationParams(body, endpoint, &params);
@@ -371,13 +385,27 @@ struct HttpServer::Impl {
   }
 
   enum class Route { kNone, kCompletions, kChat, kTokenize, kDetokenize, kModels, kModel,
-                     kHealth, kMetrics };
+                     kHealth, kMetrics, kCaches, kCache, kDebugClock };
+  // The methods a route answers, for the routes that answer more than POST or GET alone.
+  static const char* MethodsOf(Route route) {
+    switch (route) {
+      case Route::kCaches: return "GET, POST";
+      case Route::kCache: return "GET, PATCH, DELETE";
+      default: return nullptr;
+    }
+  }
   static Route RouteOf(const std::string& path, bool* post) {
     *post = true;
     if (path == "/v1/completions") return Route::kCompletions;
     if (path == "/v1/chat/completions") return Route::kChat;
     if (path == "/tokenize") return Route::kTokenize;
     if (path == "/detokenize") return Route::kDetokenize;
+    if (path == "/debug/clock") return Route::kDebugClock;
+    if (path == "/v1/caches") return Route::kCaches;
+    if (path.rfind("/v1/caches/", 0) == 0 && path.size() > 11 &&
+        path.find('/', 11) == std::string::npos) {
+      return Route::kCache;
+    }
     *post = false;
     if (path == "/v1/models") return Route::kModels;
     if (path.rfind("/v1/models/", 0) == 0 && path.size() > 11) return Route::kModel;
@@ -386,14 +414,31 @@ struct HttpServer::Impl {
     return Route::kNone;
   }
 
+  // The key a request presents (Bearer), or nullptr when none of the server's keys matches.
+  const std::string* KeyOf(const http::Request& req) const {
+    const std::string_view auth = req.header("Authorization");
+    const std::string_view prefix = "Bearer ";
+    if (auth.rfind(prefix, 0) != 0) return nullptr;
+    const std::string* found = nullptr;
+    for (const std::string& key : config.api_keys) {  // every key compared: constant time
+      if (ConstantTimeEquals(auth.substr(prefix.size()), key)) found = &key;
+    }
+    return found;
+  }
+
+  // Who sent the request: a digest of its key (never the key itself), or "" without keys.
+  std::string TenantOf(const http::Request& req) const {
+    const std::string* key = KeyOf(req);
+    if (!key) return {};
+    return Sha256().Update(*key).Final().Hex().substr(0, 32);
+  }
+
   // On the I/O thread, with the head only: the key, the route and the body's type. What fails
   // here is answered without reading the body.
   std::optional<http::Response> Check(const http::Request& req) const {
-    if (!config.api_key.empty() && NeedsKey(req.path)) {
+    if (!config.api_keys.empty() && NeedsKey(req.path)) {
       const std::string_view auth = req.header("Authorization");
-      const std::string_view prefix = "Bearer ";
-      if (auth.rfind(prefix, 0) != 0 ||
-          !ConstantTimeEquals(auth.substr(prefix.size()), config.api_key)) {
+      if (KeyOf(req) == nullptr) {
         ApiError e;
         e.status = 401;
         e.message = auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
@@ -404,12 +449,16 @@ struct HttpServer::Impl {
     }
     bool post = false;
     const Route route = RouteOf(req.path, &post);
-    if (route == Route::kNone) return ErrorResponse(StatusError(404));
-    if (req.method != (post ? "POST" : "GET")) {
+    if (route == Route::kNone || (route == Route::kDebugClock && !config.advance_clock)) {
+      return ErrorResponse(StatusError(404));
+    }
+    const char* methods = MethodsOf(route);
+    if (!(methods ? Allows(methods, req.method) : req.method == (post ? "POST" : "GET"))) {
       http::Response r = ErrorResponse(StatusError(405));
-      r.headers.emplace_back("Allow", post ? "POST" : "GET");
+      r.headers.emplace_back("Allow", methods ? methods : post ? "POST" : "GET");
       return r;
     }
+    post = req.method == "POST" || req.method == "PATCH";
     if (post && !CarriesJson(req.header("Content-Type"))) return ErrorResponse(StatusError(415));
     return std::nullopt;
   }
@@ -441,15 +490,41 @@ struct HttpServer::Impl {
     bool post = false;
     switch (RouteOf(req.path, &post)) {
       case Route::kCompletions:
-        return Generate(req.body, ex, Endpoint::kCompletions);
+        return Generate(req.body, ex, Endpoint::kCompletions, TenantOf(req));
       case Route::kChat:
-        return Generate(req.body, ex, Endpoint::kChat);
+        return Generate(req.body, ex, Endpoint::kChat, TenantOf(req));
       case Route::kTokenize:
         ex.Send(Tokenize(req.body));
         return;
       case Route::kDetokenize:
         ex.Send(Detokenize(req.body));
         return;
+      case Route::kCaches:
+      case Route::kCache: {
+        const std::string id = req.path.size() > 11 ? req.path.substr(11) : std::string();
+        const CacheApiResult r =
+            ServeCaches(*bridge, req.method, id, req.body, TenantOf(req));
+        ex.Send(r.error ? ErrorResponse(*r.error) : JsonResponse(r.body));
+        return;
+      }
+      case Route::kDebugClock: {
+        json body;
+        if (auto e = ParseBody(req.body, &body)) {
+          ex.Send(ErrorResponse(*e));
+          return;
+        }
+        const json* s = body.is_object() && body.contains("advance_seconds")
+                            ? &body["advance_seconds"]
+                            : nullptr;
+        if (!s || !s->is_number() || s->get<double>() < 0) {
+          ex.Send(ErrorResponse(
+              BadRequest("'advance_seconds' must be a number >= 0", "advance_seconds")));
+          return;
+        }
+        config.advance_clock(static_cast<int64_t>(s->get<double>() * 1000));
+        ex.Send(JsonResponse({{"now_ms", bridge->NowMs()}}));
+        return;
+      }
       default:
         ex.Send(ErrorResponse(StatusError(404)));
     }

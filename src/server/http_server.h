@@ -9,8 +9,10 @@
 // hold none.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "http/server.h"
 #include "kvserve/status.h"
@@ -20,7 +22,12 @@ namespace kvserve {
 
 struct HttpConfig {
   http::ServerConfig server;  // address, limits, timeouts, connections, workers
-  std::string api_key;        // empty = no key needed
+  // --api-key, repeatable: each key is a tenant; explicit caches and cached KV are never
+  // shared between tenants. Empty = no key needed (one tenant).
+  std::vector<std::string> api_keys;
+  // With --debug-clock: POST /debug/clock {"advance_seconds": N} moves the retention clock
+  // forward (tests of TTLs); null = the route does not exist.
+  std::function<void(int64_t ms)> advance_clock;
 };
 
 class HttpServer {

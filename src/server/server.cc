@@ -2,9 +2,12 @@
 
 #include <pthread.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
@@ -58,15 +61,27 @@ Status Serve(const ServeConfig& config) {
   mo.mla_form = config.mla_form;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(std::move(file), mo));
   const std::string name = ServedName(config, *model);
+  EngineConfig engine_config = config.engine;
+  HttpConfig http = config.http;
+  if (config.debug_clock) {
+    // The system clock plus an offset that only moves forward.
+    auto offset = std::make_shared<std::atomic<int64_t>>(0);
+    engine_config.clock_ms = [offset] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count() +
+             offset->load();
+    };
+    http.advance_clock = [offset](int64_t ms) { offset->fetch_add(ms); };
+  }
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::Create(std::move(model), config.engine, &tokenizer));
+                      Engine::Create(std::move(model), engine_config, &tokenizer));
 
   ServerMetrics metrics;
   EngineBridge bridge(engine.get(), &tokenizer, std::move(tmpl),
                       BridgeConfig{name, config.max_queued_requests, config.max_response_bytes,
                                    config.structured_compile_timeout_ms},
                       &metrics);
-  HttpConfig http = config.http;
   if (http.server.num_workers <= 0) {
     // Every admitted request (running or queued) may hold a worker for its whole stream; a few
     // more serve the requests that are refused.

@@ -23,6 +23,7 @@ struct ServeConfig {
   int max_queued_requests = 256;
   uint64_t max_response_bytes = uint64_t{64} << 20;  // --max-response-bytes
   int structured_compile_timeout_ms = 10000;          // --structured-compile-timeout-ms
+  bool debug_clock = false;  // --debug-clock: POST /debug/clock moves the TTL clock forward
 };
 
 Status Serve(const ServeConfig& config);

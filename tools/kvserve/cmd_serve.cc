@@ -41,8 +41,8 @@ struct ServeOptions {
 
 void RunServe(ServeOptions& o) {
   ServeConfig& c = o.config;
-  if (c.http.api_key.empty()) {
-    if (const char* key = std::getenv("KVSERVE_API_KEY")) c.http.api_key = key;
+  if (c.http.api_keys.empty()) {
+    if (const char* key = std::getenv("KVSERVE_API_KEY")) c.http.api_keys.push_back(key);
   }
   if (!o.kv_cache_memory.empty()) {
     auto bytes = ParseByteSize(o.kv_cache_memory);
@@ -123,6 +123,9 @@ void RunServe(ServeOptions& o) {
   }
   if (c.http.server.port < 0 || c.http.server.port > 65535) Fail("--port must be in [0, 65535]");
   if (c.max_queued_requests < 0) Fail("--max-queued-requests must be >= 0");
+  if (!(c.engine.max_retained_fraction >= 0 && c.engine.max_retained_fraction <= 1)) {
+    Fail("--max-retained-fraction must be in [0, 1]");
+  }
   const Status s = Serve(c);
   if (!s.ok()) Fail(s.ToString());
 }
@@ -136,9 +139,16 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("-m,--model", c.model_path, "GGUF model file (default: the embedded model)");
   cmd->add_option("--host", c.http.server.host, "Address to bind (default 127.0.0.1)");
   cmd->add_option("--port", c.http.server.port, "TCP port; 0 = any free port (default 8080)");
-  cmd->add_option("--api-key", c.http.api_key,
+  cmd->add_option("--api-key", c.http.api_keys,
                   "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize "
-                  "(default: env KVSERVE_API_KEY)");
+                  "(default: env KVSERVE_API_KEY); repeat for several tenants, whose cached KV "
+                  "and explicit caches are kept apart");
+  cmd->add_option("--max-retained-fraction", c.engine.max_retained_fraction,
+                  "Share of the KV cache that prompt-caching holds (cache_control, "
+                  "prompt_cache_retention, /v1/caches) may keep (default 0.5)");
+  cmd->add_flag("--debug-clock", c.debug_clock,
+                "For tests: POST /debug/clock {\"advance_seconds\": N} moves the clock of "
+                "cache TTLs forward");
   cmd->add_option("--served-model-name", c.served_model_name,
                   "Model id in the API (default: the GGUF's general.name)");
   cmd->add_option("--chat-template", c.chat_template,
