@@ -250,6 +250,19 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
             static_cast<double>(kv.partial_hit_tokens));
   w.Counter("kvserve:prefix_cache_evictions_total", "KV blocks evicted from the prefix cache.",
             static_cast<double>(kv.evicted_blocks));
+  w.Gauge("kvserve:kv_cache_held_blocks",
+          "KV blocks held by prompt-caching retention (cache_control, prompt_cache_retention, "
+          "explicit caches).",
+          kv.num_held);
+  w.Gauge("kvserve:kv_cache_retained_share_blocks",
+          "The most blocks retention may hold (--max-retained-fraction of the cache).",
+          kv.max_held);
+  w.Gauge("kvserve:explicit_caches", "Explicit caches (/v1/caches) whose hold is live.",
+          kv.num_explicit_holds);
+  w.Counter("kvserve:kv_tier_retained_blocks_total",
+            "Held blocks handed to the lower tiers with their deadline (past the retained share, "
+            "or evicted from RAM while held).",
+            static_cast<double>(kv.tier_retained_blocks));
   w.Gauge("kvserve:num_requests_running", "Requests in the running batch.", stats.num_running);
   w.Gauge("kvserve:num_requests_waiting", "Requests waiting to be admitted.", stats.num_waiting);
   {
