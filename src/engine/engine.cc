@@ -130,8 +130,12 @@ void Engine::RunOnStepThread(const std::function<void(EngineCore&)>& fn) {
   {
     std::lock_guard lock(mu_);
     if (stop_) return;  // the step thread may be gone
-    tasks_.push_back([&fn, &done](EngineCore& core) {
+    tasks_.push_back([this, &fn, &done](EngineCore& core) {
       fn(core);
+      {
+        std::lock_guard stats_lock(mu_);
+        stats_ = core.stats();  // the caller sees the task's effect in stats()
+      }
       done.set_value();
     });
   }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <numeric>
 #include <thread>
 
@@ -298,6 +300,64 @@ TEST(Engine, StreamsFromManyThreadsAndCancelsFromAnother) {
   EXPECT_EQ((*engine)->stats().kv.num_in_use, 0);
   // Errors come back at once.
   EXPECT_EQ((*engine)->AddRequest(Greedy({}, 3)).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Retention through the engine: a request's holds apply to its prompt when it ends, an
+// explicit hold and its release reach the KV manager from another thread, greedy output is the
+// same with holds as without, and a held prefix outlives traffic that evicts the rest.
+TEST(Engine, HoldsKeepAPromptCachedUnderPressureAndExplicitHoldsComeAndGo) {
+  EngineConfig config = SmallConfig();
+  config.num_blocks = 24;  // 384 tokens
+  config.max_retained_fraction = 0.5;
+  auto now = std::make_shared<std::atomic<int64_t>>(1'000'000);
+  config.clock_ms = [now] { return now->load(); };
+  auto engine = Engine::Create(TinyModel(64), config);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Reference ref;
+  const auto run = [&](EngineRequest r) {
+    auto stream = (*engine)->AddRequest(std::move(r));
+    EXPECT_TRUE(stream.ok());
+    RequestOutput e, last;
+    std::vector<TokenId> out;
+    while ((*stream)->Next(&e)) {
+      out.insert(out.end(), e.new_tokens.begin(), e.new_tokens.end());
+      last = e;
+    }
+    return std::make_pair(out, last);
+  };
+  const std::vector<TokenId> held = Prompt(30, 70);  // 4 full blocks
+  EngineRequest first = Greedy(held, 4);
+  first.holds.push_back(KvHold{70, 3'600'000});
+  const auto [tokens, final_event] = run(std::move(first));
+  EXPECT_EQ(tokens, ref.Greedy(held, 4));
+  EXPECT_EQ(final_event.metrics.held_tokens, std::vector<int>{64});
+  EXPECT_EQ((*engine)->stats().kv.num_held, 4);
+  // Traffic that needs every unheld block evicts all but the held prefix.
+  for (int i = 0; i < 8; ++i) run(Greedy(Prompt(40 + i, 100), 2));
+  const auto [again, again_event] = run(Greedy(held, 4));
+  EXPECT_EQ(again, ref.Greedy(held, 4));
+  EXPECT_EQ(again_event.metrics.cached_tokens, 64);
+  EXPECT_EQ(run(Greedy(Prompt(40, 100), 2)).second.metrics.cached_tokens, 0);
+  // An explicit hold from another thread: refused past the share (12 blocks, 4 taken).
+  Result<int> big = 0;
+  const std::vector<TokenId> other = Prompt(50, 150);
+  run(Greedy(other, 1));
+  (*engine)->RunOnStepThread(
+      [&](EngineCore& core) { big = core.HoldExplicit(9, other, "", now->load() + 1000); });
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
+  const std::vector<TokenId> part(other.begin(), other.begin() + 80);
+  (*engine)->RunOnStepThread(
+      [&](EngineCore& core) { big = core.HoldExplicit(9, part, "", now->load() + 1000); });
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_EQ(*big, 80);
+  EXPECT_EQ((*engine)->stats().kv.num_held, 9);
+  (*engine)->RunOnStepThread([](EngineCore& core) { core.ReleaseExplicit(9); });
+  EXPECT_EQ((*engine)->stats().kv.num_held, 4);
+  // An hour later the hold is over, and the next pressure evicts the prompt too.
+  now->fetch_add(3'600'000);
+  for (int i = 0; i < 8; ++i) run(Greedy(Prompt(60 + i, 100), 2));
+  EXPECT_EQ((*engine)->stats().kv.num_held, 0);
+  EXPECT_EQ(run(Greedy(held, 1)).second.metrics.cached_tokens, 0);
 }
 
 TEST(ByteSize, ParsesUnitsAsWritten) {
