@@ -167,7 +167,7 @@ void TieredStore::WriterLoop() {
       std::lock_guard lock(mu_);
       queued_write_bytes_ -= job.record.size();
     }
-    GiveBuffer(std::move(job.record));
+    if (job.record.capacity() > 0) GiveBuffer(std::move(job.record));
   }
 }
 

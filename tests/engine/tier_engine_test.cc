@@ -236,6 +236,45 @@ TEST(TierEngine, WriteBackWritesBlocksWhenRamEvictsThem) {
   EXPECT_GT(disk_tokens, 0);
 }
 
+// prompt_cache_retention "24h" with a disk tier: the prompt's blocks are written to disk at once
+// (even write-back, with nothing evicted) and kept there for the day, the deadline stored as the
+// files' modification time; RAM holds nothing, and a restart serves the prompt from disk.
+TEST(TierEngine, ATierOnlyHoldWritesTheBlocksToDiskWithTheirDeadline) {
+  TempDir dir;
+  testing_util::Reference ref;
+  EngineConfig c = TierConfig(dir.path());
+  c.tiers.write_policy = TierWritePolicy::kWriteBack;
+  const auto prompts = Prompts();
+  {
+    auto core = Core(c);
+    EngineRequest r = Greedy(prompts[0], 4);
+    r.holds.push_back(KvHold{40, 24 * 3'600'000, /*tiers_only=*/true});
+    ASSERT_TRUE(core->Add(RequestId(1), std::move(r)).ok());
+    std::vector<RequestOutput> events;
+    RequestMetrics m;
+    while (core->HasWork()) {
+      ASSERT_TRUE(core->Step(&events).ok());
+      for (const RequestOutput& e : events) {
+        if (e.request_finished) m = e.metrics;
+      }
+      events.clear();
+    }
+    EXPECT_EQ(m.held_tokens, std::vector<int>{32});
+    EXPECT_EQ(core->stats().kv.num_held, 0);
+    EXPECT_EQ(core->stats().kv.tier_retained_blocks, 2);
+    core->FlushTierWrites();
+    EXPECT_EQ(Tier(core->stats(), "disk").blocks_written, 2);
+    const auto later = fs::file_time_type::clock::now() + std::chrono::hours(23);
+    int retained = 0;
+    for (const fs::path& f : dir.Files()) retained += fs::last_write_time(f) > later;
+    EXPECT_EQ(retained, 2);
+  }
+  auto restarted = Core(c);
+  const auto out = RunAll(*restarted, {prompts[0]}, 4);
+  EXPECT_EQ(out[0].tokens, ref.Greedy(prompts[0], 4));
+  EXPECT_EQ(TierTokens(out[0].metrics, "disk"), 32);
+}
+
 TEST(TierEngine, UnusableDiskDirectoryLeavesTheTierOffAndServes) {
   TempDir dir;
   fs::create_directories(fs::path(dir.path()).parent_path());
