@@ -8,7 +8,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libboost1.81-dev
   libssl-dev libxxhash-dev libhiredis-dev redis-server
-  python3 python3-numpy python3-jsonschema
+  libzmq3-dev cppzmq-dev
+  python3 python3-numpy python3-jsonschema python3-zmq python3-msgpack python3-cbor2
 )
 # Node.js and npm: take Debian's only where the machine has none (a newer one may already be there).
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
@@ -35,6 +36,8 @@ if [ -f "$root/tests/tokenizer/conformance/package.json" ] &&
 fi
 
 # The openai client for the server's black-box tests (npm registry only, pinned by package-lock).
-if [ -f "$root/tests/server/package.json" ] && [ ! -d "$root/tests/server/node_modules" ]; then
+if [ -f "$root/tests/server/package.json" ] &&
+   { [ ! -d "$root/tests/server/node_modules/openai" ] ||
+     [ ! -d "$root/tests/server/node_modules/@anthropic-ai/sdk" ]; }; then
   (cd "$root/tests/server" && npm ci --no-audit --no-fund --loglevel=error)
 fi
