@@ -35,7 +35,8 @@ if [ -f "$root/tests/tokenizer/conformance/package.json" ] &&
   (cd "$root/tests/tokenizer/conformance" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# The openai client for the server's black-box tests (npm registry only, pinned by package-lock).
+# The openai and @anthropic-ai/sdk clients for the server's black-box tests (npm registry only,
+# pinned by package-lock).
 if [ -f "$root/tests/server/package.json" ] &&
    { [ ! -d "$root/tests/server/node_modules/openai" ] ||
      [ ! -d "$root/tests/server/node_modules/@anthropic-ai/sdk" ]; }; then

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "http/message.h"
+#include "server/http_common.h"
+#include "server/messages_api.h"
 #include "server/caches_api.h"
 #include "util/digest.h"
 #include "util/log.h"
@@ -21,9 +23,6 @@ namespace kvserve {
 using nlohmann::json;
 
 namespace {
-
-constexpr std::chrono::milliseconds kKeepAliveEvery{250};  // SSE comment while idle
-constexpr std::chrono::milliseconds kPollEvery{20};        // client liveness check while idle
 
 http::Response ErrorResponse(const ApiError& e) {
   http::Response r;
@@ -38,17 +37,6 @@ http::Response JsonResponse(const json& j) {
   http::Response r;
   r.body = Dump(j);
   return r;
-}
-
-// Parses the body as JSON; nlohmann rejects malformed JSON, invalid UTF-8 in strings (parse
-// errors) and numbers beyond a double such as 1e400 (an out_of_range error).
-std::optional<ApiError> ParseBody(const std::string& body, json* out) {
-  try {
-    *out = json::parse(body);
-  } catch (const json::exception& e) {
-    return BadRequest(fmt::format("the body is not valid JSON: {}", e.what()));
-  }
-  return std::nullopt;
 }
 
 // Whether a request's Content-Type may carry a JSON text: none, application/json or
@@ -83,6 +71,13 @@ bool Allows(std::string_view methods, std::string_view method) {
 
 bool NeedsKey(const std::string& path) {
   return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+}
+
+// Anthropic's routes answer errors in Anthropic's shape, the others in OpenAI's.
+http::Response ErrorFor(const std::string& path, const ApiError& e) {
+  const bool anthropic =
+      path == kMessagesPath || path.rfind(std::string(kMessagesPath) + "/", 0) == 0;
+  return anthropic ? MessagesErrorResponse(e) : ErrorResponse(e);
 }
 
 ApiError StatusError(int status) {
@@ -138,17 +133,6 @@ ApiError StatusError(int status) {
 }
 
 std::string Event(const json& j) { return "data: " + Dump(j) + "\n\n"; }
-
-ApiError ResponseTooLarge(uint64_t limit) {
-  ApiError e;
-  e.status = 400;
-  e.message = fmt::format(
-      "the response reached the server's limit of {} bytes (--max-response-bytes); ask for "
-      "fewer tokens, choices or top_logprobs",
-      limit);
-  e.code = "response_too_large";
-  return e;
-}
 
 // About what an update adds to a non-streamed response's JSON: its text, and per logprob entry
 // chat's {"token":…,"logprob":…,"bytes":[…]} (the bytes listed as numbers) or completions'
@@ -384,8 +368,8 @@ struct HttpServer::Impl {
     return JsonResponse({{"prompt", bridge->tokenizer().Decode(ids)}});
   }
 
-  enum class Route { kNone, kCompletions, kChat, kTokenize, kDetokenize, kModels, kModel,
-                     kHealth, kMetrics, kCaches, kCache, kDebugClock };
+  enum class Route { kNone, kCompletions, kChat, kMessages, kTokenize, kDetokenize, kModels,
+                     kModel, kHealth, kMetrics, kCaches, kCache, kDebugClock };
   // The methods a route answers, for the routes that answer more than POST or GET alone.
   static const char* MethodsOf(Route route) {
     switch (route) {
@@ -398,6 +382,7 @@ struct HttpServer::Impl {
     *post = true;
     if (path == "/v1/completions") return Route::kCompletions;
     if (path == "/v1/chat/completions") return Route::kChat;
+    if (path == kMessagesPath) return Route::kMessages;
     if (path == "/tokenize") return Route::kTokenize;
     if (path == "/detokenize") return Route::kDetokenize;
     if (path == "/debug/clock") return Route::kDebugClock;
@@ -414,16 +399,23 @@ struct HttpServer::Impl {
     return Route::kNone;
   }
 
-  // The key a request presents (Bearer), or nullptr when none of the server's keys matches.
+  // On the I/O thread, with the head only: the key, the route and the body's type. What fails
+  // here is answered without reading the body.
+  // The key a request presents, or nullptr when none of the server's keys matches. OpenAI's
+  // clients send `Authorization: Bearer KEY`, Anthropic's `x-api-key: KEY`; either works on
+  // every route, the Bearer key first.
   const std::string* KeyOf(const http::Request& req) const {
     const std::string_view auth = req.header("Authorization");
     const std::string_view prefix = "Bearer ";
-    if (auth.rfind(prefix, 0) != 0) return nullptr;
-    const std::string* found = nullptr;
+    const std::string_view x_api_key = req.header("x-api-key");
+    const bool bearer = auth.rfind(prefix, 0) == 0;
+    const std::string* by_bearer = nullptr;
+    const std::string* by_x_api_key = nullptr;
     for (const std::string& key : config.api_keys) {  // every key compared: constant time
-      if (ConstantTimeEquals(auth.substr(prefix.size()), key)) found = &key;
+      if (bearer && ConstantTimeEquals(auth.substr(prefix.size()), key)) by_bearer = &key;
+      if (!x_api_key.empty() && ConstantTimeEquals(x_api_key, key)) by_x_api_key = &key;
     }
-    return found;
+    return by_bearer ? by_bearer : by_x_api_key;
   }
 
   // Who sent the request: a digest of its key (never the key itself), or "" without keys.
@@ -433,33 +425,31 @@ struct HttpServer::Impl {
     return Sha256().Update(*key).Final().Hex().substr(0, 32);
   }
 
-  // On the I/O thread, with the head only: the key, the route and the body's type. What fails
-  // here is answered without reading the body.
   std::optional<http::Response> Check(const http::Request& req) const {
-    if (!config.api_keys.empty() && NeedsKey(req.path)) {
-      const std::string_view auth = req.header("Authorization");
-      if (KeyOf(req) == nullptr) {
-        ApiError e;
-        e.status = 401;
-        e.message = auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
-                                 : "incorrect API key";
-        e.code = "invalid_api_key";
-        return ErrorResponse(e);
-      }
+    if (!config.api_keys.empty() && NeedsKey(req.path) && KeyOf(req) == nullptr) {
+      ApiError e;
+      e.status = 401;
+      e.message = req.header("Authorization").empty() && req.header("x-api-key").empty()
+                      ? "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+                      : "incorrect API key";
+      e.code = "invalid_api_key";
+      return ErrorFor(req.path, e);
     }
     bool post = false;
     const Route route = RouteOf(req.path, &post);
     if (route == Route::kNone || (route == Route::kDebugClock && !config.advance_clock)) {
-      return ErrorResponse(StatusError(404));
+      return ErrorFor(req.path, StatusError(404));
     }
     const char* methods = MethodsOf(route);
     if (!(methods ? Allows(methods, req.method) : req.method == (post ? "POST" : "GET"))) {
-      http::Response r = ErrorResponse(StatusError(405));
+      http::Response r = ErrorFor(req.path, StatusError(405));
       r.headers.emplace_back("Allow", methods ? methods : post ? "POST" : "GET");
       return r;
     }
     post = req.method == "POST" || req.method == "PATCH";
-    if (post && !CarriesJson(req.header("Content-Type"))) return ErrorResponse(StatusError(415));
+    if (post && !CarriesJson(req.header("Content-Type"))) {
+      return ErrorFor(req.path, StatusError(415));
+    }
     return std::nullopt;
   }
 
@@ -493,6 +483,8 @@ struct HttpServer::Impl {
         return Generate(req.body, ex, Endpoint::kCompletions, TenantOf(req));
       case Route::kChat:
         return Generate(req.body, ex, Endpoint::kChat, TenantOf(req));
+      case Route::kMessages:
+        return ServeMessages(*bridge, req.body, TenantOf(req), ex);
       case Route::kTokenize:
         ex.Send(Tokenize(req.body));
         return;

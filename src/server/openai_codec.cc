@@ -262,6 +262,37 @@ std::optional<ApiError> ParseToolCalls(const json& m, const std::string& where,
 
 }  // namespace
 
+std::optional<ApiError> AddToolSpec(const json& tool, const std::string& at, const char* params_key,
+                                    GenerationParams* p) {
+  structured::ToolSpec spec;
+  auto name = tool.find("name");
+  if (name == tool.end() || !name->is_string() || !ValidToolName(name->get<std::string>())) {
+    return BadRequest(fmt::format("'{}.name' must be 1 to 64 letters, digits, '_' or '-'", at),
+                      at + ".name");
+  }
+  spec.name = name->get<std::string>();
+  for (const structured::ToolSpec& other : p->tool_specs) {
+    if (other.name == spec.name) {
+      return BadRequest(fmt::format("'{}.name': two tools are named '{}'", at, spec.name),
+                        at + ".name");
+    }
+  }
+  if (auto d = tool.find("description"); d != tool.end() && !d->is_null() && !d->is_string()) {
+    return Reader::WrongType(at + ".description", "a string", *d);
+  }
+  const std::string params_param = at + "." + params_key;
+  auto params = tool.find(params_key);
+  if (params == tool.end() || params->is_null()) {
+    spec.parameters = R"({"type":"object","properties":{}})";
+  } else if (!params->is_object()) {
+    return Reader::WrongType(params_param, "a JSON schema object", *params);
+  } else {
+    spec.parameters = params->dump();
+  }
+  p->tool_specs.push_back(std::move(spec));
+  return std::nullopt;
+}
+
 void KeepClientOrder(const std::string& body_text, GenerationParams* p) {
   const bool schema = p->constraint && p->constraint->kind == structured::ConstraintKind::kJsonSchema;
   if (p->tools.empty() && !schema) return;
@@ -591,36 +622,10 @@ std::optional<ApiError> ParseTools(const Reader& r, Endpoint endpoint, Generatio
                                       at),
                           at);
       }
-      structured::ToolSpec spec;
-      auto name = fn->find("name");
-      if (name == fn->end() || !name->is_string() || !ValidToolName(name->get<std::string>())) {
-        return BadRequest(fmt::format("'{}.function.name' must be 1 to 64 letters, digits, '_' "
-                                      "or '-'",
-                                      at),
-                          at + ".function.name");
-      }
-      spec.name = name->get<std::string>();
-      for (const structured::ToolSpec& other : p->tool_specs) {
-        if (other.name == spec.name) {
-          return BadRequest(fmt::format("'{}': two tools are named '{}'", at, spec.name),
-                            at + ".function.name");
-        }
-      }
-      if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string()) {
-        return Reader::WrongType(at + ".function.description", "a string", *d);
-      }
       if (auto st = fn->find("strict"); st != fn->end() && !st->is_null() && !st->is_boolean()) {
         return Reader::WrongType(at + ".function.strict", "a boolean", *st);
       }
-      auto params = fn->find("parameters");
-      if (params == fn->end() || params->is_null()) {
-        spec.parameters = R"({"type":"object","properties":{}})";
-      } else if (!params->is_object()) {
-        return Reader::WrongType(at + ".function.parameters", "a JSON schema object", *params);
-      } else {
-        spec.parameters = params->dump();
-      }
-      p->tool_specs.push_back(std::move(spec));
+      if (auto e = AddToolSpec(*fn, at + ".function", "parameters", p)) return e;
       p->tools.push_back(nlohmann::ordered_json::parse(t.dump()));
     }
     p->tool_choice = GenerationParams::ToolChoice::kAuto;

@@ -113,6 +113,13 @@ std::optional<ApiError> ParseGenerationParams(const nlohmann::json& body, Endpoi
 std::optional<ApiError> ParseMessages(const nlohmann::json& messages,
                                       std::vector<ChatMessage>* out);
 
+// Validates one function definition, `tool` being the object that holds its name,
+// description and parameter schema under `params_key`, and appends its ToolSpec (an absent
+// schema takes no arguments). `at` is its path for errors (names must be unique across
+// p->tool_specs). Shared by the chat and Messages codecs so both constrain calls alike.
+std::optional<ApiError> AddToolSpec(const nlohmann::json& tool, const std::string& at,
+                                    const char* params_key, GenerationParams* p);
+
 // One generated token's logprob report, with token ids already turned into text.
 struct TokenLogprobOut {
   std::string token;
@@ -134,6 +141,9 @@ struct ChoiceOut {
   // them; null content when that is empty).
   std::vector<ToolCallOut> tool_calls;
   std::string finish_reason;  // empty = null (still running)
+  // With finish_reason "stop": the stop string that ended the choice, or "" when an
+  // end-of-generation or stop token did; nullopt while the engine does not say which.
+  std::optional<std::string> stop_sequence;
   bool with_logprobs = false;
   std::vector<TokenLogprobOut> logprobs;
   size_t text_offset = 0;  // where `text` starts in the choice's whole text (completions)

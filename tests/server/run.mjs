@@ -9,7 +9,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-if (!existsSync(path.join(here, "node_modules", "openai"))) {
+if (!["openai", "@anthropic-ai/sdk"].every((dep) => existsSync(path.join(here, "node_modules", dep)))) {
   console.log("server tests skipped: run `npm ci` in tests/server");
   process.exit(77);
 }
