@@ -738,6 +738,17 @@ std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoin
     p.priority = static_cast<int32_t>(i);
   }
   KV_TRY(r.String("cache_salt", &p.cache_salt));
+  // Prompt caching: OpenAI's key (reported back) and retention, and an explicit cache to start
+  // from (POST /v1/caches).
+  KV_TRY(r.String("prompt_cache_key", &p.prompt_cache_key));
+  std::string retention;
+  KV_TRY(r.String("prompt_cache_retention", &retention));
+  if (!retention.empty() && retention != "in_memory" && retention != "24h") {
+    return BadRequest("'prompt_cache_retention' must be \"in_memory\" or \"24h\"",
+                      "prompt_cache_retention");
+  }
+  p.retention_24h = retention == "24h";
+  KV_TRY(r.String("cached_content", &p.cached_content));
   KV_TRY(r.Bool("speculative", &p.speculative));
   if (const json* ev = r.Find("kv_eviction")) {
     if (auto bad = ParseKvEviction(*ev, &p)) return bad;
@@ -876,10 +887,13 @@ json UsageJson(const UsageOut& u) {
     for (const auto& [tier, tokens] : u.cached_tokens_by_tier) by_tier[tier] = tokens;
     details["cached_tokens_by_tier"] = std::move(by_tier);
   }
+  // DeepSeek's names for the same split, which its clients read.
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", std::move(details)}};
+          {"prompt_tokens_details", std::move(details)},
+          {"prompt_cache_hit_tokens", u.cached_tokens},
+          {"prompt_cache_miss_tokens", u.prompt_tokens - u.cached_tokens}};
 }
 
 namespace {
@@ -923,6 +937,7 @@ json Response(const ResponseHeader& h, const std::vector<ChoiceOut>& choices,
   }
   out["choices"] = std::move(list);
   out["usage"] = UsageJson(usage);
+  if (!usage.prompt_cache_key.empty()) out["prompt_cache_key"] = usage.prompt_cache_key;
   return out;
 }
 
@@ -955,6 +970,7 @@ json UsageChunk(const ResponseHeader& h, const UsageOut& usage) {
                                                          : "text_completion");
   out["choices"] = json::array();
   out["usage"] = UsageJson(usage);
+  if (!usage.prompt_cache_key.empty()) out["prompt_cache_key"] = usage.prompt_cache_key;
   return out;
 }
 
