@@ -137,6 +137,7 @@ class EngineCore {
     int num_generated = 0;
     std::string held;  // text that may be the start of a stop string, not streamed yet
     bool text_done = false;  // a stop string ended the text
+    int stop_string = -1;    // which of the request's stop strings did
     // Speculative decoding.
     AcceptanceStats acceptance;
     TokenId shadow = -1;     // n-gram: the draft it would have had, for position shadow_at

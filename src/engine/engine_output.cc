@@ -42,11 +42,12 @@ bool EngineCore::TakeText(SeqCtx& s, const EngineRequest& r, std::string text, b
   // whole stop string, so nothing streamed earlier can be part of one).
   size_t best = std::string::npos;
   size_t best_len = 0;
-  for (const std::string& stop : r.stop_strings) {
-    const size_t at = pending.find(stop);
+  for (size_t i = 0; i < r.stop_strings.size(); ++i) {
+    const size_t at = pending.find(r.stop_strings[i]);
     if (at < best) {
       best = at;
-      best_len = stop.size();
+      best_len = r.stop_strings[i].size();
+      s.stop_string = static_cast<int>(i);
     }
   }
   if (best != std::string::npos) {
@@ -91,6 +92,7 @@ void EngineCore::FinishSeq(SeqId seq, FinishReason reason, Status error,
   }
   e.finished = true;
   e.finish_reason = reason;
+  e.stop_string = s.stop_string;
   e.error = std::move(error);
   const bool scheduled = scheduler_->Contains(seq);
   e.metrics.prompt_tokens = static_cast<int>(r.request.prompt.size());

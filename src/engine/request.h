@@ -114,6 +114,7 @@ struct RequestOutput {
   bool finished = false;            // this sample ended
   bool request_finished = false;    // every sample ended: the last event of the request
   FinishReason finish_reason = FinishReason::kLength;
+  int stop_string = -1;  // finished by stop_strings[stop_string]; -1: not by a stop string
   Status error;                     // set when finish_reason == kError
   RequestMetrics metrics;
 };

@@ -278,6 +278,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
                         static_cast<int64_t>(std::time(nullptr)), config_.model_name};
   std::unique_ptr<Generation> gen(new Generation(this, p.n, std::move(header)));
   gen->with_logprobs_ = p.logprobs;
+  gen->stop_ = p.stop;
   gen->start_ = Clock::now();
   for (int i = 0; i < k; ++i) {
     EngineRequest r;
@@ -350,9 +351,10 @@ std::optional<ApiError> EngineBridge::ResolveHolds(
     if (!h.whole_prompt) {
       std::vector<TokenId> ids;
       const std::vector<ChatMessage> none;
-      if (auto e = EncodeChat(h.tools_only ? none : h.messages, false, &ids, p.tools)) {
-        if (!h.tools_only) return e;
-        continue;  // a template that renders nothing without messages: nothing to hold
+      if (EncodeChat(h.tools_only ? none : h.messages, false, &ids, p.tools)) {
+        // A template that cannot render this prefix alone (no messages, or a system message
+        // without a user turn): nothing is held for it, and the request goes on.
+        continue;
       }
       tokens = static_cast<int>(
           std::mismatch(ids.begin(), ids.end(), prompt.begin(), prompt.end()).first - ids.begin());
@@ -564,6 +566,12 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
   }
   if (e.finished) {
     c.finish_reason = FinishName(e.finish_reason);
+    if (e.finish_reason == FinishReason::kStop) {
+      // The stop string that ended the text, or "" for an end-of-generation or stop token.
+      c.stop_sequence = e.stop_string >= 0 && e.stop_string < static_cast<int>(stop_.size())
+                            ? stop_[static_cast<size_t>(e.stop_string)]
+                            : std::string();
+    }
     if (!c.tool_calls.empty() && e.finish_reason == FinishReason::kStop) {
       c.finish_reason = "tool_calls";
     }

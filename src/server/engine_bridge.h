@@ -103,6 +103,7 @@ class Generation {
   int n_;
   ResponseHeader header_;
   int with_logprobs_ = -1;  // top-N, -1 = off
+  std::vector<std::string> stop_;  // the request's stop strings
   std::vector<Job> jobs_;
   UsageOut usage_;
   std::optional<ApiError> error_;
