@@ -130,7 +130,11 @@ Headers ToHeaders(const bhttp::fields& fields) {
 // context until the step completes. The tcp_stream's expiry ends a step that takes too long
 // with beast::error::timeout and closes the socket.
 struct Client::Impl {
-  Impl(Origin o, double t) : origin(std::move(o)), timeout_s(t), piece(kPieceBytes) {}
+  Impl(Origin o, double t, double connect_t)
+      : origin(std::move(o)),
+        timeout_s(t),
+        connect_timeout_s(connect_t > 0 ? connect_t : t),
+        piece(kPieceBytes) {}
 
   // How one try of a request ended. `retryable`: the connection ended before any byte of a
   // response came back, which on a kept-alive connection means the server had closed it.
@@ -163,15 +167,31 @@ struct Client::Impl {
       done = true;
     });
     ioc.restart();
-    ioc.run();
+    if (stop == nullptr || !*stop) {
+      ioc.run();
+    } else {
+      // Short slices, asking the caller between them; once it says stop, the pending operation
+      // is cancelled and ends (with operation_aborted) on the next slice.
+      while (!done) {
+        ioc.run_for(std::chrono::milliseconds(kStopPollMs));
+        if (done) break;
+        if (!stopped && (*stop)()) {
+          stopped = true;
+          if (stream) stream->cancel();
+          resolver.cancel();
+        }
+        if (ioc.stopped()) ioc.restart();
+      }
+    }
     KV_CHECK(done, "the io_context ran out of work before the operation completed");
     return result;
   }
 
-  asio::steady_timer::duration Timeout() const {
+  static asio::steady_timer::duration Duration(double seconds) {
     return std::chrono::duration_cast<asio::steady_timer::duration>(
-        std::chrono::duration<double>(std::min(timeout_s, kMaxTimeoutS)));
+        std::chrono::duration<double>(std::min(seconds, kMaxTimeoutS)));
   }
+  asio::steady_timer::duration Timeout() const { return Duration(timeout_s); }
 
   Status Failure(const error_code& ec, std::string_view timed_out_doing, std::string_view failed) {
     if (ec == beast::error::timeout) {
@@ -183,6 +203,10 @@ struct Client::Impl {
 
   const Origin origin;
   const double timeout_s;
+  const double connect_timeout_s;
+  // The running call's stop predicate (Stream's `stop`), or null; `stopped` once it said so.
+  const std::function<bool()>* stop = nullptr;
+  bool stopped = false;
   asio::io_context ioc{1};
   tcp::resolver resolver{ioc};
   std::optional<beast::tcp_stream> stream;  // set while a connection is open
@@ -220,12 +244,16 @@ Result<std::vector<tcp::endpoint>> Client::Impl::Resolve() {
 Status Client::Impl::Connect() {
   KV_ASSIGN_OR_RETURN(const std::vector<tcp::endpoint> endpoints, Resolve());
   stream.emplace(ioc);
-  stream->expires_after(Timeout());
+  stream->expires_after(Duration(connect_timeout_s));
   const error_code ec =
       Run([&](auto handler) { stream->async_connect(endpoints, std::move(handler)); });
   if (ec) {
     Close();
-    return Failure(ec, "connecting to", fmt::format("cannot connect to {}", origin.authority));
+    if (ec == beast::error::timeout) {
+      return IoError(fmt::format("timed out after {:g} s connecting to {}", connect_timeout_s,
+                                 origin.authority));
+    }
+    return IoError(fmt::format("cannot connect to {}: {}", origin.authority, ec.message()));
   }
   // Requests and SSE events are small; Nagle's algorithm would hold them back.
   error_code ignored;
@@ -247,14 +275,27 @@ Status Client::Impl::Exchange(const bhttp::request<bhttp::string_body>& req,
                               std::optional<uint64_t> body_limit_bytes,
                               const std::function<void(int, const Headers&)>& on_head,
                               const std::function<bool(std::string_view)>& on_data) {
+  stopped = false;
+  const auto stopped_error = [this] {
+    Close();
+    return IoError(fmt::format("the request to {} was stopped by its caller", origin.authority));
+  };
   const bool reused = stream.has_value();
-  if (!reused) KV_RETURN_IF_ERROR(Connect());
+  if (!reused) {
+    const Status connected = Connect();
+    if (stopped) return stopped_error();
+    KV_RETURN_IF_ERROR(connected);
+  }
   Attempt attempt = Try(req, body_limit_bytes, on_head, on_data);
+  if (stopped) return stopped_error();
   if (!attempt.status.ok()) Close();
   if (!attempt.retryable || !reused) return attempt.status;
   // The request never reached a live server (see the header's contract): once more, afresh.
-  KV_RETURN_IF_ERROR(Connect());
+  const Status connected = Connect();
+  if (stopped) return stopped_error();
+  KV_RETURN_IF_ERROR(connected);
   attempt = Try(req, body_limit_bytes, on_head, on_data);
+  if (stopped) return stopped_error();
   if (!attempt.status.ok()) Close();
   return attempt.status;
 }
@@ -327,8 +368,12 @@ Result<std::unique_ptr<Client>> Client::Create(std::string_view origin, ClientOp
         fmt::format("the timeout must be > 0 seconds (got {})", options.timeout_s));
   }
   KV_ASSIGN_OR_RETURN(Origin parsed, ParseOrigin(origin));
-  return std::unique_ptr<Client>(
-      new Client(std::make_unique<Impl>(std::move(parsed), options.timeout_s)));
+  if (!(options.connect_timeout_s >= 0)) {
+    return InvalidArgument(fmt::format("the connect timeout must be >= 0 seconds (got {})",
+                                       options.connect_timeout_s));
+  }
+  return std::unique_ptr<Client>(new Client(
+      std::make_unique<Impl>(std::move(parsed), options.timeout_s, options.connect_timeout_s)));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -388,10 +433,14 @@ Result<ClientResponse> Client::Send(std::string_view method, std::string_view ta
 Status Client::Stream(std::string_view method, std::string_view target, const Headers& headers,
                       std::string_view body,
                       const std::function<void(int status, const Headers&)>& on_head,
-                      const std::function<bool(std::string_view data)>& on_data) {
+                      const std::function<bool(std::string_view data)>& on_data,
+                      const std::function<bool()>& stop) {
   KV_ASSIGN_OR_RETURN(const auto req,
                       BuildRequest(method, target, headers, body, impl_->origin.host_field));
-  return impl_->Exchange(req, std::nullopt, on_head, on_data);
+  impl_->stop = stop ? &stop : nullptr;
+  Status s = impl_->Exchange(req, std::nullopt, on_head, on_data);
+  impl_->stop = nullptr;
+  return s;
 }
 
 }  // namespace kvserve::http

@@ -6,6 +6,9 @@
 // long ends the call with an error). A kept-alive connection that the server closed in the
 // meantime is noticed when a request fails before any byte of its response arrives; such a
 // request is sent once more on a new connection, since it never reached the server.
+// Stream() may also be given a `stop` predicate, asked every kStopPollMs while the call waits on
+// the network: true ends the call at once and closes the connection (a proxy whose own client
+// left uses it to drop the upstream request).
 #pragma once
 
 #include <functional>
@@ -20,6 +23,9 @@ namespace kvserve::http {
 
 struct ClientOptions {
   double timeout_s = 600;
+  // Connecting alone; 0 = timeout_s. A proxy keeps it short so that an unreachable server is
+  // given up quickly while a slow response may still take timeout_s per read.
+  double connect_timeout_s = 0;
 };
 
 struct ClientResponse {
@@ -31,7 +37,8 @@ struct ClientResponse {
 class Client {
  public:
   // `origin`: "http://host:port" or "http://host" (port 80). https is refused by Create.
-  static Result<std::unique_ptr<Client>> Create(std::string_view origin, ClientOptions options = {});
+  static Result<std::unique_ptr<Client>> Create(std::string_view origin,
+                                                ClientOptions options = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -43,10 +50,16 @@ class Client {
   // Sends one request and hands the response's status and headers to `on_head`, then each piece
   // of its body (chunked or not; chunk framing removed) to `on_data` as it arrives. Returning
   // false from `on_data` stops reading and drops the connection. An error after `on_head` ran
-  // means the response broke off.
+  // means the response broke off. `stop`, when set, is asked every kStopPollMs while the call
+  // waits; once it returns true the connection is closed and the call returns an error at once
+  // (never sent again).
   Status Stream(std::string_view method, std::string_view target, const Headers& headers,
-                std::string_view body, const std::function<void(int status, const Headers&)>& on_head,
-                const std::function<bool(std::string_view data)>& on_data);
+                std::string_view body,
+                const std::function<void(int status, const Headers&)>& on_head,
+                const std::function<bool(std::string_view data)>& on_data,
+                const std::function<bool()>& stop = {});
+
+  static constexpr int kStopPollMs = 20;
 
  private:
   struct Impl;

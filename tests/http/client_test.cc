@@ -362,6 +362,33 @@ TEST(ClientTest, AServerThatNeverAnswersTimesOut) {
       << res.status().message();
 }
 
+TEST(ClientTest, StopEndsAWaitingStreamAndClosesItsConnection) {
+  std::atomic<bool> request_read{false};
+  Signal closed;
+  CannedServer server([&](Conn& conn, int) {
+    conn.ReadRequest();
+    request_read.store(true);
+    conn.WaitForClose();  // the server never answers; only the client's close ends this
+    closed.Raise();
+  });
+  auto client = MakeClient(server.origin());
+  bool head_seen = false;
+  const Status s = client->Stream(
+      "POST", "/v1/completions", {}, "{}", [&](int, const Headers&) { head_seen = true; },
+      [](std::string_view) { return true; }, [&] { return request_read.load(); });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("stopped by its caller"), std::string::npos) << s.message();
+  EXPECT_FALSE(head_seen);
+  EXPECT_TRUE(closed.Wait());
+  EXPECT_EQ(server.num_connections(), 1);  // a stopped request is never sent again
+}
+
+TEST(ClientTest, AShortConnectTimeoutLeavesTheReadTimeoutLong) {
+  auto client = Client::Create("http://127.0.0.1:1", {.timeout_s = 600, .connect_timeout_s = 0.5});
+  ASSERT_TRUE(client.ok());
+  EXPECT_FALSE(Client::Create("http://127.0.0.1:1", {.connect_timeout_s = -1}).ok());
+}
+
 TEST(ClientTest, HttpsIsRefused) {
   auto client = Client::Create("https://127.0.0.1:8443");
   ASSERT_FALSE(client.ok());
