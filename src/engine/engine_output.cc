@@ -181,6 +181,11 @@ Emitted EngineCore::EmitToken(SeqId seq, SampleOutput sample, std::vector<Reques
   const bool finished = stop || s.num_generated >= r.request.max_tokens;
   if (finished) {
     FinishSeq(seq, stop ? FinishReason::kStop : FinishReason::kLength, Status::Ok(), out, &e);
+  } else if (s.num_generated == 1) {
+    // A sample's first token also says what its prompt found cached, so a stream's first
+    // event can report it (Anthropic's message_start carries the cache usage).
+    e.metrics.cached_tokens = scheduler_->num_cached_tokens(seq);
+    FillTierMetrics(r, e.metrics.cached_tokens, &e.metrics);
   }
   out->push_back(std::move(e));
   return Emitted{token, finished};

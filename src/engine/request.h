@@ -79,6 +79,7 @@ struct TierTokens {
 struct RequestMetrics {
   int prompt_tokens = 0;
   int cached_tokens = 0;        // prompt tokens found in the prefix cache at admission
+                                // (set on the final event and on the sample's first token)
   // cached_tokens split by the tier each block came from; empty without lower tiers, else one
   // entry per configured tier, "ram" first.
   std::vector<TierTokens> cached_tokens_by_tier;

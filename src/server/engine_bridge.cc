@@ -578,19 +578,22 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
     if (e.finish_reason == FinishReason::kError && !error_) {
       error_ = FromStatus(e.error, header_.endpoint == Endpoint::kChat ? "messages" : "prompt");
     }
-    if (e.index == 0) {
-      usage_.cached_tokens += e.metrics.cached_tokens;
-      AddTierTokens(e.metrics.cached_tokens_by_tier, &usage_);
-      // Prompt tokens up to each breakpoint that were not cached were written now.
-      int covered = e.metrics.cached_tokens;
-      for (const auto& [tokens, ttl_ms] : job.breakpoints) {
-        if (tokens <= covered) continue;
-        const int64_t written = tokens - covered;
-        usage_.cache_creation_tokens += written;
-        (ttl_ms <= kFiveMinutesMs ? usage_.cache_creation_5m_tokens
-                                  : usage_.cache_creation_1h_tokens) += written;
-        covered = tokens;
-      }
+  }
+  // The prompt's cache usage, from the first event that knows it: the first token's, or the
+  // final one when no token came.
+  if (e.index == 0 && !job.cache_counted && (e.finished || !e.new_tokens.empty())) {
+    job.cache_counted = true;
+    usage_.cached_tokens += e.metrics.cached_tokens;
+    AddTierTokens(e.metrics.cached_tokens_by_tier, &usage_);
+    // Prompt tokens up to each breakpoint that were not cached were written now.
+    int covered = e.metrics.cached_tokens;
+    for (const auto& [tokens, ttl_ms] : job.breakpoints) {
+      if (tokens <= covered) continue;
+      const int64_t written = tokens - covered;
+      usage_.cache_creation_tokens += written;
+      (ttl_ms <= kFiveMinutesMs ? usage_.cache_creation_5m_tokens
+                                : usage_.cache_creation_1h_tokens) += written;
+      covered = tokens;
     }
   }
   if (e.request_finished) {

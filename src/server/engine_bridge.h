@@ -94,6 +94,7 @@ class Generation {
     std::vector<ToolCallStream> tools;  // per sample, when tool calls are parsed
     // Prompt caching: (prompt tokens up to the breakpoint, its TTL in ms), in prompt order.
     std::vector<std::pair<int, int64_t>> breakpoints;
+    bool cache_counted = false;  // the prompt's cache usage is in usage_
   };
   Generation(EngineBridge* bridge, int n, ResponseHeader header)
       : bridge_(bridge), n_(n), header_(std::move(header)) {}

@@ -90,9 +90,12 @@ void SendStream(EngineBridge& bridge, http::Exchange& ex, Generation& gen,
   head.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
   if (!ex.BeginStream(std::move(head))) return;
   const uint64_t limit = bridge.max_response_bytes();
-  std::string out = writer.Start(gen.usage());
-  if (!ex.Write(out)) return;
-  uint64_t sent = out.size();
+  // message_start waits for the first token: by then the prompt's cache reads and writes are
+  // known, and clients take the usage's cache fields from message_start (message_delta carries
+  // the output tokens). Until then keep-alives are SSE comments, which clients skip.
+  bool started = false;
+  std::string out;
+  uint64_t sent = 0;
   auto last_write = std::chrono::steady_clock::now();
   std::vector<ChoiceOut> updates;
   for (;;) {
@@ -102,12 +105,16 @@ void SendStream(EngineBridge& bridge, http::Exchange& ex, Generation& gen,
     if (poll == Generation::Poll::kTimeout) {
       if (ex.ClientGone()) return;  // dropping the generation cancels it
       if (std::chrono::steady_clock::now() - last_write >= kKeepAliveEvery) {
-        if (!ex.Write(SseEvent(PingEvent()))) return;
+        if (!ex.Write(started ? SseEvent(PingEvent()) : std::string(": keep-alive\n\n"))) return;
         last_write = std::chrono::steady_clock::now();
       }
       continue;
     }
     out.clear();
+    if (!started) {
+      out = writer.Start(gen.usage());
+      started = true;
+    }
     for (const ChoiceOut& u : updates) out += writer.Update(u);
     if (out.empty()) continue;
     if (sent + out.size() > limit) return EndWithError(ex, ResponseTooLarge(limit));
@@ -117,7 +124,10 @@ void SendStream(EngineBridge& bridge, http::Exchange& ex, Generation& gen,
   }
   if (gen.error()) return EndWithError(ex, *gen.error());
   if (writer.finish_reason() == "abort") return EndWithError(ex, ShuttingDown());
-  if (ex.Write(writer.Finish(gen.usage()))) ex.End();
+  if (ex.Write((started ? std::string() : writer.Start(gen.usage())) +
+               writer.Finish(gen.usage()))) {
+    ex.End();
+  }
 }
 
 }  // namespace
