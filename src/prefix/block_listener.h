@@ -1,4 +1,5 @@
-// BlockListener: how lower cache tiers learn what the RAM radix tree does with full blocks. The
+// BlockListener: how lower cache tiers (and the KV event stream) learn what the RAM radix tree
+// does with full blocks. The
 // tree calls it on the engine thread: when a block joins the tree (its K/V are final) and when
 // one is evicted (its K/V are still intact in KvStorage until the call returns, and are reused
 // right after). An implementation copies what it needs before returning; it must not call back
@@ -7,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "prefix/block_key.h"
 #include "util/strong_id.h"
@@ -33,6 +35,29 @@ class BlockListener {
     (void)b;
     (void)until_ms;
   }
+};
+
+// Several listeners told of every call, in the order they were added (the lower tiers, then the
+// KV event publisher): the tree keeps one listener. Does not own them; each keeps the contract
+// above on its own.
+class BlockListenerFanout final : public BlockListener {
+ public:
+  void Add(BlockListener* listener) { listeners_.push_back(listener); }
+  void Clear() { listeners_.clear(); }
+  const std::vector<BlockListener*>& listeners() const { return listeners_; }
+
+  void OnBlockInserted(const TreeBlock& b) override {
+    for (BlockListener* l : listeners_) l->OnBlockInserted(b);
+  }
+  void OnBlockEvicted(const TreeBlock& b) override {
+    for (BlockListener* l : listeners_) l->OnBlockEvicted(b);
+  }
+  void OnBlockRetained(const TreeBlock& b, int64_t until_ms) override {
+    for (BlockListener* l : listeners_) l->OnBlockRetained(b, until_ms);
+  }
+
+ private:
+  std::vector<BlockListener*> listeners_;
 };
 
 }  // namespace kvserve

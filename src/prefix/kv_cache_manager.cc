@@ -116,8 +116,22 @@ int KvCacheManager::num_allocatable_blocks() const {
 
 void KvCacheManager::set_block_listener(BlockListener* listener) {
   if (!tree_) return;
-  tree_->set_listener(listener);
   listener_ = listener;
+  InstallListeners();
+}
+
+void KvCacheManager::add_block_observer(BlockListener* observer) {
+  if (!tree_) return;
+  observers_.push_back(observer);
+  InstallListeners();
+}
+
+void KvCacheManager::InstallListeners() {
+  fanout_.Clear();
+  if (listener_) fanout_.Add(listener_);
+  for (BlockListener* o : observers_) fanout_.Add(o);
+  const std::vector<BlockListener*>& all = fanout_.listeners();
+  tree_->set_listener(all.empty() ? nullptr : all.size() == 1 ? all.front() : &fanout_);
 }
 
 int64_t KvCacheManager::NowMs() const {

@@ -129,6 +129,10 @@ class KvCacheManager {
   int num_allocatable_blocks() const;
   // Told of every block that joins or leaves the tree (lower tiers). No-op without caching.
   void set_block_listener(BlockListener* listener);
+  // Also told of every block that joins or leaves the tree, after the listener (the KV event
+  // publisher). Holds that RAM does not keep count as kept by the lower tiers only when there is
+  // a listener: an observer stores nothing. No-op without caching.
+  void add_block_observer(BlockListener* observer);
   // Cached tokens BeginSequence would find now, without side effects.
   int PeekCachedTokens(CacheNamespace ns, std::span<const TokenId> tokens) const;
   // NOTE (tokens and slots): every count of tokens below is of the sequence's tokens, from its
@@ -259,7 +263,12 @@ class KvCacheManager {
   int max_pinned_blocks_;
   int max_held_blocks_;
   std::unordered_map<uint64_t, ExplicitHold> explicit_holds_;
+  // Points the tree at the listener and the observers (through fanout_ when there are several).
+  void InstallListeners();
+
   BlockListener* listener_ = nullptr;
+  std::vector<BlockListener*> observers_;
+  BlockListenerFanout fanout_;
   int64_t tier_retained_blocks_ = 0;
   int64_t query_tokens_ = 0, hit_tokens_ = 0, partial_hit_tokens_ = 0;
   std::function<void(BlockId, BlockId)> copier_;

@@ -168,6 +168,37 @@ TEST_F(RetentionTest, HoldsStayWithinTheRetainedShareAndTheRestGoesToTheTiers) {
   kv_.CheckInvariants();
 }
 
+// An observer (the KV event publisher) hears inserts and evictions beside the tiers, but a hold
+// that RAM does not keep counts as kept by the tiers only when there is a listener.
+TEST_F(RetentionTest, ObserversHearInsertsAndEvictionsBesideTheListener) {
+  class Inserts : public Recorder {
+   public:
+    void OnBlockInserted(const TreeBlock& b) override { inserted.push_back(b.block.value()); }
+    std::vector<int> inserted;
+  };
+  Inserts observer;
+  kv_.add_block_observer(&observer);
+  RunSequence(SeqId(1), Range(0, 9));  // blocks 0, 1
+  EXPECT_EQ(observer.inserted, (std::vector<int>{0, 1}));
+  EXPECT_EQ(kv_.HoldPrefix(kNs, Range(0, 9), k5m, /*ram=*/false).tier_tokens, 0);
+  Inserts tiers;
+  kv_.set_block_listener(&tiers);
+  RunSequence(SeqId(2), Range(100, 5));  // block 3
+  EXPECT_EQ(tiers.inserted, (std::vector<int>{3}));
+  EXPECT_EQ(observer.inserted, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(kv_.HoldPrefix(kNs, Range(0, 9), k5m, /*ram=*/false).tier_tokens, 8);
+  tiers.events.clear();
+  observer.events.clear();
+  kv_.BeginSequence(SeqId(3), kNs, Range(500, 32), 0);
+  ASSERT_TRUE(kv_.Allocate(SeqId(3), 32));  // every block: the three cached ones are evicted
+  kv_.CheckInvariants();
+  const std::vector<std::pair<int, int64_t>> evicted{{1, -1}, {0, -1}, {3, -1}};
+  EXPECT_EQ(tiers.events, evicted);
+  EXPECT_EQ(observer.events, evicted);
+  kv_.EndSequence(SeqId(3));
+  kv_.CheckInvariants();
+}
+
 TEST_F(RetentionTest, ExplicitHoldsHaveFixedDeadlinesAndCountAgainstTheShare) {
   RunSequence(SeqId(1), Range(0, 13));    // blocks 0, 1, 2
   RunSequence(SeqId(2), Range(100, 13));  // blocks 4, 5, 6
