@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "kv_test_util.h"
+
 namespace kvserve {
 namespace {
 // The test executables are unity builds: this file's helpers stay apart from its neighbours'.
@@ -16,17 +18,8 @@ namespace kv_cache_manager_test {
 
 constexpr CacheNamespace kNs{1};
 
-std::vector<int> Ids(std::span<const BlockId> v) {
-  std::vector<int> out;
-  for (BlockId b : v) out.push_back(b.value());
-  return out;
-}
-
-std::vector<TokenId> Range(int begin, int n) {
-  std::vector<TokenId> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), begin);
-  return v;
-}
+using testing_util::Ids;
+using testing_util::Range;
 
 std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
   a.insert(a.end(), b.begin(), b.end());

@@ -10,6 +10,8 @@
 
 #include "prefix/kv_cache_manager.h"
 
+#include "kv_test_util.h"
+
 namespace kvserve {
 namespace {
 namespace retention_test {
@@ -18,17 +20,8 @@ constexpr CacheNamespace kNs{1};
 constexpr int64_t k5m = 5 * 60 * 1000;
 constexpr int64_t k1h = 60 * 60 * 1000;
 
-std::vector<int> Ids(std::span<const BlockId> v) {
-  std::vector<int> out;
-  for (BlockId b : v) out.push_back(b.value());
-  return out;
-}
-
-std::vector<TokenId> Range(int begin, int n) {
-  std::vector<TokenId> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), begin);
-  return v;
-}
+using testing_util::Ids;
+using testing_util::Range;
 
 // What the lower tiers hear: (block, deadline) for retained blocks, in order, and evictions.
 class Recorder : public BlockListener {
