@@ -399,8 +399,6 @@ struct HttpServer::Impl {
     return Route::kNone;
   }
 
-  // On the I/O thread, with the head only: the key, the route and the body's type. What fails
-  // here is answered without reading the body.
   // The key a request presents, or nullptr when none of the server's keys matches. OpenAI's
   // clients send `Authorization: Bearer KEY`, Anthropic's `x-api-key: KEY`; either works on
   // every route, the Bearer key first.
@@ -425,6 +423,8 @@ struct HttpServer::Impl {
     return Sha256().Update(*key).Final().Hex().substr(0, 32);
   }
 
+  // On the I/O thread, with the head only: the key, the route and the body's type. What fails
+  // here is answered without reading the body.
   std::optional<http::Response> Check(const http::Request& req) const {
     if (!config.api_keys.empty() && NeedsKey(req.path) && KeyOf(req) == nullptr) {
       ApiError e;
