@@ -15,6 +15,7 @@ void AddLogitsCommand(CLI::App& app);       // logits (reference checks)
 void AddPerplexityCommand(CLI::App& app);   // perplexity
 void AddServeCommand(CLI::App& app);        // serve (the OpenAI-compatible server)
 void AddBenchCommand(CLI::App& app);        // bench (serving benchmark against any server)
+void AddRouteCommand(CLI::App& app);        // route (cache-aware router over replicas)
 
 // Prints "error: <message>" to stderr and throws CLI::RuntimeError(code).
 [[noreturn]] void Fail(const std::string& message, int code = 1);

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kvserve 0.1.0");
   kvserve::cli::AddServeCommand(app);
   kvserve::cli::AddBenchCommand(app);
+  kvserve::cli::AddRouteCommand(app);
   kvserve::cli::AddRunCommand(app);
   kvserve::cli::AddMakeModelCommand(app);
   kvserve::cli::AddInspectCommand(app);
