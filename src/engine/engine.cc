@@ -180,6 +180,7 @@ void Engine::Loop() {
       std::vector<RequestId> live;
       for (const auto& [id, s] : streams_) live.push_back(id);
       for (RequestId id : live) core_->Cancel(id, &events);
+      core_->FlushKvEvents();
       Route(&events);
       return;
     }
@@ -187,6 +188,7 @@ void Engine::Loop() {
       Status st = core_->Step(&events);
       if (!st.ok()) KV_LOG(Error, "engine step failed: {}", st.ToString());
     }
+    core_->FlushKvEvents();  // what tasks and cancels did outside the step
     {
       std::lock_guard lock(mu_);
       stats_ = core_->stats();  // before routing: a reader of a final event sees its effect

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "events/kv_events_config.h"
 #include "prefix/eviction_policy.h"
 #include "prefix/tiered_store.h"
 #include "quant/kv_dtype.h"
@@ -49,6 +50,8 @@ struct EngineConfig {
   // Milliseconds since the Unix epoch for hold deadlines (retention); null = the system clock.
   std::function<int64_t()> clock_ms;
   KvTierConfig tiers;
+  // The KV event stream in vLLM's format (--kv-events-config, docs/kv_events.md); off by default.
+  KvEventsConfig kv_events;
   SpecConfig spec;                    // --speculative-config (docs/speculative.md); off by default
   // Jump-forward for structured output (--no-jump-forward turns it off): what a constraint
   // forces after a sampled token, up to max_jump_forward_tokens, goes into the next step at once.

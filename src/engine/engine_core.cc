@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "gguf/weights_digest.h"
+#include "prefix/block_key.h"
 #include "quant/kv_dtype.h"
 #include "util/check.h"
 #include "util/log.h"
@@ -133,6 +134,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
   core->weights_digest_seconds_ = Seconds(digest_start, Clock::now());
   core->model_fingerprint_ = ModelFingerprint(*core->model_, layout, weights);
   KV_RETURN_IF_ERROR(core->OpenTiers());
+  KV_RETURN_IF_ERROR(core->OpenKvEvents());
   if (config.spec.enabled()) {
     SpecStats& ss = core->spec_stats_;
     ss.enabled = true;
@@ -154,6 +156,23 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
   core->logits_.resize(static_cast<size_t>(config.max_num_seqs) * vocab);
   core->scratch_.resize(vocab);
   return core;
+}
+
+Status EngineCore::OpenKvEvents() {
+  if (!config_.kv_events.enabled) return Status::Ok();
+  if (!config_.enable_prefix_caching) {
+    return InvalidArgument(
+        "KV events (--kv-events-config) report the prefix cache; drop --no-prefix-caching");
+  }
+  KV_ASSIGN_OR_RETURN(kv_events_, KvEventPublisher::Create(config_.kv_events, config_.block_size));
+  kv_manager_->add_block_observer(kv_events_.get());
+  KV_LOG(Info, "kv events: publishing on {}{}, topic \"{}\", {} block hashes",
+         kv_events_->endpoint(),
+         kv_events_->replay_endpoint().empty() ? ""
+                                               : ", replay on " + kv_events_->replay_endpoint(),
+         config_.kv_events.topic,
+         config_.kv_events.hash_form == BlockHashForm::kInt64 ? "int" : "bytes");
+  return Status::Ok();
 }
 
 CacheNamespace EngineCore::NamespaceFor(const std::string& cache_salt) const {
@@ -197,6 +216,9 @@ Status EngineCore::Add(RequestId id, EngineRequest request, Clock::time_point ar
   KV_ASSIGN_OR_RETURN(SeqCtx seq, MakeSeq(id, request, 0));
   const SeqId sid = NewSeqId();
   const CacheNamespace ns = NamespaceFor(request.cache_salt);
+  if (kv_events_ && !request.cache_salt.empty()) {  // vLLM's cache_salt: the first block's key
+    kv_events_->SetNamespaceSalt(RootKey(ns), request.cache_salt);
+  }
   seqs_.emplace(sid, std::move(seq));
   RequestCtx ctx{std::move(request), ns, arrival, {sid}};
   ctx.eviction = plan;
@@ -221,6 +243,11 @@ void EngineCore::Cancel(RequestId id, std::vector<RequestOutput>* out) {
 }
 
 Status EngineCore::Step(std::vector<RequestOutput>* out) {
+  // Whatever way the step ends, its KV events (inserts, evictions) are one batch.
+  struct EndKvEvents {
+    EngineCore* core;
+    ~EndKvEvents() { core->FlushKvEvents(); }
+  } end_kv_events{this};
   if (tiers_) FinishTierLoads();
   const Clock::time_point step_start = Clock::now();
   if (config_.jump_forward && tokenizer_) JumpForward(out);

@@ -41,6 +41,7 @@
 #include "engine/draft_runner.h"
 #include "engine/engine_config.h"
 #include "engine/request.h"
+#include "events/kv_event_publisher.h"
 #include "kv/kv_storage.h"
 #include "kvserve/status.h"
 #include "model/model.h"
@@ -95,8 +96,15 @@ class EngineCore {
   }
   // One line per configured lower tier saying what it holds (or why it is off).
   std::vector<std::string> TierDescriptions() const;
-  // Runs one step; appends its events to *out.
+  // Runs one step; appends its events to *out. Ends the step's batch of KV events.
   Status Step(std::vector<RequestOutput>* out);
+  // Hands the KV events recorded since the last step to the publisher (Engine calls it after
+  // work done outside Step: tasks, cancels). No-op without an event stream.
+  void FlushKvEvents() {
+    if (kv_events_) kv_events_->EndStep();
+  }
+  // The KV event publisher (null without --kv-events-config): its endpoints and counters.
+  KvEventPublisher* kv_event_publisher() const { return kv_events_.get(); }
 
   // Pins / unpins the cached full-block prefix of `prompt` (see KvCacheManager::Pin).
   Result<int> Pin(std::span<const TokenId> prompt, const std::string& cache_salt = {});
@@ -257,6 +265,8 @@ class EngineCore {
   // Takes in the finished loads: copies, commits, schedules (engine thread, start of a step).
   void FinishTierLoads();
   void FillTierMetrics(const RequestCtx& r, int cached_tokens, RequestMetrics* m) const;
+  // Starts the KV event publisher as an observer of the tree (Create).
+  Status OpenKvEvents();
 
   EngineConfig config_;
   std::unique_ptr<Model> model_;
@@ -270,6 +280,7 @@ class EngineCore {
   std::string model_fingerprint_;
   double weights_digest_seconds_ = 0;
   std::unique_ptr<TieredStore> tiers_;  // null without lower tiers
+  std::unique_ptr<KvEventPublisher> kv_events_;  // null without an event stream
   std::vector<std::string> tier_names_;  // configured lower tiers, in lookup order
   std::vector<std::string> failed_tiers_;
   std::vector<std::string> tier_descriptions_;

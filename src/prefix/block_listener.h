@@ -1,8 +1,7 @@
 // BlockListener: how lower cache tiers (and the KV event stream) learn what the RAM radix tree
-// does with full blocks. The
-// tree calls it on the engine thread: when a block joins the tree (its K/V are final) and when
-// one is evicted (its K/V are still intact in KvStorage until the call returns, and are reused
-// right after). An implementation copies what it needs before returning; it must not call back
+// does with full blocks. The tree calls it on the engine thread: when a block joins the tree
+// (its K/V are final) and when one is evicted (its K/V are still intact in KvStorage until the
+// call returns, and are reused right after). An implementation copies what it needs before returning; it must not call back
 // into the tree or the KvCacheManager.
 #pragma once
 

@@ -300,6 +300,7 @@ BlockKey RadixTree::ChainStart(CacheNamespace ns, const Node* parent) {
   return parent ? parent->chain_key : RootKey(ns);
 }
 int RadixTree::lock_ref(const Node* node) { return node->lock_ref; }
+std::span<const TokenId> RadixTree::tokens(const Node* node) { return node->tokens; }
 RadixTree::Node* RadixTree::parent(const Node* node) { return node->parent; }
 int RadixTree::pin_ref(const Node* node) { return node->pin_ref; }
 const NodeUsage& RadixTree::usage(const Node* node) { return node->usage; }

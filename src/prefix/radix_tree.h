@@ -123,6 +123,8 @@ class RadixTree {
   // The key a chain of `ns` starts from: the key of the node `parent`, or RootKey(ns) for null.
   static BlockKey ChainStart(CacheNamespace ns, const Node* parent);
   static int lock_ref(const Node* node);
+  // The block's block_size tokens (empty for a namespace root).
+  static std::span<const TokenId> tokens(const Node* node);
   // The node's parent: the namespace root (which holds no block) for a first block.
   static Node* parent(const Node* node);
   static int pin_ref(const Node* node);

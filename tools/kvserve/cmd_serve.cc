@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "events/kv_events_config.h"
 #include "engine_options.h"
 #include "prefix/eviction_policy.h"
 #include "quant/kv_dtype.h"
@@ -36,6 +37,9 @@ struct ServeOptions {
   std::string kv_disk_write_policy = "write-through";
   std::string kv_tier_queue = "256MiB";
   std::string speculative_config;
+  std::string kv_events_config;
+  std::string kv_events_hash_seed;
+  std::string kv_events_block_hashes = "int";
   std::string max_header = "16KiB";
 };
 
@@ -121,6 +125,15 @@ void RunServe(ServeOptions& o) {
     if (!spec.ok()) Fail("--speculative-config: " + spec.status().message());
     c.engine.spec = *spec;
   }
+  if (!o.kv_events_config.empty()) {
+    auto events = ParseKvEventsConfig(o.kv_events_config);
+    if (!events.ok()) Fail("--kv-events-config: " + events.status().message());
+    c.engine.kv_events = *events;
+  }
+  c.engine.kv_events.hash_seed = o.kv_events_hash_seed;
+  auto hash_form = ParseBlockHashForm(o.kv_events_block_hashes);
+  if (!hash_form.ok()) Fail("--kv-events-block-hashes: " + hash_form.status().message());
+  c.engine.kv_events.hash_form = *hash_form;
   if (c.http.server.port < 0 || c.http.server.port > 65535) Fail("--port must be in [0, 65535]");
   if (c.max_queued_requests < 0) Fail("--max-queued-requests must be >= 0");
   if (!(c.engine.max_retained_fraction >= 0 && c.engine.max_retained_fraction <= 1)) {
@@ -209,6 +222,18 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--kv-tier-queue-bytes", o->kv_tier_queue,
                   "Block records waiting to be written to the lower tiers; more are dropped "
                   "(default 256MiB)");
+  cmd->add_option("--kv-events-config", o->kv_events_config,
+                  "Publish the prefix cache's block events in vLLM's format over ZeroMQ, as "
+                  "JSON with vLLM's keys, e.g. '{\"enable_kv_cache_events\": true, "
+                  "\"publisher\": \"zmq\", \"endpoint\": \"tcp://*:5557\", "
+                  "\"replay_endpoint\": \"tcp://*:5558\", \"topic\": \"kv@pod@model\"}' "
+                  "(docs/kv_events.md; default: off)");
+  cmd->add_option("--kv-events-hash-seed", o->kv_events_hash_seed,
+                  "Seed of the block hashes in KV events, as vLLM's PYTHONHASHSEED; routers "
+                  "(llm-d's hashSeed) must use the same (default: \"\")");
+  cmd->add_option("--kv-events-block-hashes", o->kv_events_block_hashes,
+                  "int: block hashes in KV events as 64-bit integers, as vLLM sends them by "
+                  "default; bytes: the 32-byte digests (default int)");
   cmd->add_option("--max-queued-requests", c.max_queued_requests,
                   "Requests that may wait beyond the running ones; more get 503 (default 256)");
   cmd->add_option("--max-body-bytes", o->max_body, "Largest request body (default 8MiB)");
