@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""`kvserve route` in front of 3 replicas on loopback: each policy's cache hit rate against the
+ideal, median TTFT and requests/s, and the router's own cost (added TTFT and ITL at p50).
+
+For each policy, 3 fresh replicas (`kvserve serve`, the embedded model unless --model, --threads 1
+each, KV events over ipc:// endpoints) and a router with that policy; then two `kvserve bench`
+runs at once through the router:
+  - multi-turn: 16 conversations x 6 rounds (each round the whole history plus a new user turn),
+  - shared-prefix: 8 groups of 8 prompts (a system prompt of its group + a question),
+with Poisson arrivals, so both mixes hit the fleet together. The hit rate is reported cached
+tokens / prompt tokens over both; the ideal is kvserve bench's block-granular ideal (what one
+unbounded prefix cache would serve, in send order). The router's /metrics give its predicted
+cached tokens beside the reported ones.
+
+The router's cost: one replica, the same kind of requests at concurrency 1 sent to it directly
+and through a router (cache-aware over two entries that are both that replica, so every request
+is tokenized and scored as in a real fleet; and round-robin, the bare proxy), runs alternating,
+fresh prompts each run; the p50 TTFT and ITL of each, medians over the runs.
+
+  python3 bench/router_bench.py [--kvserve build/kvserve] [--policies cache-aware,least-load,round-robin]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import LISTENING, cpu_name, start_serve  # noqa: E402
+
+
+def start_router(kvserve, replica_specs, flags, stderr):
+    args = [kvserve, "route", "--port", "0", "--log-level", "warning"] + flags
+    for spec in replica_specs:
+        args += ["--replica", spec]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True)
+    line = proc.stdout.readline().strip()
+    m = LISTENING.match(line)
+    if not m:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"router did not start: {line!r}")
+    return proc, m.group(1)
+
+
+def start_replica(a, tmp, name, log):
+    endpoint, replay = f"ipc://{tmp}/{name}-ev", f"ipc://{tmp}/{name}-rp"
+    config = json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint,
+                         "replay_endpoint": replay, "topic": "kv"})
+    args = ["--threads", str(a.threads), "--log-level", "warning", "--kv-events-config", config]
+    if a.model:
+        args += ["--model", a.model]
+    proc, url, _ = start_serve(a.kvserve, args, log)
+    return proc, url, f"{url},events={endpoint},replay={replay},topic=kv"
+
+
+def stop(procs):
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def bench(a, url, out, workload_args):
+    args = [a.kvserve, "bench", "--base-url", url, "--out", out, "--no-progress", "--ignore-eos",
+            "--block-size", "16"] + workload_args
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_bench(proc, out):
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"kvserve bench failed ({proc.returncode}): {err}")
+    with open(out) as f:
+        return json.load(f)
+
+
+def scrape(url, prefix="kvserve_router:"):
+    """Each metric of the router summed over its labels."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        sums = {}
+        for line in r.read().decode().splitlines():
+            if line.startswith(prefix):
+                name, value = line.rsplit(" ", 1)
+                name = name.split("{")[0]
+                sums[name] = sums.get(name, 0) + float(value)
+        return sums
+
+
+MULTI_TURN = ["--workload", "multi-turn", "--conversations", "16", "--rounds", "6",
+              "--user-len", "64", "--output-len", "16", "--concurrency", "16"]
+SHARED_PREFIX = ["--workload", "shared-prefix", "--groups", "8", "--prompts-per-group", "8",
+                 "--system-prompt-len", "768", "--question-len", "32", "--output-len", "16",
+                 "--concurrency", "8"]
+
+
+def run_policy(a, policy, tmp, log):
+    procs = []
+    try:
+        replicas = [start_replica(a, tmp, f"{policy}-{i}", log) for i in range(3)]
+        procs += [r[0] for r in replicas]
+        router, url = start_router(a.kvserve, [r[2] for r in replicas], ["--policy", policy], log)
+        procs.append(router)
+        load = ["--seed", str(a.seed), "--request-rate", str(a.rate)]
+        t0 = time.monotonic()
+        outs = [f"{tmp}/{policy}-mt.json", f"{tmp}/{policy}-sp.json"]
+        runs = [bench(a, url, outs[0], MULTI_TURN + load), bench(a, url, outs[1], SHARED_PREFIX + load)]
+        results = [wait_bench(p, out) for p, out in zip(runs, outs)]
+        wall = time.monotonic() - t0
+        metrics = scrape(url)
+    finally:
+        stop(procs)
+    reqs = [r for res in results for r in res["requests"] if r.get("ok")]
+    prompt = sum(r["prompt_tokens"] for r in reqs)
+    reported = sum(r.get("cached_tokens") or 0 for r in reqs)
+    ideal = sum(res["cached_tokens"]["ideal_block"] for res in results)
+    return {
+        "requests": len(reqs),
+        "failed": sum(res["failed"] for res in results),
+        "hit_rate": reported / prompt,
+        "ideal_hit_rate": ideal / prompt,
+        "ttft_p50_ms": statistics.median(r["ttft_ms"] for r in reqs),
+        "ttft_p50_ms_by_workload": [res["ttft_ms"]["p50"] for res in results],
+        "requests_per_s": len(reqs) / wall,
+        "predicted_cached": metrics.get("kvserve_router:predicted_cached_tokens_total", 0),
+        "reported_cached": metrics.get("kvserve_router:reported_cached_tokens_total", 0),
+    }
+
+
+def overhead(a, tmp, log):
+    """Median over runs of each target's p50 TTFT and ITL: the replica directly, then through the
+    two routers, in alternating order."""
+    procs = []
+    rows = {"direct": [], "cache-aware": [], "round-robin": []}
+    try:
+        proc, url, spec = start_replica(a, tmp, "solo", log)
+        procs.append(proc)
+        # Two entries for the one replica: the cache-aware router tokenizes and scores every
+        # request (it skips both with a single replica in the pool) and still sends each to it.
+        ca, ca_url = start_router(a.kvserve, [spec, spec], ["--policy", "cache-aware"], log)
+        rr, rr_url = start_router(a.kvserve, [url], ["--policy", "round-robin"], log)
+        procs += [ca, rr]
+        targets = {"direct": url, "cache-aware": ca_url, "round-robin": rr_url}
+        seed = 1000
+        for run in range(a.overhead_runs):
+            order = ["direct", "cache-aware", "round-robin"]
+            for name in order if run % 2 == 0 else order[::-1]:
+                seed += 1  # fresh prompts: no run finds another's in the cache
+                out = f"{tmp}/oh-{name}-{run}.json"
+                res = wait_bench(bench(a, targets[name], out,
+                                       ["--workload", "random", "--num-prompts", "40",
+                                        "--input-len", "128", "--output-len", "32",
+                                        "--concurrency", "1", "--seed", str(seed)]), out)
+                rows[name].append((res["ttft_ms"]["p50"], res["itl_ms"]["p50"]))
+    finally:
+        stop(procs)
+    return {k: (statistics.median(t for t, _ in v), statistics.median(i for _, i in v))
+            for k, v in rows.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--kvserve", default="build/kvserve")
+    ap.add_argument("--model", default="", help="GGUF file (default: the embedded model)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--policies", default="cache-aware,least-load,round-robin")
+    ap.add_argument("--rate", type=float, default=10, help="requests/s of each workload (Poisson)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--overhead-runs", type=int, default=5)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="kvserve-router-bench-")
+    log = open(os.path.join(tmp, "servers.log"), "w")
+    print(f"CPU: {cpu_name()}; 3 replicas x {a.threads} thread(s); "
+          f"{'model ' + a.model if a.model else 'embedded model'}; {a.rate:g} requests/s per workload")
+    try:
+        print(f"{'policy':<12} {'reqs':>5} {'fail':>4} {'hit':>6} {'ideal':>6} {'of ideal':>8} "
+              f"{'TTFT p50':>9} {'mt / sp':>15} {'req/s':>6}  router predicted/reported cached")
+        for policy in a.policies.split(","):
+            r = run_policy(a, policy, tmp, log)
+            mt, sp = r["ttft_p50_ms_by_workload"]
+            print(f"{policy:<12} {r['requests']:>5} {r['failed']:>4} {r['hit_rate']:>6.1%} "
+                  f"{r['ideal_hit_rate']:>6.1%} {r['hit_rate'] / r['ideal_hit_rate']:>8.1%} "
+                  f"{r['ttft_p50_ms']:>7.2f}ms {mt:>6.2f}/{sp:>6.2f}ms {r['requests_per_s']:>6.1f}  "
+                  f"{r['predicted_cached']:.0f}/{r['reported_cached']:.0f}", flush=True)
+        if a.overhead_runs > 0:
+            med = overhead(a, tmp, log)
+            d_ttft, d_itl = med["direct"]
+            print(f"router cost (one replica, concurrency 1, medians of {a.overhead_runs} runs' p50): "
+                  f"direct TTFT {d_ttft:.3f} ms, ITL {d_itl:.3f} ms")
+            for name in ("cache-aware", "round-robin"):
+                t, i = med[name]
+                print(f"  {name:<12} TTFT {t:.3f} ms ({t - d_ttft:+.3f}), "
+                      f"ITL {i:.3f} ms ({i - d_itl:+.3f})")
+    finally:
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
