@@ -257,15 +257,16 @@ void Fleet::Serve(http::Request& req, http::Exchange& ex) {
   bool post = false;
   const ApiRoute route = RouteOfPath(req.path, &post);
   const bool generates = Generates(route);
+  // Only cache-aware routing reads the body (the prompt, the cache key); the other policies pass
+  // it on untouched. A body that is not JSON goes on too: the replica answers its error.
+  const bool cache_aware = generates && config_.policy == PolicyKind::kCacheAware;
   RequestFacts facts;
-  if (generates) {
+  if (cache_aware) {
     facts = InspectRequest(route, json::parse(req.body, nullptr, /*allow_exceptions=*/false));
   }
   const http::Headers headers = UpstreamHeaders(req);
   Scoring scoring;
-  if (generates && config_.policy == PolicyKind::kCacheAware && config_.health->num_healthy() > 1) {
-    scoring = Score(facts, headers);
-  }
+  if (cache_aware && config_.health->num_healthy() > 1) scoring = Score(facts, headers);
 
   std::vector<int> tried;
   std::string last_error;

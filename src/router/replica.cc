@@ -42,6 +42,14 @@ Result<ReplicaSpec> ParseReplicaSpec(std::string_view text) {
   // The origin is checked the way the client will use it.
   Result<std::unique_ptr<http::Client>> probe = http::Client::Create(spec.origin);
   if (!probe.ok()) return InvalidArgument(fmt::format("--replica: {}", probe.status().message()));
+  for (const std::string* endpoint : {&spec.events.endpoint, &spec.events.replay_endpoint}) {
+    if (!endpoint->empty() && endpoint->rfind("tcp://", 0) != 0 &&
+        endpoint->rfind("ipc://", 0) != 0 && endpoint->rfind("inproc://", 0) != 0) {
+      return InvalidArgument(fmt::format(
+          "--replica '{}': '{}' is not a ZeroMQ endpoint (tcp://HOST:PORT or ipc://PATH)", text,
+          *endpoint));
+    }
+  }
   if (spec.events.endpoint.empty() &&
       (!spec.events.replay_endpoint.empty() || !spec.events.topic.empty())) {
     return InvalidArgument(

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "router/replica.h"
+
 namespace kvserve::router {
 namespace {
 
@@ -53,6 +55,28 @@ TEST(HealthCheckerTest, TheThreadRunsRoundsUntilStopped) {
   h.Start();
   h.Stop();  // returns promptly whatever the interval
   h.Stop();
+}
+
+TEST(ReplicaSpecTest, AnOriginWithItsEventEndpoints) {
+  Result<ReplicaSpec> s = ParseReplicaSpec(
+      "http://127.0.0.1:8001/,events=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558,topic=kv");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->origin, "http://127.0.0.1:8001");
+  EXPECT_EQ(s->events.endpoint, "tcp://127.0.0.1:5557");
+  EXPECT_EQ(s->events.replay_endpoint, "tcp://127.0.0.1:5558");
+  EXPECT_EQ(s->events.topic, "kv");
+  s = ParseReplicaSpec("http://h:1");
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->events.endpoint.empty());
+}
+
+TEST(ReplicaSpecTest, MistakesAreRefusedWithWhatToWrite) {
+  EXPECT_FALSE(ParseReplicaSpec("127.0.0.1:8001").ok());               // no scheme
+  EXPECT_FALSE(ParseReplicaSpec("http://h:1,event=tcp://h:2").ok());   // unknown part
+  EXPECT_FALSE(ParseReplicaSpec("http://h:1,events=").ok());           // empty value
+  EXPECT_FALSE(ParseReplicaSpec("http://h:1,events=h:2").ok());        // not ZeroMQ
+  EXPECT_FALSE(ParseReplicaSpec("http://h:1,replay=tcp://h:3").ok());  // replay alone
+  EXPECT_EQ(ParseReplicaSpec("http://h:1,x=1").status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
