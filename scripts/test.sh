@@ -76,7 +76,7 @@ count "$logdir/asan.log"
 phase "build (ThreadSanitizer)"
 sanitizer_cmake "$root/build-tsan" -DKVSERVE_TSAN=ON || exit 1
 cmake --build "$root/build-tsan" -j"$jobs" --target util_test tier_test tier_engine_test engine_test \
-  http_server_test http_client_test router_test router_proxy_test kvserve || exit 1
+  kv_events_engine_test http_server_test http_client_test router_test router_proxy_test kvserve || exit 1
 phase "threaded tests under ThreadSanitizer"
 # server_openai runs the black-box server tests against the ThreadSanitizer build of kvserve:
 # a race in the HTTP layer, the bridge or the engine ends that server, and its tests fail. Under
@@ -85,7 +85,7 @@ phase "threaded tests under ThreadSanitizer"
 # ran above against the Release build).
 KVSERVE_SERVER_TEST_FILES=api,chat,completions,hostile,kv_pressure,limits,process,tiers \
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/build-tsan" \
-  -R '^(Spin/ThreadPool|ThreadPool\.|Disk|Redis|BlockRecord|TierEngine|Engine\.|ServerTest\.|ClientTest\.|RouterProxyTest\.|EventFeedTest\.|HealthCheckerTest\.|server_openai$)' \
+  -R '^(Spin/ThreadPool|ThreadPool\.|Disk|Redis|BlockRecord|TierEngine|KvEventsEngine\.|Engine\.|ServerTest\.|ClientTest\.|RouterProxyTest\.|EventFeedTest\.|HealthCheckerTest\.|server_openai$)' \
   --output-on-failure -j"$jobs" 2>&1 | tee "$logdir/tsan.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 count "$logdir/tsan.log"

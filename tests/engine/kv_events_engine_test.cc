@@ -259,6 +259,40 @@ TEST(KvEventsEngine, SubscriberRebuildsTheTreeAfterHitsAndEvictions) {
   EXPECT_TRUE(sub.blocks.count(VllmHashToU64(salted_hashes[0])));
 }
 
+// A restart on a disk tier: the new publisher starts with AllBlocksCleared, and the blocks loaded
+// from disk into RAM are BlockStored like computed ones (the tier the engine computes from is
+// what the stream reports), with the same hashes as before the restart.
+TEST(KvEventsEngine, BlocksLoadedFromDiskAfterARestartAreStoredAgain) {
+  testing_util::TempDir dir;
+  EngineConfig c = testing_util::SmallConfig();
+  c.tiers.disk_path = dir.path();
+  c.kv_events.enabled = true;
+  c.kv_events.endpoint = "tcp://127.0.0.1:*";
+  c.kv_events.replay_endpoint = "tcp://127.0.0.1:*";
+  c.kv_events.topic = "kv@test@tiny";
+  std::vector<TokenId> prompt;
+  for (int i = 0; i < 50; ++i) prompt.push_back(3 + (i * 7) % 280);
+  const auto hashes = VllmBlockHashes(prompt, 16, VllmNoneHash(""));  // 3 full blocks
+  {
+    auto core = testing_util::MakeCore(c);
+    testing_util::RunAll(*core, {prompt}, 2);
+    core->FlushTierWrites();
+  }
+  auto core = testing_util::MakeCore(c);
+  KvEventPublisher* pub = core->kv_event_publisher();
+  const auto done = testing_util::RunAll(*core, {prompt}, 2);
+  EXPECT_EQ(done[0].metrics.cached_tokens, 48);  // all three blocks from disk
+  pub->Flush();
+  Subscriber sub(pub->endpoint(), pub->replay_endpoint());
+  sub.ReceiveThrough(pub->stats().batches - 1);
+  EXPECT_EQ(sub.cleared, 1);
+  EXPECT_EQ(static_cast<int>(sub.blocks.size()), core->kv_manager().tree()->num_nodes());
+  for (const VllmBlockHash& h : hashes) {
+    ASSERT_TRUE(sub.blocks.count(VllmHashToU64(h)));
+    EXPECT_EQ(sub.blocks[VllmHashToU64(h)].medium, "GPU");
+  }
+}
+
 TEST(KvEventsEngine, EventsNeedPrefixCachingAndAFreeEndpoint) {
   EngineConfig c = testing_util::SmallConfig();
   c.kv_events.enabled = true;
