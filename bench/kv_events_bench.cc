@@ -8,11 +8,19 @@
 // generated tokens fill them, and evicts the earlier rounds' blocks once the cache is full:
 // the stream carries BlockStored and BlockRemoved events all along. Decode tokens/s = tokens
 // after each request's first / time from the first token to the last, summed over the batch.
-// Prints each run, the medians, the on/off ratio and the events published.
+// Prints each run, the medians, the median of the rounds' on/off ratios (a round's two runs are
+// adjacent in time, so drift in a shared machine's speed mostly cancels) and the events
+// published.
+//
+// The engine thread's own share is then timed alone: a second publisher gets the same number of
+// steps with the same blocks stored and evicted (OnBlockInserted, OnBlockEvicted, EndStep: what
+// the engine thread calls; its publisher thread hashes and sends beside it), against the mean
+// step time of the "on" runs.
 //
 //   kvserve_kv_events_bench [--model M.gguf] [--batch 4] [--prompt 96] [--n 256] [--runs 7]
 //       [--threads 1] [--block-size 16] [--no-subscriber]
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -62,8 +70,24 @@ std::vector<EngineRequest> Requests(const Options& o, int round, int vocab) {
   return reqs;
 }
 
-double DecodeTokensPerSecond(EngineCore& core, const std::vector<EngineRequest>& reqs,
-                             int64_t* next_id) {
+// The process's CPU seconds so far, every thread (the publisher's and ZeroMQ's included).
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+struct RunStats {
+  double tokens_per_s = 0;
+  double cpu_us_per_token = 0;  // process CPU time over the run / tokens generated
+};
+
+// Adds the run's wall time to *seconds.
+RunStats DecodeRun(EngineCore& core, const std::vector<EngineRequest>& reqs, int64_t* next_id,
+                   double* seconds) {
+  const Clock::time_point start = Clock::now();
+  const double cpu_start = CpuSeconds();
   std::vector<Clock::time_point> first(reqs.size()), last(reqs.size());
   std::vector<size_t> count(reqs.size(), 0);
   const int64_t base = *next_id;
@@ -85,12 +109,56 @@ double DecodeTokensPerSecond(EngineCore& core, const std::vector<EngineRequest>&
     }
     events.clear();
   }
+  *seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  const double cpu = CpuSeconds() - cpu_start;
   const Clock::time_point t0 = *std::min_element(first.begin(), first.end());
   const Clock::time_point t1 = *std::max_element(last.begin(), last.end());
   size_t tokens = 0;
-  for (size_t c : count) tokens += c > 0 ? c - 1 : 0;
-  return static_cast<double>(tokens) /
-         std::max(std::chrono::duration<double>(t1 - t0).count(), 1e-9);
+  size_t generated = 0;
+  for (size_t c : count) {
+    tokens += c > 0 ? c - 1 : 0;
+    generated += c;
+  }
+  RunStats r;
+  r.tokens_per_s =
+      static_cast<double>(tokens) / std::max(std::chrono::duration<double>(t1 - t0).count(), 1e-9);
+  r.cpu_us_per_token = 1e6 * cpu / static_cast<double>(std::max<size_t>(generated, 1));
+  return r;
+}
+
+// Engine-thread seconds of the publisher calls for `steps` steps carrying `stored` inserts and
+// `removed` evictions, spread evenly.
+double EngineThreadSeconds(const Options& o, int64_t steps, uint64_t stored, uint64_t removed) {
+  KvEventsConfig ec;
+  ec.enabled = true;
+  ec.endpoint = "tcp://127.0.0.1:*";
+  auto pub = KvEventPublisher::Create(ec, o.block_size);
+  if (!pub.ok()) throw std::runtime_error(pub.status().ToString());
+  const BlockKey root{};
+  std::vector<BlockKey> keys(stored);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (int b = 0; b < 4; ++b)
+      keys[i].bytes[static_cast<size_t>(b)] = static_cast<uint8_t>(i >> (8 * b));
+    keys[i].bytes[4] = 1;
+  }
+  const std::vector<TokenId> tokens(static_cast<size_t>(o.block_size), 7);
+  const Clock::time_point t0 = Clock::now();
+  uint64_t done_stored = 0, done_removed = 0;
+  for (int64_t s = 1; s <= steps; ++s) {
+    for (; done_stored < stored * static_cast<uint64_t>(s) / static_cast<uint64_t>(steps);
+         ++done_stored) {
+      (*pub)->OnBlockInserted(TreeBlock{keys[done_stored], root, root, tokens, BlockId(0)});
+    }
+    for (; done_removed < removed * static_cast<uint64_t>(s) / static_cast<uint64_t>(steps) &&
+           done_removed < done_stored;
+         ++done_removed) {
+      (*pub)->OnBlockEvicted(TreeBlock{keys[done_removed], root, root, tokens, BlockId(0)});
+    }
+    (*pub)->EndStep();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  (*pub)->Flush();
+  return seconds;
 }
 
 int Run(const Options& o) {
@@ -134,23 +202,33 @@ int Run(const Options& o) {
       "%d blocks, subscriber %s\n",
       o.model.empty() ? "embedded" : o.model.c_str(), o.batch, o.prompt, o.n, o.threads,
       o.block_size, c.num_blocks, o.no_subscriber ? "none" : "in process");
-  std::vector<double> t_off, t_on;
+  std::vector<double> t_off, t_on, ratios, cpu_off, cpu_on;
+  double seconds_off = 0, seconds_on = 0;
   int64_t next_id = 1;
   for (int r = 0; r < o.runs; ++r) {
     // Alternate which side goes first, so drift in the machine's speed hits both alike.
     const auto reqs = Requests(o, r, vocab);
     for (int side = 0; side < 2; ++side) {
       const bool events = (side + r) % 2 == 1;
-      const double tps = DecodeTokensPerSecond(events ? **on : **off, reqs, &next_id);
-      (events ? t_on : t_off).push_back(tps);
-      std::printf("run %d events %-3s %8.1f decode tokens/s\n", r, events ? "on" : "off", tps);
+      const RunStats rs =
+          DecodeRun(events ? **on : **off, reqs, &next_id, events ? &seconds_on : &seconds_off);
+      (events ? t_on : t_off).push_back(rs.tokens_per_s);
+      (events ? cpu_on : cpu_off).push_back(rs.cpu_us_per_token);
+      std::printf("run %d events %-3s %8.1f decode tokens/s, %7.1f us CPU per token\n", r,
+                  events ? "on" : "off", rs.tokens_per_s, rs.cpu_us_per_token);
     }
+    ratios.push_back(t_on.back() / t_off.back());
   }
   pub->Flush();
   const KvEventStats st = pub->stats();
   const double m_off = Median(t_off), m_on = Median(t_on);
-  std::printf("median decode tokens/s: off %.1f, on %.1f, on/off %.4f (cost %.2f%%)\n", m_off, m_on,
-              m_on / m_off, 100.0 * (1.0 - m_on / m_off));
+  const double ratio = Median(ratios);
+  std::printf(
+      "median decode tokens/s: off %.1f, on %.1f; median of the rounds' on/off ratios "
+      "%.4f (cost %.2f%%)\n",
+      m_off, m_on, ratio, 100.0 * (1.0 - ratio));
+  std::printf("median CPU per generated token (all threads): off %.1f us, on %.1f us\n",
+              Median(cpu_off), Median(cpu_on));
   std::printf("events: %llu batches, %llu blocks stored, %llu removed; subscriber got %llu\n",
               static_cast<unsigned long long>(st.batches),
               static_cast<unsigned long long>(st.stored_blocks),
@@ -158,6 +236,13 @@ int Run(const Options& o) {
               static_cast<unsigned long long>(received.load()));
   stop = true;
   if (subscriber.joinable()) subscriber.join();
+  const int64_t steps = (*on)->stats().num_steps;
+  const double engine_s = EngineThreadSeconds(o, steps, st.stored_blocks, st.removed_blocks);
+  std::printf(
+      "engine thread: %.2f us of publisher calls per step (%lld steps), %.3f%% of the "
+      "mean step of the \"on\" runs (%.1f us)\n",
+      1e6 * engine_s / static_cast<double>(steps), static_cast<long long>(steps),
+      100.0 * engine_s / seconds_on, 1e6 * seconds_on / static_cast<double>(steps));
   return 0;
 }
 
