@@ -12,6 +12,9 @@ tokens / prompt tokens over both; the ideal is kvserve bench's block-granular id
 unbounded prefix cache would serve, in send order). The router's /metrics give its predicted
 cached tokens beside the reported ones.
 
+Then a replica killed halfway through a run of streaming conversations (cache-aware): how many
+requests started after the kill failed (the goal: none), and how many of those in flight broke.
+
 The router's cost: one replica, the same kind of requests at concurrency 1 sent to it directly
 and through a router (cache-aware over two entries that are both that replica, so every request
 is tokenized and scored as in a real fleet; and round-robin, the bare proxy), runs alternating,
@@ -32,6 +35,19 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_util import LISTENING, cpu_name, start_serve  # noqa: E402
+
+
+def cpu_family_model():
+    """'family F model M' from /proc/cpuinfo (a model name alone may not tell the generation)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
 def start_router(kvserve, replica_specs, flags, stderr):
@@ -136,6 +152,66 @@ def run_policy(a, policy, tmp, log):
     }
 
 
+def chat_stream(url, messages, max_tokens):
+    """One streamed chat request; True when it ended with [DONE] after a 200."""
+    body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True, "stream": True}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", body,
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return any(raw.strip() == b"data: [DONE]" for raw in resp)
+    except Exception:  # noqa: BLE001 (any failure is a failed request)
+        return False
+
+
+def kill_mid_run(a, tmp, log, seconds=6.0, clients=12):
+    """Cache-aware over 3 replicas; `clients` conversations stream turn after turn; one replica
+    is killed halfway. Returns (started after the kill, of them failed, in flight at the kill,
+    of them failed)."""
+    import random
+    import threading
+    procs = []
+    records = []  # (start, end, ok)
+    lock = threading.Lock()
+    try:
+        replicas = [start_replica(a, tmp, f"kill-{i}", log) for i in range(3)]
+        procs += [r[0] for r in replicas]
+        router, url = start_router(a.kvserve, [r[2] for r in replicas],
+                                   ["--policy", "cache-aware", "--health-interval", "0.2"], log)
+        procs.append(router)
+        stop_at = time.monotonic() + seconds
+
+        def converse(c):
+            rng = random.Random(c)
+            words = "the river map duck house flowers friend morning garden lamp window".split()
+            messages = []
+            while time.monotonic() < stop_at:
+                messages.append({"role": "user", "content": " ".join(rng.choice(words) for _ in range(40))})
+                start = time.monotonic()
+                ok = chat_stream(url, messages, 16)
+                with lock:
+                    records.append((start, time.monotonic(), ok))
+                messages.append({"role": "assistant", "content": "fine"})
+                if len(messages) > 12:
+                    messages = []
+
+        threads = [threading.Thread(target=converse, args=(c,)) for c in range(clients)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds / 2)
+        victim = replicas[0][0]
+        victim.kill()
+        killed_at = time.monotonic()
+        for t in threads:
+            t.join()
+    finally:
+        stop(procs)
+    after = [ok for start, _, ok in records if start > killed_at]
+    during = [ok for start, end, ok in records if start <= killed_at < end]
+    return len(after), after.count(False), len(during), during.count(False)
+
+
 def overhead(a, tmp, log):
     """Median over runs of each target's p50 TTFT and ITL: the replica directly, then through the
     two routers, in alternating order."""
@@ -176,10 +252,12 @@ def main():
     ap.add_argument("--rate", type=float, default=10, help="requests/s of each workload (Poisson)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--overhead-runs", type=int, default=5)
+    ap.add_argument("--no-kill", dest="kill", action="store_false",
+                    help="skip the run that kills a replica midway")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvserve-router-bench-")
     log = open(os.path.join(tmp, "servers.log"), "w")
-    print(f"CPU: {cpu_name()}; 3 replicas x {a.threads} thread(s); "
+    print(f"CPU: {cpu_name()} ({cpu_family_model()}); 3 replicas x {a.threads} thread(s); "
           f"{'model ' + a.model if a.model else 'embedded model'}; {a.rate:g} requests/s per workload")
     try:
         print(f"{'policy':<12} {'reqs':>5} {'fail':>4} {'hit':>6} {'ideal':>6} {'of ideal':>8} "
@@ -191,6 +269,11 @@ def main():
                   f"{r['ideal_hit_rate']:>6.1%} {r['hit_rate'] / r['ideal_hit_rate']:>8.1%} "
                   f"{r['ttft_p50_ms']:>7.2f}ms {mt:>6.2f}/{sp:>6.2f}ms {r['requests_per_s']:>6.1f}  "
                   f"{r['predicted_cached']:.0f}/{r['reported_cached']:.0f}", flush=True)
+        if a.kill:
+            n_after, failed_after, n_during, failed_during = kill_mid_run(a, tmp, log)
+            print(f"one replica killed mid-run (cache-aware, 12 streaming conversations): "
+                  f"{failed_after} of {n_after} requests started after the kill failed; "
+                  f"{failed_during} of the {n_during} in flight at the kill broke off", flush=True)
         if a.overhead_runs > 0:
             med = overhead(a, tmp, log)
             d_ttft, d_itl = med["direct"]

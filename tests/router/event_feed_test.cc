@@ -92,16 +92,19 @@ class FakePublisher {
         std::lock_guard lock(mu_);
         copy = buffer_;
       }
+      // [identity, "", seq, payload] per batch, then [identity, "", -1, ""]. The frames' bytes
+      // live in these strings while the buffers point at them.
       const std::string id = parts[0].to_string();
+      const std::string empty;
       for (auto it = copy.lower_bound(start); it != copy.end(); ++it) {
-        std::array<zmq::const_buffer, 4> reply = {zmq::buffer(id), zmq::buffer(std::string()),
-                                                  zmq::buffer(Seq(it->first)),
-                                                  zmq::buffer(it->second)};
+        const std::string seq = Seq(it->first);
+        std::array<zmq::const_buffer, 4> reply = {zmq::buffer(id), zmq::buffer(empty),
+                                                  zmq::buffer(seq), zmq::buffer(it->second)};
         zmq::send_multipart(router_, reply);
       }
-      std::array<zmq::const_buffer, 4> end = {zmq::buffer(id), zmq::buffer(std::string()),
-                                              zmq::buffer(Seq(~uint64_t{0})),
-                                              zmq::buffer(std::string())};
+      const std::string last = Seq(~uint64_t{0});
+      std::array<zmq::const_buffer, 4> end = {zmq::buffer(id), zmq::buffer(empty),
+                                              zmq::buffer(last), zmq::buffer(empty)};
       zmq::send_multipart(router_, end);
     }
   }
