@@ -84,7 +84,7 @@ phase "threaded tests under ThreadSanitizer"
 # cancellation, shutdown and tier I/O run (the whole set takes three minutes there; the rest
 # ran above against the Release build).
 KVSERVE_SERVER_TEST_FILES=api,chat,completions,hostile,kv_pressure,limits,process,tiers \
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/build-tsan" \
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp" ctest --test-dir "$root/build-tsan" \
   -R '^(Spin/ThreadPool|ThreadPool\.|Disk|Redis|BlockRecord|TierEngine|KvEventsEngine\.|Engine\.|ServerTest\.|ClientTest\.|RouterProxyTest\.|EventFeedTest\.|HealthCheckerTest\.|server_openai$)' \
   --output-on-failure -j"$jobs" 2>&1 | tee "$logdir/tsan.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
