@@ -15,10 +15,10 @@ cached tokens beside the reported ones.
 Then a replica killed halfway through a run of streaming conversations (cache-aware): how many
 requests started after the kill failed (the goal: none), and how many of those in flight broke.
 
-The router's cost: one replica, the same kind of requests at concurrency 1 sent to it directly
-and through a router (cache-aware over two entries that are both that replica, so every request
-is tokenized and scored as in a real fleet; and round-robin, the bare proxy), runs alternating,
-fresh prompts each run; the p50 TTFT and ITL of each, medians over the runs.
+The router's cost: one replica, streamed completions one at a time sent to it directly and
+through two routers (cache-aware over two entries that are both that replica, so every request
+is tokenized and scored as in a real fleet; and round-robin, the bare proxy), the three taking
+turns request by request, each prompt new; the p50 TTFT and ITL of each.
 
   python3 bench/router_bench.py [--kvserve build/kvserve] [--policies cache-aware,least-load,round-robin]
 """
@@ -212,11 +212,45 @@ def kill_mid_run(a, tmp, log, seconds=6.0, clients=12):
     return len(after), after.count(False), len(during), during.count(False)
 
 
+class Streamer:
+    """A kept-alive connection that sends streamed completions and times their chunks on
+    arrival (the same client code for every target, so its own cost cancels out)."""
+
+    def __init__(self, url):
+        import http.client
+        import socket
+        host, port = url.removeprefix("http://").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        self.conn.connect()
+        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def run(self, prompt, max_tokens):
+        body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                           "ignore_eos": True, "stream": True})
+        t0 = time.perf_counter()
+        self.conn.request("POST", "/v1/completions", body=body,
+                          headers={"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        times = []
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            if line.startswith(b"data: {") and b'"text"' in line:
+                times.append(time.perf_counter())
+        if resp.status != 200 or not times:
+            raise RuntimeError(f"a timed request failed ({resp.status})")
+        return times[0] - t0, [b - a for a, b in zip(times, times[1:])]
+
+
 def overhead(a, tmp, log):
-    """Median over runs of each target's p50 TTFT and ITL: the replica directly, then through the
-    two routers, in alternating order."""
+    """TTFT and ITL medians of the replica directly and through each router, the targets taking
+    turns request by request (drift on a busy machine hits all three alike), each request with a
+    prompt no other shares beyond its first words."""
     procs = []
-    rows = {"direct": [], "cache-aware": [], "round-robin": []}
+    names = ["direct", "cache-aware", "round-robin"]
+    ttft = {n: [] for n in names}
+    itl = {n: [] for n in names}
     try:
         proc, url, spec = start_replica(a, tmp, "solo", log)
         procs.append(proc)
@@ -225,22 +259,18 @@ def overhead(a, tmp, log):
         ca, ca_url = start_router(a.kvserve, [spec, spec], ["--policy", "cache-aware"], log)
         rr, rr_url = start_router(a.kvserve, [url], ["--policy", "round-robin"], log)
         procs += [ca, rr]
-        targets = {"direct": url, "cache-aware": ca_url, "round-robin": rr_url}
-        seed = 1000
-        for run in range(a.overhead_runs):
-            order = ["direct", "cache-aware", "round-robin"]
-            for name in order if run % 2 == 0 else order[::-1]:
-                seed += 1  # fresh prompts: no run finds another's in the cache
-                out = f"{tmp}/oh-{name}-{run}.json"
-                res = wait_bench(bench(a, targets[name], out,
-                                       ["--workload", "random", "--num-prompts", "40",
-                                        "--input-len", "128", "--output-len", "32",
-                                        "--concurrency", "1", "--seed", str(seed)]), out)
-                rows[name].append((res["ttft_ms"]["p50"], res["itl_ms"]["p50"]))
+        streamers = {"direct": Streamer(url), "cache-aware": Streamer(ca_url),
+                     "round-robin": Streamer(rr_url)}
+        filler = " ".join(["the river map duck house flowers friend morning garden lamp"] * 10)
+        for i in range(a.overhead_requests):
+            for j, name in enumerate(names if i % 2 == 0 else names[::-1]):
+                first, gaps = streamers[name].run(f"{i * 3 + j} {filler}", 16)
+                if i >= 5:  # the first ones warm connections, threads and caches
+                    ttft[name].append(first)
+                    itl[name].extend(gaps)
     finally:
         stop(procs)
-    return {k: (statistics.median(t for t, _ in v), statistics.median(i for _, i in v))
-            for k, v in rows.items()}
+    return {n: (1e3 * statistics.median(ttft[n]), 1e3 * statistics.median(itl[n])) for n in names}
 
 
 def main():
@@ -251,7 +281,8 @@ def main():
     ap.add_argument("--policies", default="cache-aware,least-load,round-robin")
     ap.add_argument("--rate", type=float, default=10, help="requests/s of each workload (Poisson)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--overhead-runs", type=int, default=5)
+    ap.add_argument("--overhead-requests", type=int, default=300,
+                    help="requests per target for the router's cost (0: skip)")
     ap.add_argument("--no-kill", dest="kill", action="store_false",
                     help="skip the run that kills a replica midway")
     a = ap.parse_args()
@@ -262,7 +293,7 @@ def main():
     try:
         print(f"{'policy':<12} {'reqs':>5} {'fail':>4} {'hit':>6} {'ideal':>6} {'of ideal':>8} "
               f"{'TTFT p50':>9} {'mt / sp':>15} {'req/s':>6}  router predicted/reported cached")
-        for policy in a.policies.split(","):
+        for policy in [p for p in a.policies.split(",") if p]:
             r = run_policy(a, policy, tmp, log)
             mt, sp = r["ttft_p50_ms_by_workload"]
             print(f"{policy:<12} {r['requests']:>5} {r['failed']:>4} {r['hit_rate']:>6.1%} "
@@ -274,11 +305,11 @@ def main():
             print(f"one replica killed mid-run (cache-aware, 12 streaming conversations): "
                   f"{failed_after} of {n_after} requests started after the kill failed; "
                   f"{failed_during} of the {n_during} in flight at the kill broke off", flush=True)
-        if a.overhead_runs > 0:
+        if a.overhead_requests > 0:
             med = overhead(a, tmp, log)
             d_ttft, d_itl = med["direct"]
-            print(f"router cost (one replica, concurrency 1, medians of {a.overhead_runs} runs' p50): "
-                  f"direct TTFT {d_ttft:.3f} ms, ITL {d_itl:.3f} ms")
+            print(f"router cost (one replica, one request at a time, {a.overhead_requests} each, "
+                  f"p50): direct TTFT {d_ttft:.3f} ms, ITL {d_itl:.3f} ms")
             for name in ("cache-aware", "round-robin"):
                 t, i = med[name]
                 print(f"  {name:<12} TTFT {t:.3f} ms ({t - d_ttft:+.3f}), "
