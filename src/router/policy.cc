@@ -42,8 +42,8 @@ std::string_view RuleName(Rule rule) {
       return "imbalanced";
     case Rule::kCacheMatch:
       return "cache_match";
-    case Rule::kMostRoom:
-      return "most_room";
+    case Rule::kNoMatch:
+      return "no_match";
   }
   return "?";
 }
@@ -159,10 +159,9 @@ class CacheAwarePolicy final : public Policy {
         matched_tokens >= config_.cache_threshold * static_cast<double>(in.prompt_tokens)) {
       return Decide(Best(longest, LoadOf), Rule::kCacheMatch, in);
     }
-    // 4. The most room, then the least load.
-    const std::vector<const Candidate*> roomiest =
-        Best(all, [](const Candidate& c) { return c.num_blocks; });
-    return Decide(Best(roomiest, LoadOf), Rule::kMostRoom, in);
+    // 4. The least load, then the most room.
+    return Decide(Best(Best(all, LoadOf), [](const Candidate& c) { return c.num_blocks; }),
+                  Rule::kNoMatch, in);
   }
 
  private:

@@ -15,8 +15,11 @@
 //        max load > balance_rel_threshold * min load: then least-load;
 //     3. otherwise the candidates whose cached prefix of the prompt is longest; when that prefix
 //        covers at least cache_threshold of the prompt's tokens, the least loaded of them;
-//     4. otherwise the candidate holding the fewest blocks (the most room, SGLang's smallest
-//        tree), then the least loaded.
+//     4. otherwise (no cached prefix worth following) the least loaded candidate, and among
+//        equally loaded ones the one holding the fewest blocks (the most room, SGLang's smallest
+//        tree). SGLang takes the smallest tree first; load goes first here because an exact
+//        block set only grows until the replica's cache is full, so the emptiest replica would
+//        take every new prompt of a burst and of a fleet that just gained a replica.
 //   Ties left after these rotate like round-robin.
 //
 // Thread safety: a Policy keeps its rotation state unguarded; callers serialize Choose.
@@ -41,7 +44,7 @@ Result<PolicyKind> ParsePolicy(std::string_view name);
 std::string_view PolicyName(PolicyKind kind);
 
 // Why a replica was chosen (a metrics label).
-enum class Rule { kRoundRobin, kLeastLoad, kSticky, kImbalanced, kCacheMatch, kMostRoom };
+enum class Rule { kRoundRobin, kLeastLoad, kSticky, kImbalanced, kCacheMatch, kNoMatch };
 std::string_view RuleName(Rule rule);
 inline constexpr int kNumRules = 6;
 

@@ -60,12 +60,16 @@ TEST(PolicyTest, CacheAwareFollowsTheLongestCachedPrefixAboveTheThreshold) {
   EXPECT_EQ(d.matched_blocks, 4u);
 }
 
-TEST(PolicyTest, CacheAwareBelowTheThresholdTakesTheMostRoom) {
+TEST(PolicyTest, CacheAwareBelowTheThresholdTakesTheLeastLoadedThenTheMostRoom) {
   auto p = MakePolicy(PolicyKind::kCacheAware, {.cache_threshold = 0.5});
-  // 3 blocks = 48 of 100 tokens: under half. Replica 1 holds the fewest blocks.
-  const Decision d = Ask(*p, {C(0, 0, 3, 50), C(1, 2, 0, 10), C(2, 0, 0, 90)}, 100);
+  // 3 blocks = 48 of 100 tokens: under half. Replicas 0 and 2 are idle; 0 holds fewer blocks.
+  // Replica 1 holds fewest of all but is busy.
+  Decision d = Ask(*p, {C(0, 0, 3, 50), C(1, 2, 0, 10), C(2, 0, 0, 90)}, 100);
+  EXPECT_EQ(d.replica, 0);
+  EXPECT_EQ(d.rule, Rule::kNoMatch);
+  // All equally loaded: the most room.
+  d = Ask(*p, {C(0, 1, 3, 50), C(1, 1, 0, 10), C(2, 1, 0, 90)}, 100);
   EXPECT_EQ(d.replica, 1);
-  EXPECT_EQ(d.rule, Rule::kMostRoom);
 }
 
 TEST(PolicyTest, CacheAwareBreaksTiesByLoadThenRotation) {
@@ -80,11 +84,11 @@ TEST(PolicyTest, CacheAwareBreaksTiesByLoadThenRotation) {
   EXPECT_EQ(Ask(*p, {C(0, 0), C(1, 0), C(2, 0)}, 100).replica, 1);
 }
 
-TEST(PolicyTest, CacheAwareWithoutAPromptScoreUsesRoomAndLoad) {
+TEST(PolicyTest, CacheAwareWithoutAPromptScoreUsesLoadAndRoom) {
   auto p = MakePolicy(PolicyKind::kCacheAware);
   const Decision d = Ask(*p, {C(0, 1, 9, 5), C(1, 0, 0, 5)}, /*prompt_tokens=*/0);
   EXPECT_EQ(d.replica, 1);  // matched blocks mean nothing without a prompt size
-  EXPECT_EQ(d.rule, Rule::kMostRoom);
+  EXPECT_EQ(d.rule, Rule::kNoMatch);
 }
 
 TEST(PolicyTest, AnImbalancedFleetFallsBackToLeastLoad) {
