@@ -21,11 +21,16 @@
 //       [--threads 1] [--block-size 16] [--no-subscriber]
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
@@ -44,6 +49,8 @@ struct Options {
   std::string model;
   int batch = 4, prompt = 96, n = 256, runs = 7, threads = 1, block_size = 16;
   bool no_subscriber = false;
+  std::string only;   // "on" or "off": one engine only
+  bool same = false;  // both engines without events: their own difference (an A/A run)
 };
 
 std::unique_ptr<Model> LoadModel(const std::string& path, int max_batch) {
@@ -126,6 +133,30 @@ RunStats DecodeRun(EngineCore& core, const std::vector<EngineRequest>& reqs, int
   return r;
 }
 
+// CPU seconds of each thread of the process so far, by name (the publisher's is "kv-events",
+// ZeroMQ's I/O threads "ZMQbg/...").
+void PrintThreadCpu() {
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::map<std::string, double> by_name;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(e.path() / "stat");
+    std::string line;
+    std::getline(in, line);
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    std::vector<std::string> f;
+    while (rest >> field) f.push_back(field);
+    if (f.size() < 13) continue;  // utime and stime are fields 14 and 15 of the line
+    by_name[line.substr(open + 1, close - open - 1)] +=
+        (std::stod(f[11]) + std::stod(f[12])) / tick;
+  }
+  std::printf("CPU seconds by thread:");
+  for (const auto& [name, s] : by_name) std::printf(" %s %.2f;", name.c_str(), s);
+  std::printf("\n");
+}
+
 // Engine-thread seconds of the publisher calls for `steps` steps carrying `stored` inserts and
 // `removed` evictions, spread evenly.
 double EngineThreadSeconds(const Options& o, int64_t steps, uint64_t stored, uint64_t removed) {
@@ -161,6 +192,44 @@ double EngineThreadSeconds(const Options& o, int64_t steps, uint64_t stored, uin
   return seconds;
 }
 
+// One engine (events as `c` says) for --runs rounds: its median decode speed and CPU per token.
+// Alternating whole processes of each side, as scripted in docs/kv_events.md, averages out what
+// two engines in one process differ by (where their buffers landed), which an A/A run (--same)
+// shows to be several percent on a small shared machine.
+int RunOne(const Options& o, const EngineConfig& c) {
+  auto core = EngineCore::Create(LoadModel(o.model, 512), c);
+  if (!core.ok()) throw std::runtime_error(core.status().ToString());
+  std::atomic<bool> stop{false};
+  zmq::context_t ctx{1};
+  std::thread subscriber;
+  if (KvEventPublisher* pub = (*core)->kv_event_publisher(); pub && !o.no_subscriber) {
+    subscriber = std::thread([&stop, &ctx, endpoint = pub->endpoint()] {
+      zmq::socket_t sub(ctx, zmq::socket_type::sub);
+      sub.set(zmq::sockopt::subscribe, "");
+      sub.set(zmq::sockopt::rcvtimeo, 100);
+      sub.connect(endpoint);
+      while (!stop.load()) {
+        zmq::message_t m;
+        (void)sub.recv(m);
+      }
+    });
+  }
+  const int vocab = (*core)->model().config().vocab;
+  std::vector<double> tps, cpu;
+  double seconds = 0;
+  int64_t next_id = 1;
+  for (int r = 0; r < o.runs; ++r) {
+    const RunStats rs = DecodeRun(**core, Requests(o, r, vocab), &next_id, &seconds);
+    tps.push_back(rs.tokens_per_s);
+    cpu.push_back(rs.cpu_us_per_token);
+  }
+  std::printf("events %s: median decode tokens/s %.1f, median CPU per generated token %.1f us\n",
+              c.kv_events.enabled ? "on" : "off", Median(tps), Median(cpu));
+  stop = true;
+  if (subscriber.joinable()) subscriber.join();
+  return 0;
+}
+
 int Run(const Options& o) {
   EngineConfig c;
   c.num_threads = o.threads;
@@ -173,6 +242,8 @@ int Run(const Options& o) {
   EngineConfig con = c;
   con.kv_events.enabled = true;
   con.kv_events.endpoint = "tcp://127.0.0.1:*";
+  if (o.same) c = con;  // both publish
+  if (o.only == "on" || o.only == "off") return RunOne(o, o.only == "on" ? con : c);
   auto off = EngineCore::Create(LoadModel(o.model, 512), c);
   if (!off.ok()) throw std::runtime_error(off.status().ToString());
   auto on = EngineCore::Create(LoadModel(o.model, 512), con);
@@ -236,6 +307,7 @@ int Run(const Options& o) {
               static_cast<unsigned long long>(received.load()));
   stop = true;
   if (subscriber.joinable()) subscriber.join();
+  PrintThreadCpu();
   const int64_t steps = (*on)->stats().num_steps;
   const double engine_s = EngineThreadSeconds(o, steps, st.stored_blocks, st.removed_blocks);
   std::printf(
@@ -260,6 +332,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "Compute threads");
   app.add_option("--block-size", o.block_size, "Tokens per KV block");
   app.add_flag("--no-subscriber", o.no_subscriber, "Publish with nobody listening");
+  app.add_option("--only", o.only, "on or off: run one engine only (alternate processes)");
+  app.add_flag("--same", o.same,
+               "Both engines publish (an A/A run: what the two engines differ by anyway)");
   CLI11_PARSE(app, argc, argv);
   try {
     return kvserve::Run(o);

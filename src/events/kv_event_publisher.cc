@@ -3,6 +3,7 @@
 #include "events/kv_event_publisher.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <chrono>
 #include <zmq.hpp>
@@ -15,6 +16,10 @@ namespace {
 
 // How often the publisher thread looks at the replay socket while no batch arrives.
 constexpr auto kReplayPoll = std::chrono::milliseconds(20);
+// How long the publisher thread lets batches gather after the first one arrives. Each wake-up of
+// it (and of ZeroMQ's I/O thread) costs far more than a batch's hashing and encoding, and a busy
+// engine ends a batch every few milliseconds; in bursts, a batch waits at most this long.
+constexpr auto kGather = std::chrono::milliseconds(20);
 // Queued messages a closing socket may still send.
 constexpr int kLingerMs = 200;
 constexpr size_t kMaxSalts = 65536;
@@ -88,7 +93,10 @@ KvEventPublisher::KvEventPublisher(const KvEventsConfig& config, int block_size,
   first.ts = NowSeconds();
   first.cleared = true;
   queue_.push_back(std::move(first));
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "kv-events");  // for top -H, perf and debuggers
+    Loop();
+  });
 }
 
 KvEventPublisher::~KvEventPublisher() {
@@ -141,8 +149,10 @@ void KvEventPublisher::EndStep() {
 }
 
 void KvEventPublisher::Handover(Batch&& batch) {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
+    wake = waiting_;  // not while it gathers or sends: it looks at the queue next anyway
     if (queue_.size() >= static_cast<size_t>(config_.max_queue_size)) {
       // The thread is far behind: join the last queued batch (it is not being sent yet).
       Batch& last = queue_.back();
@@ -163,12 +173,15 @@ void KvEventPublisher::Handover(Batch&& batch) {
       }
     }
   }
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
 }
 
 void KvEventPublisher::Flush() {
   std::unique_lock lock(mu_);
+  ++flushing_;  // ends the gathering now
+  work_cv_.notify_all();
   idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  --flushing_;
 }
 
 KvEventStats KvEventPublisher::stats() const {
@@ -198,10 +211,15 @@ void KvEventPublisher::Loop() {
       busy_ = false;
       if (queue_.empty()) idle_cv_.notify_all();
       const auto ready = [&] { return stop_ || !queue_.empty(); };
+      waiting_ = true;
       if (sockets_->replay) {
         work_cv_.wait_for(lock, kReplayPoll, ready);
       } else {
         work_cv_.wait(lock, ready);
+      }
+      waiting_ = false;
+      if (!queue_.empty() && !stop_ && flushing_ == 0) {  // let the next steps' batches join
+        work_cv_.wait_for(lock, kGather, [&] { return stop_ || flushing_ > 0; });
       }
       if (queue_.empty() && stop_) break;
       while (!queue_.empty()) {

@@ -20,6 +20,11 @@
 // evicted. Because the tree evicts leaves only, a parent is in the map whenever its child joins.
 // One engine serves one model, so two namespaces with the same salt never both exist.
 //
+// NOTE (bursts): the publisher thread wakes for the first batch handed over, then lets later
+// steps' batches gather for up to 20 ms before it sends them all (each still its own message with
+// its own sequence number): a wake-up of that thread and of ZeroMQ's I/O thread costs more than
+// a batch's hashing and encoding, and a busy engine ends a batch every few milliseconds.
+//
 // NOTE (ordering and batches): sequence numbers count the batches sent, from 0, with no gaps.
 // The first batch is AllBlocksCleared (the RAM cache starts empty). Consecutive inserts that
 // form a chain are one BlockStored (as vLLM reports a request's newly cached blocks), and
@@ -139,6 +144,8 @@ class KvEventPublisher final : public BlockListener {
   std::deque<Batch> queue_;
   std::vector<Batch> spare_;  // cleared batches for reuse (no allocation in steady state)
   bool busy_ = false;         // the thread holds batches taken from the queue
+  bool waiting_ = false;      // the thread waits for a first batch (EndStep wakes it)
+  int flushing_ = 0;          // Flush calls waiting (the thread sends without gathering)
   bool stop_ = false;
   uint64_t merged_batches_ = 0;
 

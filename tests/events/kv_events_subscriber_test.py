@@ -268,9 +268,7 @@ class KvEventsSubscriberTest(unittest.TestCase):
         self.server.complete(texts[7])
         self.wait_for_server_view(self.server, "the workload")
         self.assertIsNotNone(self.sub.dropped, "no batch was dropped")
-        self.assertIn(self.sub.dropped, self.sub.replayed)
-        self.assertIn(0, self.sub.replayed)  # sent before the subscriber connected
-        self.assertGreaterEqual(self.sub.replays, 1)  # a gap seen on the live stream
+        self.assertIn(self.sub.dropped, self.sub.replayed)  # the gap, filled from the replay
         self.assertGreater(self.sub.removed, 0, "the workload should evict")
         self.assertEqual(self.sub.cleared, 1)
         self.assertEqual(self.sub.salted, {"tenant-a"})
