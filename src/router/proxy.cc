@@ -6,6 +6,7 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "util/digest.h"
 #include "util/log.h"
 
 namespace kvserve::router {
@@ -58,6 +59,20 @@ const char* AnthropicErrorType(int status) {
 }
 
 }  // namespace
+
+std::string HashSalt(const http::Headers& upstream_headers, const std::string& cache_salt,
+                     bool replicas_require_keys) {
+  if (!replicas_require_keys) return cache_salt;
+  std::string_view key;
+  const std::string_view auth = http::FindHeader(upstream_headers, "Authorization");
+  if (auth.rfind("Bearer ", 0) == 0) {
+    key = auth.substr(7);
+  } else {
+    key = http::FindHeader(upstream_headers, "x-api-key");
+  }
+  if (key.empty()) return cache_salt;
+  return Sha256().Update(key).Final().Hex().substr(0, 32) + '\x1f' + cache_salt;
+}
 
 http::Response ErrorResponse(std::string_view path, int status, std::string message,
                              std::string code) {
@@ -137,7 +152,9 @@ Fleet::Scoring Fleet::Score(const RequestFacts& facts, const http::Headers& head
     return s;
   }
   s.prompt_tokens = ids.size();
-  s.hashes = config_.hasher->Hash(ids, s.block_size, facts.cache_salt);
+  bool keyed = false;
+  for (auto& r : replicas_) keyed |= r->healthy() && r->requires_key();
+  s.hashes = config_.hasher->Hash(ids, s.block_size, HashSalt(headers, facts.cache_salt, keyed));
   return s;
 }
 

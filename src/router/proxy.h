@@ -72,6 +72,13 @@ class Fleet {
   StickyKeys sticky_;
 };
 
+// The salt a replica hashes a prompt's first block with: the request's cache_salt, and when the
+// replicas require keys, the tenant before it (`<first 32 hex digits of SHA-256 of the key the
+// replica sees>\x1f<cache_salt>`, docs/kv_events.md), the key being the Bearer one, else
+// x-api-key.
+std::string HashSalt(const http::Headers& upstream_headers, const std::string& cache_salt,
+                     bool replicas_require_keys);
+
 // The router's own error response: Anthropic's shape on /v1/messages, OpenAI's elsewhere.
 http::Response ErrorResponse(std::string_view path, int status, std::string message,
                              std::string code);

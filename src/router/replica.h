@@ -37,6 +37,10 @@ class Replica {
 
   bool healthy() const { return healthy_.load(); }
   void set_healthy(bool healthy) { healthy_.store(healthy); }
+  // Whether the replica refuses requests without a key (it then salts each tenant's blocks
+  // with the tenant, which the router's prompt hashes must do too).
+  bool requires_key() const { return requires_key_.load(); }
+  void set_requires_key(bool requires_key) { requires_key_.store(requires_key); }
   // Requests routed here that have not finished.
   std::atomic<int64_t>& in_flight() { return in_flight_; }
   int64_t load() const { return in_flight_.load(); }
@@ -54,6 +58,7 @@ class Replica {
   const http::ClientOptions options_;
   const size_t max_idle_;
   std::atomic<bool> healthy_{false};
+  std::atomic<bool> requires_key_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex mu_;
   std::vector<std::unique_ptr<http::Client>> idle_;

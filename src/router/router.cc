@@ -96,6 +96,15 @@ struct Router::Impl {
     return res.ok() && res->status == 200;
   }
 
+  // On the health round's thread, when the replica enters the pool: a 401 to a request without
+  // a key says it keeps tenants apart.
+  void LearnWhetherKeysAreRequired(int r) {
+    http::Client* c = health_clients[static_cast<size_t>(r)].get();
+    if (c == nullptr) return;
+    Result<http::ClientResponse> res = c->Send("GET", "/v1/models", {});
+    replicas[static_cast<size_t>(r)]->set_requires_key(res.ok() && res->status == 401);
+  }
+
   void OnHealthChange(int r, bool healthy) {
     Replica& replica = *replicas[static_cast<size_t>(r)];
     replica.set_healthy(healthy);
@@ -104,6 +113,7 @@ struct Router::Impl {
       KV_LOG(Warning, "replica {} left the pool", replica.origin());
       return;
     }
+    LearnWhetherKeysAreRequired(r);
     // Back in the pool after an absence: it may have restarted, so its picture is rebuilt.
     if (seen_healthy[static_cast<size_t>(r)].exchange(true)) {
       feed.RequestResync(r);

@@ -14,6 +14,7 @@
 #include "http/client.h"
 #include "http/server.h"
 #include "router/prompt_hasher.h"
+#include "router/proxy.h"
 #include "router/router.h"
 
 namespace kvserve::router {
@@ -159,7 +160,9 @@ TEST(RouterProxyTest, WholeResponsesPassUnchangedAndHeadersAreForwardedWithTheRe
   EXPECT_EQ(res->body, R"({"id":"x"})");
   EXPECT_EQ(http::FindHeader(res->headers, "X-Upstream"), "yes");
   EXPECT_EQ(http::FindHeader(res->headers, "X-Request-Id"), "req-1");
-  const std::vector<http::Request> seen = a.requests();
+  std::vector<http::Request> seen = a.requests();
+  // (The router also asked GET /v1/models without a key when the replica joined the pool.)
+  std::erase_if(seen, [](const http::Request& r) { return r.path != "/v1/completions"; });
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].target, "/v1/completions?x=1");
   EXPECT_EQ(seen[0].body, R"({"prompt":"hi"})");
@@ -382,6 +385,56 @@ TEST(RouterProxyTest, ACacheKeySticksToItsReplica) {
   }
   EXPECT_EQ(order[1], order[0]);
   EXPECT_EQ(order[2], order[0]);
+}
+
+TEST(RouterProxyTest, ReplicasWithKeysHaveEachTenantsBlocksHashedWithItsKey) {
+  // Replicas that refuse requests without a key, and salt each tenant's blocks with it.
+  const auto keyed = [](std::string name) {
+    FakeReplica::Serve answer = Answers(name);
+    return [answer](http::Request& req, http::Exchange& ex) {
+      if (req.header("Authorization").empty()) {
+        ex.Send(Json({{"error", {{"message", "missing API key"}}}}, 401));
+        return;
+      }
+      answer(req, ex);
+    };
+  };
+  FakeReplica a(keyed("a"));
+  FakeReplica b(keyed("b"));
+  RouterConfig c = Config({&a, &b}, PolicyKind::kCacheAware);
+  c.replica_api_key = "rk";
+  RouterUnderTest router(c);
+  // Replica a holds the prompt's blocks unsalted (another tenant's view), b salted with rk's
+  // tenant: only b's match.
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const std::string salt = HashSalt({{"Authorization", "Bearer rk"}}, "", true);
+  EXPECT_EQ(salt.size(), 33u);
+  EXPECT_EQ(salt.back(), '\x1f');
+  KvEventBatch plain;
+  plain.events.emplace_back(
+      BlockStoredEvent{PromptHasher("").Hash(tokens, 4), std::nullopt, 4, std::nullopt, "GPU"});
+  router->index().Apply(0, plain);
+  KvEventBatch salted;
+  salted.events.emplace_back(BlockStoredEvent{PromptHasher("").Hash(tokens, 4, salt), std::nullopt,
+                                              4, std::nullopt, "GPU"});
+  router->index().Apply(1, salted);
+  auto client = router.client();
+  for (int i = 0; i < 2; ++i) {
+    auto res = client->Send("POST", "/v1/chat/completions", kJson,
+                            R"({"messages":[{"role":"user","content":"hi"}]})");
+    ASSERT_TRUE(res.ok());
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(ReplicaOf(*res), "b");
+  }
+}
+
+TEST(RouterProxyTest, TheHashSaltIsTheCacheSaltWithoutKeysAndTheTenantBeforeItWithThem) {
+  EXPECT_EQ(HashSalt({{"Authorization", "Bearer k"}}, "s", false), "s");
+  EXPECT_EQ(HashSalt({}, "s", true), "s");  // no key: no tenant
+  // SHA-256("k") = 8254c329a92850f6d539dd376f4816ee2764517da5e0235514af433164480d7a
+  EXPECT_EQ(HashSalt({{"x-api-key", "k"}}, "s", true), "8254c329a92850f6d539dd376f4816ee\x1fs");
+  EXPECT_EQ(HashSalt({{"Authorization", "Bearer k"}, {"x-api-key", "other"}}, "", true),
+            "8254c329a92850f6d539dd376f4816ee\x1f");
 }
 
 }  // namespace
