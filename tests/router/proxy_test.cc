@@ -2,6 +2,8 @@
 // scripts): passthrough of whole responses, streams and errors, header handling, retries past a
 // dead replica, client departure reaching the replica, keys, health, and a cache-aware choice from
 // the block index. Also run under ThreadSanitizer. Waits are on events, never on time.
+#include "router/proxy.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,7 +16,6 @@
 #include "http/client.h"
 #include "http/server.h"
 #include "router/prompt_hasher.h"
-#include "router/proxy.h"
 #include "router/router.h"
 
 namespace kvserve::router {
