@@ -33,15 +33,7 @@ class KvCacheManagerTest : public ::testing::Test {
 
   // Runs a whole sequence: begin, allocate, "compute" every token, commit, end.
   int RunSequence(SeqId seq, const std::vector<TokenId>& tokens) {
-    const int cached = kv_.BeginSequence(seq, kNs, tokens, 0);
-    kv_.CheckInvariants();
-    EXPECT_TRUE(kv_.Allocate(seq, static_cast<int>(tokens.size())));
-    kv_.CheckInvariants();
-    kv_.Commit(seq, tokens, static_cast<int>(tokens.size()));
-    kv_.CheckInvariants();
-    kv_.EndSequence(seq);
-    kv_.CheckInvariants();
-    return cached;
+    return testing_util::RunSequence(kv_, kNs, seq, tokens);
   }
 
   KvCacheManager kv_;

@@ -48,15 +48,7 @@ class RetentionTest : public ::testing::Test {
   RetentionTest() : kv_(Config(&now_)) {}
 
   int RunSequence(SeqId seq, const std::vector<TokenId>& tokens) {
-    const int cached = kv_.BeginSequence(seq, kNs, tokens, 0);
-    kv_.CheckInvariants();
-    EXPECT_TRUE(kv_.Allocate(seq, static_cast<int>(tokens.size())));
-    kv_.CheckInvariants();
-    kv_.Commit(seq, tokens, static_cast<int>(tokens.size()));
-    kv_.CheckInvariants();
-    kv_.EndSequence(seq);
-    kv_.CheckInvariants();
-    return cached;
+    return testing_util::RunSequence(kv_, kNs, seq, tokens);
   }
 
   int64_t now_ = 1'000'000;
