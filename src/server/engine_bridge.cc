@@ -69,11 +69,18 @@ ApiError CacheNotFound(const std::string& id) {
   return e;
 }
 
+// A hold the KV manager refused: past the retained share (409), or an engine that has stopped.
 ApiError CacheFull(const Status& s) {
   ApiError e;
-  e.status = 409;
   e.message = std::string(s.message());
-  e.code = "cache_full";
+  if (s.code() == StatusCode::kResourceExhausted) {
+    e.status = 409;
+    e.code = "cache_full";
+  } else {
+    e.status = 503;
+    e.type = "server_error";
+    e.code = "server_overloaded";
+  }
   return e;
 }
 
