@@ -1,21 +1,19 @@
 #include "router/router.h"
 
 #include <fmt/format.h>
-#include <pthread.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <thread>
 
 #include "router/event_feed.h"
 #include "router/prompt_hasher.h"
 #include "router/proxy.h"
 #include "router/router_metrics.h"
 #include "util/log.h"
+#include "util/shutdown_signals.h"
 
 namespace kvserve::router {
 
@@ -226,12 +224,7 @@ BlockIndex& Router::index() { return impl_->index; }
 HealthChecker& Router::health() { return impl_->health; }
 
 Status RunRouter(const RouterConfig& config) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  const sigset_t signals = BlockShutdownSignals();  // before any thread starts
 
   Router router(config);
   KV_ASSIGN_OR_RETURN(const int port, router.Bind());
@@ -240,16 +233,8 @@ Status RunRouter(const RouterConfig& config) {
   std::printf("kvserve: listening on http://%s:%d\n", config.server.host.c_str(), port);
   std::fflush(stdout);
 
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (sig != 0) KV_LOG(Info, "signal {}: shutting down", sig);
-    router.Stop();
-  });
-  const Status served = router.Run();
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
-  return served;
+  return RunUntilShutdownSignal(
+      signals, [&] { return router.Run(); }, [&] { router.Stop(); });
 }
 
 }  // namespace kvserve::router

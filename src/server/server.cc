@@ -1,14 +1,11 @@
 #include "server/server.h"
 
-#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -17,6 +14,7 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/log.h"
+#include "util/shutdown_signals.h"
 
 namespace kvserve {
 
@@ -44,13 +42,7 @@ Result<ChatTemplate> PickTemplate(const ServeConfig& c, const Tokenizer& tok) {
 }  // namespace
 
 Status Serve(const ServeConfig& config) {
-  // Every thread started from here on inherits this mask; one thread waits for the signals.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  const sigset_t signals = BlockShutdownSignals();  // before any thread starts
 
   KV_ASSIGN_OR_RETURN(GgufFile file, OpenModelOrDefault(config.model_path));
   KV_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(file));
@@ -116,18 +108,12 @@ Status Serve(const ServeConfig& config) {
   std::printf("kvserve: listening on http://%s:%d\n", http.server.host.c_str(), port);
   std::fflush(stdout);
 
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (sig != 0) KV_LOG(Info, "signal {}: shutting down", sig);
-    bridge.Shutdown();  // running generations end with finish_reason "abort"
-    server.Stop();
-  });
-  const Status served = server.Run();
-  // Run() also ends on a listen error: wake the waiter with a signal of our own.
-  pthread_kill(waiter.native_handle(), SIGTERM);
-  waiter.join();
-  return served;
+  return RunUntilShutdownSignal(
+      signals, [&] { return server.Run(); },
+      [&] {
+        bridge.Shutdown();  // running generations end with finish_reason "abort"
+        server.Stop();
+      });
 }
 
 }  // namespace kvserve
