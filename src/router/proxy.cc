@@ -279,7 +279,8 @@ void Fleet::Serve(http::Request& req, http::Exchange& ex) {
   const bool cache_aware = generates && config_.policy == PolicyKind::kCacheAware;
   RequestFacts facts;
   if (cache_aware) {
-    facts = InspectRequest(route, json::parse(req.body, nullptr, /*allow_exceptions=*/false));
+    facts = InspectRequest(
+        route, nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false));
   }
   const http::Headers headers = UpstreamHeaders(req);
   Scoring scoring;

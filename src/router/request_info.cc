@@ -3,6 +3,7 @@
 namespace kvserve::router {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 ApiRoute RouteOfPath(std::string_view path, bool* post) {
   *post = true;
@@ -21,19 +22,19 @@ ApiRoute RouteOfPath(std::string_view path, bool* post) {
 
 namespace {
 
-std::string StringAt(const json& body, const char* key) {
+std::string StringAt(const ojson& body, const char* key) {
   auto it = body.find(key);
   return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 // Anthropic content (a string, or blocks) as the text of its text blocks, joined by newlines as
 // the replicas join them before the chat template.
-std::string AnthropicText(const json& content) {
+std::string AnthropicText(const ojson& content) {
   if (content.is_string()) return content.get<std::string>();
   std::string out;
   if (!content.is_array()) return out;
   bool first = true;
-  for (const json& block : content) {
+  for (const ojson& block : content) {
     if (!block.is_object() || StringAt(block, "type") != "text") continue;
     if (!first) out += "\n";
     out += StringAt(block, "text");
@@ -44,24 +45,24 @@ std::string AnthropicText(const json& content) {
 
 // Anthropic's system + messages as the OpenAI-style messages /tokenize reads. Exact for text
 // conversations; tool blocks are left out, so a prompt with them matches a shorter prefix.
-json AnthropicAsChat(const json& body) {
-  json messages = json::array();
+ojson AnthropicAsChat(const ojson& body) {
+  ojson messages = ojson::array();
   if (auto it = body.find("system"); it != body.end() && !it->is_null()) {
     messages.push_back({{"role", "system"}, {"content", AnthropicText(*it)}});
   }
   auto it = body.find("messages");
-  if (it == body.end() || !it->is_array()) return json();
-  for (const json& m : *it) {
-    if (!m.is_object()) return json();
+  if (it == body.end() || !it->is_array()) return ojson();
+  for (const ojson& m : *it) {
+    if (!m.is_object()) return ojson();
     messages.push_back({{"role", StringAt(m, "role")},
-                        {"content", AnthropicText(m.contains("content") ? m["content"] : json())}});
+                        {"content", AnthropicText(m.contains("content") ? m["content"] : ojson())}});
   }
   return messages;
 }
 
 }  // namespace
 
-RequestFacts InspectRequest(ApiRoute route, const json& body) {
+RequestFacts InspectRequest(ApiRoute route, const ojson& body) {
   RequestFacts f;
   if (!body.is_object()) return f;
   f.cache_salt = StringAt(body, "cache_salt");
@@ -69,7 +70,7 @@ RequestFacts InspectRequest(ApiRoute route, const json& body) {
     if (auto it = body.find("metadata"); it != body.end() && it->is_object()) {
       f.cache_key = StringAt(*it, "user_id");
     }
-    json messages = AnthropicAsChat(body);
+    ojson messages = AnthropicAsChat(body);
     if (!messages.is_null()) f.tokenize_body = {{"messages", std::move(messages)}};
     return f;
   }
@@ -78,7 +79,7 @@ RequestFacts InspectRequest(ApiRoute route, const json& body) {
     auto it = body.find("messages");
     if (it == body.end() || !it->is_array()) return f;
     f.tokenize_body = {{"messages", *it}};
-    for (const char* key : {"tools", "add_generation_prompt", "chat_template_kwargs"}) {
+    for (const char* key : {"tools", "add_generation_prompt"}) {
       if (auto k = body.find(key); k != body.end() && !k->is_null()) f.tokenize_body[key] = *k;
     }
     return f;
@@ -86,7 +87,7 @@ RequestFacts InspectRequest(ApiRoute route, const json& body) {
   // Completions: a string, or the token ids themselves; a batch is scored by its first prompt.
   auto it = body.find("prompt");
   if (it == body.end()) return f;
-  const json* prompt = &*it;
+  const ojson* prompt = &*it;
   if (prompt->is_array() && !prompt->empty() &&
       (prompt->front().is_array() || prompt->front().is_string())) {
     prompt = &prompt->front();
@@ -96,7 +97,7 @@ RequestFacts InspectRequest(ApiRoute route, const json& body) {
   } else if (prompt->is_array()) {
     std::vector<int32_t> ids;
     ids.reserve(prompt->size());
-    for (const json& t : *prompt) {
+    for (const ojson& t : *prompt) {
       if (!t.is_number_integer()) return f;
       ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }

@@ -38,13 +38,14 @@ struct RequestFacts {
   std::string cache_salt;  // joins the first block's hash, as on the replicas
   // The body of a POST /tokenize that gives the prompt's token ids as the replicas compute them
   // (null when the prompt cannot be told: then no cache match is tried).
-  nlohmann::json tokenize_body;
+  nlohmann::ordered_json tokenize_body;  // in the client's key order (tool definitions)
   // The prompt's token ids when the request gave them itself (a completions prompt of ids).
   std::optional<std::vector<int32_t>> prompt_ids;
 };
 
 // REQUIRES: Generates(route). Never fails: what it cannot read it leaves out.
-RequestFacts InspectRequest(ApiRoute route, const nlohmann::json& body);
+// `body` keeps the client's key order: the replicas render tool definitions in it.
+RequestFacts InspectRequest(ApiRoute route, const nlohmann::ordered_json& body);
 
 // The token ids in a /tokenize response ({"tokens": [...]}), or nullopt.
 std::optional<std::vector<int32_t>> TokensOf(std::string_view tokenize_response);

@@ -684,6 +684,15 @@ std::optional<ApiError> ParseTools(const Reader& r, Endpoint endpoint, Generatio
 
 }  // namespace
 
+std::optional<ApiError> ParseTokenizeTools(const json& body, const std::string& body_text,
+                                          std::vector<nlohmann::ordered_json>* tools) {
+  GenerationParams p;
+  if (auto e = ParseTools(Reader(body), Endpoint::kChat, &p)) return e;
+  KeepClientOrder(body_text, &p);
+  *tools = std::move(p.tools);
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoint,
                                               GenerationParams* out) {
   if (!body.is_object()) return BadRequest("the request body must be a JSON object");

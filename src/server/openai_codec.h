@@ -109,6 +109,10 @@ void KeepClientOrder(const std::string& body_text, GenerationParams* p);
 // `body` must be a parsed JSON value; anything but an object is an error.
 std::optional<ApiError> ParseGenerationParams(const nlohmann::json& body, Endpoint endpoint,
                                               GenerationParams* out);
+// /tokenize's `tools` (and `tool_choice`), checked as chat checks them and kept in the
+// client's order, so that a chat prompt with tools tokenizes as chat renders it.
+std::optional<ApiError> ParseTokenizeTools(const nlohmann::json& body, const std::string& body_text,
+                                           std::vector<nlohmann::ordered_json>* tools);
 // The messages array of chat (and /tokenize); `param` names it in errors.
 std::optional<ApiError> ParseMessages(const nlohmann::json& messages,
                                       std::vector<ChatMessage>* out);

@@ -6,6 +6,7 @@ namespace kvserve::router {
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 TEST(RequestInfoTest, RoutesByPathAndMethod) {
   bool post = false;
@@ -19,36 +20,50 @@ TEST(RequestInfoTest, RoutesByPathAndMethod) {
 }
 
 TEST(RequestInfoTest, ChatAsksForItsMessagesAndToolsAndKeepsItsCacheKey) {
-  const json body = {{"model", "m"},
-                     {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
-                     {"tools", json::array({{{"type", "function"}}})},
+  const ojson body = {{"model", "m"},
+                     {"messages", ojson::array({{{"role", "user"}, {"content", "hi"}}})},
+                     {"tools", ojson::array({{{"type", "function"}}})},
                      {"prompt_cache_key", "user-7"},
                      {"cache_salt", "s"}};
   const RequestFacts f = InspectRequest(ApiRoute::kChat, body);
   EXPECT_EQ(f.cache_key, "user-7");
   EXPECT_EQ(f.cache_salt, "s");
-  EXPECT_EQ(f.tokenize_body, (json{{"messages", body["messages"]}, {"tools", body["tools"]}}));
+  EXPECT_EQ(f.tokenize_body, (ojson{{"messages", body["messages"]}, {"tools", body["tools"]}}));
   EXPECT_FALSE(f.prompt_ids.has_value());
+}
+
+// A chat template prints tool definitions in the client's key order, so /tokenize must get
+// them in that order.
+TEST(RequestInfoTest, ToolsKeepTheClientsKeyOrder) {
+  const std::string text =
+      R"({"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+      R"("properties":{"zeta":{"type":"string"},"alpha":{"type":"number"}}}}}],)"
+      R"("messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"x":1}})";
+  const RequestFacts f = InspectRequest(ApiRoute::kChat, ojson::parse(text));
+  EXPECT_EQ(f.tokenize_body.dump(),
+            R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function",)"
+            R"("function":{"name":"f","parameters":{"type":"object","properties":{)"
+            R"("zeta":{"type":"string"},"alpha":{"type":"number"}}}}}]})");
 }
 
 TEST(RequestInfoTest, CompletionsTakeAStringOrTheIdsThemselves) {
   RequestFacts f = InspectRequest(ApiRoute::kCompletions, {{"prompt", "once upon"}});
-  EXPECT_EQ(f.tokenize_body, (json{{"prompt", "once upon"}}));
-  f = InspectRequest(ApiRoute::kCompletions, {{"prompt", json::array({5, 6, 7})}});
+  EXPECT_EQ(f.tokenize_body, (ojson{{"prompt", "once upon"}}));
+  f = InspectRequest(ApiRoute::kCompletions, {{"prompt", ojson::array({5, 6, 7})}});
   EXPECT_TRUE(f.tokenize_body.is_null());
   EXPECT_EQ(f.prompt_ids, (std::vector<int32_t>{5, 6, 7}));
-  f = InspectRequest(ApiRoute::kCompletions, {{"prompt", json::array({"first", "second"})}});
-  EXPECT_EQ(f.tokenize_body, (json{{"prompt", "first"}}));  // a batch: its first prompt
+  f = InspectRequest(ApiRoute::kCompletions, {{"prompt", ojson::array({"first", "second"})}});
+  EXPECT_EQ(f.tokenize_body, (ojson{{"prompt", "first"}}));  // a batch: its first prompt
   f = InspectRequest(ApiRoute::kCompletions, {{"prompt", 5}});
   EXPECT_TRUE(f.tokenize_body.is_null());
   EXPECT_FALSE(f.prompt_ids.has_value());
 }
 
 TEST(RequestInfoTest, MessagesBecomeChatMessagesWithTheSystemFirst) {
-  const json body = {
-      {"system", json::array({{{"type", "text"}, {"text", "be brief"}}})},
-      {"messages", json::array({{{"role", "user"},
-                                 {"content", json::array({{{"type", "text"}, {"text", "a"}},
+  const ojson body = {
+      {"system", ojson::array({{{"type", "text"}, {"text", "be brief"}}})},
+      {"messages", ojson::array({{{"role", "user"},
+                                 {"content", ojson::array({{{"type", "text"}, {"text", "a"}},
                                                           {{"type", "image"}},
                                                           {{"type", "text"}, {"text", "b"}}})}},
                                 {{"role", "assistant"}, {"content", "c"}}})},
@@ -56,13 +71,13 @@ TEST(RequestInfoTest, MessagesBecomeChatMessagesWithTheSystemFirst) {
   const RequestFacts f = InspectRequest(ApiRoute::kMessages, body);
   EXPECT_EQ(f.cache_key, "u1");
   EXPECT_EQ(f.tokenize_body,
-            (json{{"messages", json::array({{{"role", "system"}, {"content", "be brief"}},
+            (ojson{{"messages", ojson::array({{{"role", "system"}, {"content", "be brief"}},
                                             {{"role", "user"}, {"content", "a\nb"}},
                                             {{"role", "assistant"}, {"content", "c"}}})}}));
 }
 
 TEST(RequestInfoTest, BodiesThatAreNotObjectsTellNothing) {
-  const RequestFacts f = InspectRequest(ApiRoute::kChat, json::array());
+  const RequestFacts f = InspectRequest(ApiRoute::kChat, ojson::array());
   EXPECT_TRUE(f.tokenize_body.is_null());
   EXPECT_TRUE(f.cache_key.empty());
 }

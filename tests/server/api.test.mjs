@@ -60,6 +60,28 @@ test("/tokenize with messages applies the chat template", async () => {
   assert.deepEqual(withPrompt.body.tokens.slice(0, noGen.body.count), noGen.body.tokens);
 });
 
+test("/tokenize with tools renders them as chat does, in the client's key order", async () => {
+  const messages = [{ role: "user", content: "weather in Paris?" }];
+  const tools = [{ type: "function", function: { name: "get_weather", description: "Weather now",
+    parameters: { type: "object", properties: { zeta: { type: "string" }, alpha: { type: "number" } } } } }];
+  const bare = await ctx.server.request("POST", "/tokenize", { body: { messages } });
+  const withTools = await ctx.server.request("POST", "/tokenize", { body: { messages, tools } });
+  assert.equal(withTools.status, 200, withTools.text);
+  assert.ok(withTools.body.count > bare.body.count, "the template prints the tools");
+  const chat = await ctx.server.request("POST", "/v1/chat/completions",
+    { body: { messages, tools, max_tokens: 1, temperature: 0 } });
+  assert.equal(chat.status, 200, chat.text);
+  assert.equal(chat.body.usage.prompt_tokens, withTools.body.count);
+  // The same tool with its properties the other way round is another prompt.
+  const swapped = structuredClone(tools);
+  swapped[0].function.parameters.properties = { alpha: { type: "number" }, zeta: { type: "string" } };
+  const other = await ctx.server.request("POST", "/tokenize", { body: { messages, tools: swapped } });
+  assert.notDeepEqual(other.body.tokens, withTools.body.tokens);
+  const bad = await ctx.server.request("POST", "/tokenize", { body: { messages, tools: [{ type: "x" }] } });
+  assert.equal(bad.status, 400, bad.text);
+  assertErrorShape(bad.body, { param: "tools[0]" });
+});
+
 // Reads the whole event stream as text and splits it into comment lines and data events, checking
 // that each event is exactly `data: <payload>\n\n`.
 async function readSse(stream) {
