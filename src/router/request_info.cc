@@ -54,8 +54,9 @@ ojson AnthropicAsChat(const ojson& body) {
   if (it == body.end() || !it->is_array()) return ojson();
   for (const ojson& m : *it) {
     if (!m.is_object()) return ojson();
-    messages.push_back({{"role", StringAt(m, "role")},
-                        {"content", AnthropicText(m.contains("content") ? m["content"] : ojson())}});
+    messages.push_back(
+        {{"role", StringAt(m, "role")},
+         {"content", AnthropicText(m.contains("content") ? m["content"] : ojson())}});
   }
   return messages;
 }

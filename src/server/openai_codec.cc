@@ -685,7 +685,7 @@ std::optional<ApiError> ParseTools(const Reader& r, Endpoint endpoint, Generatio
 }  // namespace
 
 std::optional<ApiError> ParseTokenizeTools(const json& body, const std::string& body_text,
-                                          std::vector<nlohmann::ordered_json>* tools) {
+                                           std::vector<nlohmann::ordered_json>* tools) {
   GenerationParams p;
   if (auto e = ParseTools(Reader(body), Endpoint::kChat, &p)) return e;
   KeepClientOrder(body_text, &p);

@@ -21,10 +21,10 @@ TEST(RequestInfoTest, RoutesByPathAndMethod) {
 
 TEST(RequestInfoTest, ChatAsksForItsMessagesAndToolsAndKeepsItsCacheKey) {
   const ojson body = {{"model", "m"},
-                     {"messages", ojson::array({{{"role", "user"}, {"content", "hi"}}})},
-                     {"tools", ojson::array({{{"type", "function"}}})},
-                     {"prompt_cache_key", "user-7"},
-                     {"cache_salt", "s"}};
+                      {"messages", ojson::array({{{"role", "user"}, {"content", "hi"}}})},
+                      {"tools", ojson::array({{{"type", "function"}}})},
+                      {"prompt_cache_key", "user-7"},
+                      {"cache_salt", "s"}};
   const RequestFacts f = InspectRequest(ApiRoute::kChat, body);
   EXPECT_EQ(f.cache_key, "user-7");
   EXPECT_EQ(f.cache_salt, "s");
@@ -63,17 +63,17 @@ TEST(RequestInfoTest, MessagesBecomeChatMessagesWithTheSystemFirst) {
   const ojson body = {
       {"system", ojson::array({{{"type", "text"}, {"text", "be brief"}}})},
       {"messages", ojson::array({{{"role", "user"},
-                                 {"content", ojson::array({{{"type", "text"}, {"text", "a"}},
-                                                          {{"type", "image"}},
-                                                          {{"type", "text"}, {"text", "b"}}})}},
-                                {{"role", "assistant"}, {"content", "c"}}})},
+                                  {"content", ojson::array({{{"type", "text"}, {"text", "a"}},
+                                                            {{"type", "image"}},
+                                                            {{"type", "text"}, {"text", "b"}}})}},
+                                 {{"role", "assistant"}, {"content", "c"}}})},
       {"metadata", {{"user_id", "u1"}}}};
   const RequestFacts f = InspectRequest(ApiRoute::kMessages, body);
   EXPECT_EQ(f.cache_key, "u1");
   EXPECT_EQ(f.tokenize_body,
             (ojson{{"messages", ojson::array({{{"role", "system"}, {"content", "be brief"}},
-                                            {{"role", "user"}, {"content", "a\nb"}},
-                                            {{"role", "assistant"}, {"content", "c"}}})}}));
+                                              {{"role", "user"}, {"content", "a\nb"}},
+                                              {{"role", "assistant"}, {"content", "c"}}})}}));
 }
 
 TEST(RequestInfoTest, BodiesThatAreNotObjectsTellNothing) {
