@@ -232,6 +232,33 @@ test("cache-aware routing sends each conversation's next turn to the replica hol
   assert.ok(predicted > 0 && predicted <= reported, `predicted ${predicted}, reported ${reported}`);
 });
 
+test("cache-aware routing hashes a chat's tools as the replicas render them", async () => {
+  // The tools come first in the rendered prompt: requests that share them share that prefix, and
+  // the router must find it (its /tokenize call carries the tools in the client's key order).
+  const client = router.client();
+  const tools = [{ type: "function", function: { name: "lookup_tide", description: words(30, 300),
+    parameters: { type: "object", properties: { zeta: { type: "string" }, alpha: { type: "number" } },
+                  required: ["zeta"] } } }];
+  const messages = (i) => [{ role: "user", content: `Question ${i}: ${words(6, 400 + i)}` }];
+  const [a, b] = await Promise.all([0, 1].map((i) => replicas[0].request("POST", "/tokenize",
+    { body: { messages: messages(i), tools } })));
+  assert.equal(a.status, 200, a.text);
+  let common = 0;
+  while (a.body.tokens[common] === b.body.tokens[common]) ++common;
+  assert.ok(common > 4 * BLOCK, `the tools make a long shared prefix (${common} tokens)`);
+  for (let i = 0; i < 4; ++i) {
+    const r = await client.chat.completions.create({
+      model: router.model, tools, messages: messages(i), max_tokens: 4, temperature: 0 });
+    assertUsage(r.usage);
+    if (i > 0) {
+      // Every full block of the shared prefix was cached where the request went.
+      const shared = Math.floor(common / BLOCK) * BLOCK;
+      assert.ok(r.usage.prompt_tokens_details.cached_tokens >= shared,
+        `request ${i}: ${r.usage.prompt_tokens_details.cached_tokens} cached, ${shared} shared`);
+    }
+  }
+});
+
 test("SIGTERM stops the router with exit status 0", async () => {
   const { code, signal } = await router.stop();
   assert.equal(signal, null, router.stderr);
