@@ -166,6 +166,10 @@ Status EngineCore::OpenKvEvents() {
   }
   KV_ASSIGN_OR_RETURN(kv_events_, KvEventPublisher::Create(config_.kv_events, config_.block_size));
   kv_manager_->add_block_observer(kv_events_.get());
+  if (tiers_) {  // the lower tiers announce their own contents (docs/kv_events.md, "Media")
+    kv_events_->SetUnsaltedRoot(RootKey(NamespaceFor("")));
+    tiers_->set_observer(kv_events_.get());
+  }
   KV_LOG(Info, "kv events: publishing on {}{}, topic \"{}\", {} block hashes",
          kv_events_->endpoint(),
          kv_events_->replay_endpoint().empty() ? ""

@@ -279,8 +279,10 @@ class EngineCore {
   int last_prefill_cap_ = -1;
   std::string model_fingerprint_;
   double weights_digest_seconds_ = 0;
-  std::unique_ptr<TieredStore> tiers_;  // null without lower tiers
+  // The publisher observes the tiers: declared first, it outlives the store, whose writer thread
+  // reports its last writes while the store is destroyed.
   std::unique_ptr<KvEventPublisher> kv_events_;  // null without an event stream
+  std::unique_ptr<TieredStore> tiers_;           // null without lower tiers
   std::vector<std::string> tier_names_;  // configured lower tiers, in lookup order
   std::vector<std::string> failed_tiers_;
   std::vector<std::string> tier_descriptions_;

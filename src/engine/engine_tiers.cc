@@ -39,7 +39,9 @@ Status EngineCore::OpenTiers() {
   std::vector<std::unique_ptr<KvTier>> tiers;
   if (!c.disk_path.empty()) {
     tier_names_.push_back("disk");
-    auto disk = DiskTier::Open(DiskTierConfig{c.disk_path, c.disk_size_bytes});
+    // With KV events the records found at start are announced: keep what names them.
+    auto disk =
+        DiskTier::Open(DiskTierConfig{c.disk_path, c.disk_size_bytes, config_.kv_events.enabled});
     if (disk.ok()) {
       tiers.push_back(std::move(disk).value());
     } else {  // the server goes on without it

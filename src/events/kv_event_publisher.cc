@@ -34,6 +34,16 @@ bool ShouldBind(const std::string& endpoint) {
          endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0;
 }
 
+// Medium names by Medium index (kRam, kDisk, kRedis).
+constexpr const char* kMediumNames[] = {kMediumGpu, kMediumDisk, kMediumRedis};
+
+// The medium of a lower tier by its KvTier::name(); -1 for a tier that is not announced.
+int MediumOfTier(std::string_view tier) {
+  if (tier == "disk") return 1;
+  if (tier == "redis") return 2;
+  return -1;
+}
+
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -109,8 +119,15 @@ KvEventPublisher::~KvEventPublisher() {
   thread_.join();
 }
 
-void KvEventPublisher::OnBlockInserted(const TreeBlock& b) {
-  Record r{Record::Kind::kStored,
+void KvEventPublisher::OnBlockInserted(const TreeBlock& b) { Append(Record::Kind::kStored, b); }
+
+void KvEventPublisher::OnTierWriteQueued(const TreeBlock& b) {
+  Append(Record::Kind::kPinned, b);
+  pins_recorded_.fetch_add(1);
+}
+
+void KvEventPublisher::Append(Record::Kind kind, const TreeBlock& b) {
+  Record r{kind,
            b.parent_key == b.root_key,
            static_cast<uint32_t>(open_.tokens.size()),
            b.key,
@@ -129,6 +146,40 @@ void KvEventPublisher::OnBlockInserted(const TreeBlock& b) {
 
 void KvEventPublisher::OnBlockEvicted(const TreeBlock& b) {
   open_.records.push_back(Record{Record::Kind::kRemoved, false, 0, b.key, b.parent_key, {}});
+}
+
+void KvEventPublisher::OnTierWriteDone(const BlockKey& key) {
+  PushTierReport(TierReport{TierReport::Kind::kWriteDone, 0, key, pins_recorded_.load(), {}, {}});
+}
+
+void KvEventPublisher::OnTierStored(std::string_view tier, const BlockKey& key) {
+  const int medium = MediumOfTier(tier);
+  if (medium < 0) return;
+  PushTierReport(TierReport{TierReport::Kind::kStored, medium, key, pins_recorded_.load(), {}, {}});
+}
+
+void KvEventPublisher::OnTierRemoved(std::string_view tier, const BlockKey& key) {
+  const int medium = MediumOfTier(tier);
+  if (medium < 0) return;
+  PushTierReport(TierReport{TierReport::Kind::kRemoved, medium, key, 0, {}, {}});
+}
+
+// Called by the thread attaching the tiers (the engine thread), so unsalted_root_ is its own.
+void KvEventPublisher::OnTierSnapshot(std::string_view tier, std::vector<TierRecordInfo> records) {
+  const int medium = MediumOfTier(tier);
+  if (medium < 0 || records.empty()) return;
+  PushTierReport(
+      TierReport{TierReport::Kind::kSnapshot, medium, {}, 0, std::move(records), unsalted_root_});
+}
+
+void KvEventPublisher::PushTierReport(TierReport&& report) {
+  bool wake = false;
+  {
+    std::lock_guard lock(mu_);
+    wake = waiting_ && !tier_blocked_;
+    tier_queue_.push_back(std::move(report));
+  }
+  if (wake) work_cv_.notify_one();
 }
 
 void KvEventPublisher::SetNamespaceSalt(const BlockKey& root_key, const std::string& salt) {
@@ -158,7 +209,7 @@ void KvEventPublisher::Handover(Batch&& batch) {
       Batch& last = queue_.back();
       const uint32_t offset = static_cast<uint32_t>(last.tokens.size());
       for (Record& r : batch.records) {
-        if (r.kind == Record::Kind::kStored) r.token_offset += offset;
+        if (r.kind != Record::Kind::kRemoved) r.token_offset += offset;
         last.records.push_back(std::move(r));
       }
       last.tokens.insert(last.tokens.end(), batch.tokens.begin(), batch.tokens.end());
@@ -180,7 +231,10 @@ void KvEventPublisher::Flush() {
   std::unique_lock lock(mu_);
   ++flushing_;  // ends the gathering now
   work_cv_.notify_all();
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  idle_cv_.wait(lock, [&] {
+    return queue_.empty() && !busy_ &&
+           (tier_blocked_ || (tier_queue_.empty() && tier_pending_ == 0));
+  });
   --flushing_;
 }
 
@@ -191,6 +245,9 @@ KvEventStats KvEventPublisher::stats() const {
   s.removed_blocks = removed_blocks_.load();
   s.replay_requests = replay_requests_.load();
   s.unknown_blocks = unknown_blocks_.load();
+  s.tier_stored_blocks = tier_stored_blocks_.load();
+  s.tier_removed_blocks = tier_removed_blocks_.load();
+  s.unnamed_tier_blocks = unnamed_tier_blocks_.load();
   {
     std::lock_guard lock(mu_);
     s.merged_batches = merged_batches_;
@@ -200,7 +257,9 @@ KvEventStats KvEventPublisher::stats() const {
 
 void KvEventPublisher::Loop() {
   std::vector<Batch> work;
+  std::vector<KvEvent> tier_events;
   for (;;) {
+    bool last = false;
     {
       std::unique_lock lock(mu_);
       for (Batch& b : work) {  // give the sent batches' buffers back
@@ -209,8 +268,12 @@ void KvEventPublisher::Loop() {
       }
       work.clear();
       busy_ = false;
-      if (queue_.empty()) idle_cv_.notify_all();
-      const auto ready = [&] { return stop_ || !queue_.empty(); };
+      idle_cv_.notify_all();
+      // Tier reports wake the thread unless the front one waits for an engine batch.
+      const auto has_work = [&] {
+        return !queue_.empty() || (!tier_queue_.empty() && !tier_blocked_);
+      };
+      const auto ready = [&] { return stop_ || has_work(); };
       waiting_ = true;
       if (sockets_->replay) {
         work_cv_.wait_for(lock, kReplayPoll, ready);
@@ -218,82 +281,257 @@ void KvEventPublisher::Loop() {
         work_cv_.wait(lock, ready);
       }
       waiting_ = false;
-      if (!queue_.empty() && !stop_ && flushing_ == 0) {  // let the next steps' batches join
+      if (has_work() && !stop_ && flushing_ == 0) {  // let the next steps' batches join
         work_cv_.wait_for(lock, kGather, [&] { return stop_ || flushing_ > 0; });
       }
-      if (queue_.empty() && stop_) break;
+      last = queue_.empty() && stop_;
       while (!queue_.empty()) {
         work.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
-      busy_ = !work.empty();
+      if (!work.empty()) tier_blocked_ = false;  // the batches may hold what the front waits for
+      while (!tier_queue_.empty()) {
+        tier_work_.push_back(std::move(tier_queue_.front()));
+        tier_queue_.pop_front();
+      }
+      tier_pending_ = tier_work_.size();
+      busy_ = !work.empty() || (!tier_work_.empty() && !tier_blocked_);
     }
-    for (const Batch& b : work) Send(b);
+    for (const Batch& b : work) SendBatch(b);
+    if (!tier_work_.empty() && (!tier_blocked_ || last)) {
+      // tier_blocked_ is only written by this thread: reading it without the lock is safe.
+      const bool done = BuildTierEvents(/*final=*/last, &tier_events);
+      Send(NowSeconds(), tier_events);
+      std::lock_guard lock(mu_);
+      tier_blocked_ = !done;
+      tier_pending_ = tier_work_.size();
+    }
+    if (last) break;
     if (sockets_->replay) ServiceReplay();
   }
   sockets_.reset();  // closes the sockets (lingering briefly) on the thread that used them
 }
 
+KvEventPublisher::Entry* KvEventPublisher::FindOrMakeEntry(const BlockKey& key,
+                                                           const BlockKey& parent_key, bool first,
+                                                           const std::string& salt,
+                                                           std::span<const int32_t> tokens) {
+  if (auto it = entries_.find(key); it != entries_.end()) return &it->second;
+  Entry e;
+  e.first = first;
+  if (first) {
+    e.parent = none_hash_;
+    e.salt = salt;
+  } else {
+    auto p = entries_.find(parent_key);
+    if (p == entries_.end()) return nullptr;
+    e.parent = p->second.hash;
+  }
+  e.hash = VllmHashBlock(e.parent, tokens, e.salt);
+  return &entries_.emplace(key, std::move(e)).first->second;
+}
+
+void KvEventPublisher::EmitStored(const Entry& e, int medium, std::span<const int32_t> tokens,
+                                  std::vector<KvEvent>* events) {
+  const char* name = kMediumNames[medium];
+  // A block that continues the chain of the last BlockStored (of the same medium) joins it.
+  BlockStoredEvent* stored =
+      events->empty() ? nullptr : std::get_if<BlockStoredEvent>(&events->back());
+  if (!stored || e.first || stored->medium != name || stored->block_hashes.back() != e.parent) {
+    events->push_back(BlockStoredEvent{});
+    stored = &std::get<BlockStoredEvent>(events->back());
+    stored->block_size = block_size_;
+    stored->medium = name;
+    if (!e.first) stored->parent_block_hash = e.parent;
+    stored->first_block_salt = e.first ? e.salt : std::string();
+  }
+  stored->block_hashes.push_back(e.hash);
+  stored->token_ids.insert(stored->token_ids.end(), tokens.begin(), tokens.end());
+  stored_blocks_.fetch_add(1);
+  if (medium != kRam) tier_stored_blocks_.fetch_add(1);
+}
+
+void KvEventPublisher::EmitRemoved(const Entry& e, int medium, std::vector<KvEvent>* events) {
+  const char* name = kMediumNames[medium];
+  BlockRemovedEvent* removed =
+      events->empty() ? nullptr : std::get_if<BlockRemovedEvent>(&events->back());
+  if (!removed || removed->medium != name) {
+    events->push_back(BlockRemovedEvent{});
+    removed = &std::get<BlockRemovedEvent>(events->back());
+    removed->medium = name;
+  }
+  removed->block_hashes.push_back(e.hash);
+  removed_blocks_.fetch_add(1);
+  if (medium != kRam) tier_removed_blocks_.fetch_add(1);
+}
+
+void KvEventPublisher::EraseIfUnused(std::unordered_map<BlockKey, Entry>::iterator it) {
+  if (it->second.media == 0 && it->second.pins == 0) entries_.erase(it);
+}
+
 void KvEventPublisher::BuildEvents(const Batch& batch, std::vector<KvEvent>* events) {
   events->clear();
   if (batch.cleared) {
-    hashes_.clear();
+    entries_.clear();
+    for (auto& keys : unnamed_) keys.clear();
     events->push_back(AllBlocksClearedEvent{});
   }
   const size_t bs = static_cast<size_t>(block_size_);
   for (const Record& r : batch.records) {
     if (r.kind == Record::Kind::kRemoved) {
-      auto it = hashes_.find(r.key);
-      if (it == hashes_.end()) {
+      auto it = entries_.find(r.key);
+      if (it == entries_.end() || !(it->second.media & (1u << kRam))) {
         unknown_blocks_.fetch_add(1);
         continue;
       }
-      if (events->empty() || !std::holds_alternative<BlockRemovedEvent>(events->back())) {
-        events->push_back(BlockRemovedEvent{});
-      }
-      std::get<BlockRemovedEvent>(events->back()).block_hashes.push_back(it->second);
-      hashes_.erase(it);
-      removed_blocks_.fetch_add(1);
+      EmitRemoved(it->second, kRam, events);
+      it->second.media &= static_cast<uint8_t>(~(1u << kRam));
+      EraseIfUnused(it);
       continue;
     }
-    const VllmBlockHash* parent = &none_hash_;
-    if (!r.first) {
-      auto it = hashes_.find(r.parent_key);
-      if (it == hashes_.end()) {
-        unknown_blocks_.fetch_add(1);
-        continue;
-      }
-      parent = &it->second;
-    }
     const std::span<const int32_t> tokens(batch.tokens.data() + r.token_offset, bs);
-    const VllmBlockHash h = VllmHashBlock(*parent, tokens, r.first ? r.salt : std::string());
-    // A block that continues the chain of the last BlockStored joins it.
-    BlockStoredEvent* stored =
-        events->empty() ? nullptr : std::get_if<BlockStoredEvent>(&events->back());
-    if (!stored || r.first || stored->block_hashes.back() != *parent) {
-      events->push_back(BlockStoredEvent{});
-      stored = &std::get<BlockStoredEvent>(events->back());
-      stored->block_size = block_size_;
-      if (!r.first) stored->parent_block_hash = *parent;
-      stored->first_block_salt = r.first ? r.salt : std::string();
+    if (r.kind == Record::Kind::kPinned) ++pins_processed_;
+    Entry* e = FindOrMakeEntry(r.key, r.parent_key, r.first, r.salt, tokens);
+    if (e == nullptr) {
+      unknown_blocks_.fetch_add(1);
+      continue;
     }
-    stored->block_hashes.push_back(h);
-    stored->token_ids.insert(stored->token_ids.end(), tokens.begin(), tokens.end());
-    hashes_[r.key] = h;
-    stored_blocks_.fetch_add(1);
+    if (r.kind == Record::Kind::kPinned) {  // its tier reports will need the tokens
+      ++e->pins;
+      if (e->tokens.empty()) e->tokens.assign(tokens.begin(), tokens.end());
+      continue;
+    }
+    if (e->media & (1u << kRam)) continue;  // never: the tree inserts a block once
+    e->media |= 1u << kRam;
+    EmitStored(*e, kRam, tokens, events);
+    if (!unnamed_[kDisk].empty() || !unnamed_[kRedis].empty()) {
+      NameWaitingRecords(r.key, *e, events);
+    }
   }
 }
 
-void KvEventPublisher::Send(const Batch& batch) {
+void KvEventPublisher::NameWaitingRecords(const BlockKey& key, Entry& e,
+                                          std::vector<KvEvent>* events) {
+  for (int m = kDisk; m < kNumMedia; ++m) {
+    if (unnamed_[m].erase(key) == 0 || (e.media & (1u << m))) continue;
+    e.media |= static_cast<uint8_t>(1u << m);
+    unnamed_tier_blocks_.fetch_sub(1);
+    // The tokens are the RAM event's: the last BlockStored holds them at its end.
+    const auto& ram = std::get<BlockStoredEvent>(events->back());
+    const std::vector<int32_t> tokens(ram.token_ids.end() - block_size_, ram.token_ids.end());
+    EmitStored(e, m, tokens, events);
+  }
+}
+
+// NOTE (waiting): a stored or write-done report comes after its write was queued on the engine
+// thread, but the kPinned record of that write may still sit in the open batch. Such a report
+// (pins_processed_ below the pins recorded when it was made, and no tokens known for its key)
+// waits, and every report behind it, so that one key's reports keep their order.
+bool KvEventPublisher::BuildTierEvents(bool final, std::vector<KvEvent>* events) {
+  events->clear();
+  for (; !tier_work_.empty(); tier_work_.pop_front()) {
+    const TierReport& r = tier_work_.front();
+    const uint8_t bit = static_cast<uint8_t>(1u << r.medium);
+    auto it = r.kind == TierReport::Kind::kSnapshot ? entries_.end() : entries_.find(r.key);
+    switch (r.kind) {
+      case TierReport::Kind::kStored: {
+        if (it == entries_.end() || it->second.tokens.empty()) {
+          if (pins_processed_ < r.pins_needed && !final) return false;
+          unnamed_tier_blocks_.fetch_add(1);  // a write queued before the stream was attached
+          break;
+        }
+        if (it->second.media & bit) break;
+        it->second.media |= bit;
+        EmitStored(it->second, r.medium, it->second.tokens, events);
+        break;
+      }
+      case TierReport::Kind::kRemoved:
+        if (unnamed_[r.medium].erase(r.key) > 0) {
+          unnamed_tier_blocks_.fetch_sub(1);
+        }
+        if (it == entries_.end() || !(it->second.media & bit)) break;  // never announced
+        EmitRemoved(it->second, r.medium, events);
+        it->second.media &= static_cast<uint8_t>(~bit);
+        EraseIfUnused(it);
+        break;
+      case TierReport::Kind::kWriteDone:
+        if (it == entries_.end() || it->second.pins == 0) {
+          if (pins_processed_ < r.pins_needed && !final) return false;
+          break;
+        }
+        if (--it->second.pins == 0) it->second.tokens = {};
+        EraseIfUnused(it);
+        break;
+      case TierReport::Kind::kSnapshot:
+        BuildSnapshotEvents(r, events);
+        break;
+    }
+  }
+  return true;
+}
+
+// NOTE (a restarted tier's records): a record names its parent's key, its namespace's root key
+// and its tokens, so its vLLM hash chains from its parent's (a record of the snapshot, named
+// first, or a block already known) up to a first block. A first block can be named only in the
+// unsalted namespace: a salted namespace's root key is a digest that does not give back its
+// salt. Records that cannot be named are counted (unnamed_tier_blocks) and not announced.
+void KvEventPublisher::BuildSnapshotEvents(const TierReport& report, std::vector<KvEvent>* events) {
+  const std::vector<TierRecordInfo>& recs = report.records;
+  const size_t n = recs.size();
+  std::unordered_map<BlockKey, size_t> index;
+  for (size_t i = 0; i < n; ++i) index.emplace(recs[i].key, i);
+  enum : uint8_t { kUnseen, kNamed, kUnnamed, kOnPath };
+  std::vector<uint8_t> state(n, kUnseen);
+  std::vector<size_t> path;
+  const uint8_t bit = static_cast<uint8_t>(1u << report.medium);
+  for (size_t i = 0; i < n; ++i) {
+    path.clear();  // from recs[i] up to the first record settled, first, or without parent record
+    for (size_t cur = i; state[cur] == kUnseen;) {
+      path.push_back(cur);
+      state[cur] = kOnPath;
+      const TierRecordInfo& r = recs[cur];
+      if (r.parent_key == r.root_key) break;
+      auto p = index.find(r.parent_key);
+      if (p == index.end()) break;
+      cur = p->second;
+    }
+    for (auto k = path.rbegin(); k != path.rend(); ++k) {  // top down: parents first
+      const TierRecordInfo& r = recs[*k];
+      const bool first = r.parent_key == r.root_key;
+      bool nameable = !first || r.root_key == report.unsalted_root;
+      if (!first) {
+        auto p = index.find(r.parent_key);
+        if (p != index.end()) nameable = state[p->second] == kNamed;  // kOnPath: a cycle
+      }
+      Entry* e =
+          nameable ? FindOrMakeEntry(r.key, r.parent_key, first, std::string(), r.tokens) : nullptr;
+      if (e == nullptr) {
+        state[*k] = kUnnamed;
+        if (unnamed_[report.medium].insert(r.key).second) unnamed_tier_blocks_.fetch_add(1);
+        continue;
+      }
+      state[*k] = kNamed;
+      if (e->media & bit) continue;
+      e->media |= bit;
+      EmitStored(*e, report.medium, r.tokens, events);
+    }
+  }
+}
+
+void KvEventPublisher::SendBatch(const Batch& batch) {
   BuildEvents(batch, &events_);
-  if (events_.empty()) return;  // nothing a subscriber could use (unknown blocks only)
+  Send(batch.ts, events_);
+}
+
+void KvEventPublisher::Send(double ts, const std::vector<KvEvent>& events) {
+  if (events.empty()) return;  // nothing a subscriber could use (unknown blocks only)
   std::string payload;
   if (config_.buffer_steps > 0 && replay_.size() >= static_cast<size_t>(config_.buffer_steps)) {
     payload = std::move(replay_.front().second);  // reuse the oldest kept batch's buffer
     replay_.pop_front();
   }
   payload.clear();
-  EncodeKvEventBatch(batch.ts, events_, /*data_parallel_rank=*/0, config_.hash_form, &payload);
+  EncodeKvEventBatch(ts, events, /*data_parallel_rank=*/0, config_.hash_form, &payload);
   const uint64_t seq = next_seq_++;
   uint8_t seq_bytes[8];
   PutSeq(seq, seq_bytes);

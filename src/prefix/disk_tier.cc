@@ -141,12 +141,39 @@ struct FoundRecord {
   BlockKey key;
   uint64_t bytes = 0;
   timespec mtime{};
+  TierRecordInfo info;  // with tokens only when they were asked for
 };
 
+// Reads the token ids that follow a record's header into info->tokens and checks the key chain.
+Status ReadRecordTokens(int fd, int block_size, TierRecordInfo* info) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(block_size) * sizeof(int32_t));
+  int err = 0;
+  for (size_t done = 0; done < bytes.size() && err == 0;) {
+    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done,
+                              static_cast<off_t>(kRecordHeaderBytes + done));
+    if (n < 0 && errno == EINTR) continue;
+    err = n < 0 ? errno : n == 0 ? EIO : 0;
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  if (err != 0) return IoError(fmt::format("read: {}", ErrnoText(err)));
+  info->tokens.resize(static_cast<size_t>(block_size));
+  for (size_t i = 0; i < info->tokens.size(); ++i) {
+    uint32_t v = 0;
+    for (size_t b = 0; b < 4; ++b) v |= uint32_t{bytes[i * 4 + b]} << (8 * b);  // little-endian
+    info->tokens[i] = static_cast<TokenId>(v);
+  }
+  if (!(ChainKey(info->parent_key, info->tokens) == info->key)) {
+    return DataLoss("its key is not the chain of its parent key and tokens");
+  }
+  return Status::Ok();
+}
+
 // Checks the file `path`, named after `key`, by its header alone: the header must parse and hold
-// `key`, and the file must have the size of a record of the header's layout. DataLoss when it
-// does not, NotFound when it is gone, IoError when it cannot be read.
-Status CheckRecordFile(const std::string& path, const BlockKey& key, FoundRecord* found) {
+// `key`, and the file must have the size of a record of the header's layout. With `tokens`, also
+// reads the block's token ids and checks that the key chains from the parent key over them.
+// DataLoss when it does not, NotFound when it is gone, IoError when it cannot be read.
+Status CheckRecordFile(const std::string& path, const BlockKey& key, bool tokens,
+                       FoundRecord* found) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -157,23 +184,32 @@ Status CheckRecordFile(const std::string& path, const BlockKey& key, FoundRecord
   int err = ::fstat(fd, &st) == 0 ? 0 : errno;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (err == 0 && size >= header.size()) err = ReadExactly(fd, header);
-  ::close(fd);
-  if (err != 0) return IoError(fmt::format("read: {}", ErrnoText(err)));
-  if (size < header.size()) return DataLoss(fmt::format("{} bytes: no whole header", size));
-  KV_ASSIGN_OR_RETURN(const BlockRecordHeader h, ParseBlockRecordHeader(header));
-  if (!(h.key == key)) return DataLoss("its header holds another key than its name");
-  if (size != BlockRecordBytes(h.layout)) {
-    return DataLoss(fmt::format("{} bytes where a record of its layout has {}", size,
-                                BlockRecordBytes(h.layout)));
+  Status result = Status::Ok();
+  if (err != 0) {
+    result = IoError(fmt::format("read: {}", ErrnoText(err)));
+  } else if (size < header.size()) {
+    result = DataLoss(fmt::format("{} bytes: no whole header", size));
+  } else if (auto h = ParseBlockRecordHeader(header); !h.ok()) {
+    result = h.status();
+  } else if (!(h->key == key)) {
+    result = DataLoss("its header holds another key than its name");
+  } else if (size != BlockRecordBytes(h->layout)) {
+    result = DataLoss(fmt::format("{} bytes where a record of its layout has {}", size,
+                                  BlockRecordBytes(h->layout)));
+  } else {
+    *found = FoundRecord{key, size, st.st_mtim, {key, h->parent_key, h->root_key, {}}};
+    if (tokens) result = ReadRecordTokens(fd, h->layout.block_size, &found->info);
   }
-  *found = FoundRecord{key, size, st.st_mtim};
-  return Status::Ok();
+  ::close(fd);
+  return result;
 }
 
 }  // namespace
 
 DiskTier::DiskTier(const DiskTierConfig& config, uint64_t capacity_bytes)
-    : dir_(config.dir), capacity_bytes_(capacity_bytes) {}
+    : dir_(config.dir),
+      keep_record_infos_(config.keep_record_infos),
+      capacity_bytes_(capacity_bytes) {}
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierConfig& config) {
   if (config.dir.empty()) {
@@ -225,7 +261,7 @@ void DiskTier::Rebuild() {
       const std::string hex = key.Hex();  // lowercase, as PathOf names files
       const bool in_place = file_name.starts_with(hex) && sub_name == hex.substr(0, 2);
       FoundRecord record;
-      const Status st = in_place ? CheckRecordFile(path, key, &record)
+      const Status st = in_place ? CheckRecordFile(path, key, keep_record_infos_, &record)
                                  : DataLoss("a record file out of its place");
       if (st.ok()) {
         found.push_back(record);
@@ -255,6 +291,11 @@ void DiskTier::Rebuild() {
     }
     EvictLocked();
     PublishCountsLocked();
+    if (keep_record_infos_) {  // the records still held, oldest first
+      for (FoundRecord& f : found) {
+        if (index_.contains(f.key)) rebuilt_infos_.push_back(std::move(f.info));
+      }
+    }
   }
   rebuild_.files = static_cast<int64_t>(found.size());
   rebuild_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -266,6 +307,7 @@ void DiskTier::InsertLocked(const BlockKey& key, uint64_t bytes) {
   auto [it, inserted] = index_.try_emplace(key);
   if (inserted) {
     it->second.lru = lru_.insert(lru_.end(), key);
+    NotifyStored(key);
   } else {  // its file was replaced by an equal one: only the size is taken again
     TouchLocked(it->second);
     bytes_held_ -= it->second.bytes;
@@ -321,6 +363,17 @@ void DiskTier::EraseLocked(const BlockKey& key) {
   bytes_held_ -= it->second.bytes;
   lru_.erase(it->second.lru);
   index_.erase(it);
+  NotifyRemoved(key);
+}
+
+void DiskTier::SetObserver(TierObserver* observer) {
+  std::lock_guard lock(mu_);
+  if (observer && !rebuilt_infos_.empty()) {
+    std::erase_if(rebuilt_infos_, [&](const TierRecordInfo& r) { return !index_.contains(r.key); });
+    observer->OnTierSnapshot(name(), std::move(rebuilt_infos_));
+  }
+  rebuilt_infos_ = {};
+  KvTier::SetObserver(observer);
 }
 
 void DiskTier::PublishCountsLocked() {

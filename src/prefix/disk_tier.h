@@ -43,6 +43,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "prefix/kv_tier.h"
 
@@ -52,6 +53,9 @@ struct DiskTierConfig {
   std::string dir;
   // 0 = default: 10% of the free space of dir's file system (statvfs), at most 64 GiB.
   uint64_t capacity_bytes = 0;
+  // Open also reads each record's tokens and checks its key chain, and keeps what it found for
+  // the first SetObserver (the KV event stream announces a restarted tier's records).
+  bool keep_record_infos = false;
 };
 
 class DiskTier final : public KvTier {
@@ -79,6 +83,9 @@ class DiskTier final : public KvTier {
   void Remove(const BlockKey& key) override;
   void Retain(const BlockKey& key, int64_t until_ms) override;
   std::string Describe() override;
+  // Hands a new observer the records found by Open that are still held (with keep_record_infos),
+  // then attaches it: both under the index lock, so no change falls between.
+  void SetObserver(TierObserver* observer) override;
   int64_t num_retained();  // records whose deadline has not passed
 
  private:
@@ -108,13 +115,16 @@ class DiskTier final : public KvTier {
   void EvictLocked();
   // Sets the file's modification time to the entry's deadline.
   void StampLocked(const BlockKey& key, int64_t until_ms);
+  // Both tell the observer of a change.
   void EraseLocked(const BlockKey& key);
   void PublishCountsLocked();
 
   void LogOnce(LogKind kind, const std::string& message);
 
   const std::string dir_;
+  const bool keep_record_infos_;
   RebuildStats rebuild_;  // written by Open only
+  std::vector<TierRecordInfo> rebuilt_infos_;  // guarded by mu_; until the first SetObserver
   mutable std::mutex mu_;
   uint64_t capacity_bytes_;                    // guarded by mu_
   uint64_t bytes_held_ = 0;                    // guarded by mu_

@@ -12,6 +12,21 @@ void TierCounters::ObserveLoadSeconds(double seconds) {
   latency_sum_ns_.fetch_add(static_cast<int64_t>(std::llround(seconds * 1e9)));
 }
 
+void KvTier::SetObserver(TierObserver* observer) {
+  std::lock_guard lock(observer_mu_);
+  observer_ = observer;
+}
+
+void KvTier::NotifyStored(const BlockKey& key) {
+  std::lock_guard lock(observer_mu_);
+  if (observer_) observer_->OnTierStored(name(), key);
+}
+
+void KvTier::NotifyRemoved(const BlockKey& key) {
+  std::lock_guard lock(observer_mu_);
+  if (observer_) observer_->OnTierRemoved(name(), key);
+}
+
 TierStats TierCounters::Take(std::string name) const {
   TierStats s;
   s.name = std::move(name);

@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 
 #include "kvserve/status.h"
 #include "prefix/block_key.h"
+#include "prefix/tier_observer.h"
 
 namespace kvserve {
 
@@ -92,12 +94,22 @@ class KvTier {
   }
   // The start-up line: where it is and what it holds.
   virtual std::string Describe() = 0;
+  // Attaches the observer of this tier's contents (tier_observer.h), or detaches it (null). Once
+  // it returns, no call to the previous observer is running or will run. A tier that knows its
+  // records (DiskTier) first hands the new observer a snapshot of them.
+  virtual void SetObserver(TierObserver* observer);
 
   TierCounters& counters() { return counters_; }
   TierStats stats() const { return counters_.Take(std::string(name())); }
 
  protected:
+  // Tell the observer, if any (under observer_mu_, which the tier may hold its own lock around).
+  void NotifyStored(const BlockKey& key);
+  void NotifyRemoved(const BlockKey& key);
+
   TierCounters counters_;
+  std::mutex observer_mu_;
+  TierObserver* observer_ = nullptr;  // guarded by observer_mu_
 };
 
 }  // namespace kvserve

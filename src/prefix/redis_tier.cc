@@ -255,21 +255,26 @@ Status RedisTier::Put(const BlockKey& key, std::span<const uint8_t> value) {
   counters_.bytes_written.fetch_add(static_cast<int64_t>(value.size()));
   RefreshSizes(c);
   Give(c);
+  NotifyStored(key);
   return Status::Ok();
 }
 
 void RedisTier::Remove(const BlockKey& key) {
   redisContext* c = Take();
-  if (c == nullptr) return;
+  if (c == nullptr) {
+    NotifyRemoved(key);
+    return;
+  }
   const std::string name = KeyOf(key);
   const char* argv[2] = {"DEL", name.c_str()};
   const size_t len[2] = {3, name.size()};
   Reply r(static_cast<redisReply*>(redisCommandArgv(c, 2, argv, len)));
   if (!r) {
     Failed(c);
-    return;
+  } else {
+    Give(c);
   }
-  Give(c);
+  NotifyRemoved(key);  // a record that failed verification is gone for this replica either way
 }
 
 void RedisTier::RefreshSizes(redisContext* c) {

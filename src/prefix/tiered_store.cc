@@ -130,8 +130,9 @@ void TieredStore::Enqueue(const TreeBlock& b, int64_t retain_until) {
     }
     queued_write_bytes_ += bytes;
   }
-  WriteJob job{b.key, TakeBuffer(), mask, retain_until};
+  WriteJob job{b.key, TakeBuffer(), mask, retain_until, observer_ != nullptr};
   EncodeUnsealedBlockRecord(b, *kv_, &job.record);
+  if (job.observed) observer_->OnTierWriteQueued(b);  // engine thread: no lock needed to read
   {
     std::lock_guard lock(mu_);
     writes_.push_back(std::move(job));
@@ -163,12 +164,22 @@ void TieredStore::WriterLoop() {
     if (job.retain_until != 0) {
       for (const auto& tier : tiers_) tier->Retain(job.key, job.retain_until);
     }
+    if (job.observed) {
+      std::lock_guard lock(observer_mu_);
+      if (observer_) observer_->OnTierWriteDone(job.key);
+    }
     {
       std::lock_guard lock(mu_);
       queued_write_bytes_ -= job.record.size();
     }
     if (job.record.capacity() > 0) GiveBuffer(std::move(job.record));
   }
+}
+
+void TieredStore::set_observer(TierObserver* observer) {
+  for (const auto& tier : tiers_) tier->SetObserver(observer);
+  std::lock_guard lock(observer_mu_);
+  observer_ = observer;
 }
 
 void TieredStore::Flush() {

@@ -12,8 +12,12 @@
 // The engine copies verified payloads into RAM blocks it allocates itself (TakeCompleted), so
 // the I/O threads never touch KvStorage.
 //
-// Thread safety: OnBlockInserted/OnBlockEvicted/StartLoad/TakeCompleted are called by the
-// engine thread; stats(), has_completed() and Flush() from any thread.
+// With an observer (set_observer; the KV event stream), the store tells it of each write it
+// queues (engine thread) and finishes (writer thread), and each tier tells it what it stores
+// and drops (tier_observer.h).
+//
+// Thread safety: OnBlockInserted/OnBlockEvicted/StartLoad/TakeCompleted/set_observer are called
+// by the engine thread; stats(), has_completed() and Flush() from any thread.
 #pragma once
 
 #include <atomic>
@@ -31,6 +35,7 @@
 #include "kv/kv_storage.h"
 #include "prefix/block_listener.h"
 #include "prefix/kv_tier.h"
+#include "prefix/tier_observer.h"
 
 namespace kvserve {
 
@@ -87,6 +92,9 @@ class TieredStore final : public BlockListener {
   void WaitForLoad(std::chrono::milliseconds timeout);
   // Blocks until the write queue is empty and the writer idle (tests, shutdown).
   void Flush();
+  // Attaches the observer of the tiers' contents (every tier's SetObserver, in order), or
+  // detaches it (null). Once it returns, no call to the previous observer runs or will run.
+  void set_observer(TierObserver* observer);
 
   const std::vector<std::unique_ptr<KvTier>>& tiers() const { return tiers_; }
   std::vector<TierStats> stats() const;
@@ -98,6 +106,7 @@ class TieredStore final : public BlockListener {
     std::vector<uint8_t> record;  // unsealed; the writer seals it
     uint32_t tier_mask = 0;       // bit i: store in tiers_[i]
     int64_t retain_until = 0;     // then Retain in every tier (0 = no)
+    bool observed = false;        // the observer was told of it (OnTierWriteQueued)
   };
   struct LoadJob {
     uint64_t id;
@@ -119,6 +128,10 @@ class TieredStore final : public BlockListener {
   const KvStorage* kv_;
   std::mutex callback_mu_;  // guards on_load_done_ and its calls
   std::function<void()> on_load_done_;
+  // Written by the engine thread under observer_mu_; read there without it (Enqueue) and by
+  // the writer thread under it (OnTierWriteDone).
+  std::mutex observer_mu_;
+  TierObserver* observer_ = nullptr;
 
   std::mutex mu_;  // guards everything below up to the threads
   std::condition_variable write_cv_, read_cv_, done_cv_;

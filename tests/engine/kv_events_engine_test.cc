@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 #include <zmq.hpp>
 
 #include "engine/engine_core.h"
 #include "engine_test_util.h"
+#include "prefix/block_record.h"
 #include "util/vllm_block_hash.h"
 
 namespace kvserve {
@@ -64,7 +68,8 @@ class Subscriber {
     }
   }
 
-  std::map<uint64_t, Block> blocks;
+  std::map<uint64_t, Block> blocks;                        // medium "GPU": the RAM tree
+  std::map<std::string, std::map<uint64_t, Block>> lower;  // the other media ("DISK", ...)
   int cleared = 0;
   int stored_events = 0, removed_events = 0;
   int replays = 0;
@@ -125,6 +130,7 @@ class Subscriber {
       if (tag == "AllBlocksCleared") {
         ASSERT_EQ(e.size(), 1u);
         blocks.clear();
+        lower.clear();
         ++cleared;
       } else if (tag == "BlockStored") {
         ASSERT_GE(e.size(), 8u);
@@ -132,26 +138,33 @@ class Subscriber {
         const json& hashes = e[1];
         const size_t bs = e[4].get<size_t>();
         ASSERT_EQ(e[3].size(), hashes.size() * bs);
+        const std::string medium = e[6];
+        auto& set = medium == "GPU" ? blocks : lower[medium];
         std::optional<uint64_t> parent;
         if (!e[2].is_null()) {
           parent = e[2].get<uint64_t>();
-          EXPECT_TRUE(blocks.count(*parent)) << "a parent the subscriber does not know";
+          // In RAM a parent is always held (leaf-only eviction); a lower tier may have dropped it.
+          if (medium == "GPU") {
+            EXPECT_TRUE(blocks.count(*parent)) << "a parent the subscriber does not know";
+          }
         }
         if (e.size() > 8) salts_seen.insert(e[8][0][0].get<std::string>());
         for (size_t i = 0; i < hashes.size(); ++i) {
-          Block b{parent, {}, e[6]};
+          Block b{parent, {}, medium};
           for (size_t t = 0; t < bs; ++t) b.tokens.push_back(e[3][i * bs + t]);
           const uint64_t h = hashes[i];
-          EXPECT_FALSE(blocks.count(h)) << "stored twice: " << h;
-          blocks[h] = b;
+          EXPECT_FALSE(set.count(h)) << "stored twice on " << medium << ": " << h;
+          set[h] = b;
           parent = h;
         }
       } else if (tag == "BlockRemoved") {
         ASSERT_EQ(e.size(), 3u);
         ++removed_events;
-        EXPECT_EQ(e[2], "GPU");
+        const std::string medium = e[2];
+        auto& set = medium == "GPU" ? blocks : lower[medium];
         for (const json& h : e[1]) {
-          EXPECT_EQ(blocks.erase(h.get<uint64_t>()), 1u) << "removed an unknown block";
+          EXPECT_EQ(set.erase(h.get<uint64_t>()), 1u)
+              << "removed a block " << medium << " does not hold";
         }
       } else {
         ADD_FAILURE() << "unknown event " << tag;
@@ -290,7 +303,170 @@ TEST(KvEventsEngine, BlocksLoadedFromDiskAfterARestartAreStoredAgain) {
   for (const VllmBlockHash& h : hashes) {
     ASSERT_TRUE(sub.blocks.count(VllmHashToU64(h)));
     EXPECT_EQ(sub.blocks[VllmHashToU64(h)].medium, "GPU");
+    // The disk's surviving records were announced after AllBlocksCleared, with its medium.
+    EXPECT_TRUE(sub.lower["DISK"].count(VllmHashToU64(h)));
   }
+}
+
+// The vLLM hash of every full block of these token sequences (unsalted), by kvserve key.
+void AddKeysAndHashes(const EngineCore& core, const std::vector<TokenId>& seq,
+                      std::unordered_map<BlockKey, uint64_t>* out) {
+  BlockKey key = RootKey(core.NamespaceFor(""));
+  const auto hashes = VllmBlockHashes(seq, 16, VllmNoneHash(""));
+  for (size_t b = 0; b < hashes.size(); ++b) {
+    key = ChainKey(key, std::span<const TokenId>(seq).subspan(b * 16, 16));
+    (*out)[key] = VllmHashToU64(hashes[b]);
+  }
+}
+
+// The disk tier's records (the files under their final names), as vLLM hashes. With
+// `chained_only`, only those whose parents up to the first block are records too: what a
+// restarted tier can name (the others' hashes need tokens no record holds).
+std::set<uint64_t> DiskBlocks(const std::string& dir,
+                              const std::unordered_map<BlockKey, uint64_t>& hashes,
+                              bool chained_only = false) {
+  std::unordered_map<BlockKey, BlockKey> parent_of;  // key → parent key (root: itself)
+  for (const auto& sub : std::filesystem::directory_iterator(dir)) {
+    if (sub.path().filename() == "tmp") continue;
+    for (const auto& f : std::filesystem::directory_iterator(sub.path())) {
+      BlockKey key;
+      EXPECT_TRUE(Digest256::FromHex(f.path().stem().string(), &key)) << f.path();
+      std::ifstream in(f.path(), std::ios::binary);
+      std::vector<char> header(kRecordHeaderBytes);
+      in.read(header.data(), static_cast<std::streamsize>(header.size()));
+      const auto h = ParseBlockRecordHeader(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(header.data()), header.size()));
+      EXPECT_TRUE(h.ok()) << f.path();
+      if (h.ok()) parent_of[key] = h->parent_key == h->root_key ? key : h->parent_key;
+    }
+  }
+  std::set<uint64_t> out;
+  for (const auto& [key, parent] : parent_of) {
+    auto it = hashes.find(key);
+    EXPECT_NE(it, hashes.end()) << "a record of no block of the workload";
+    if (it == hashes.end()) continue;
+    bool chained = true;
+    for (BlockKey k = key; chained_only && !(parent_of.at(k) == k);) {
+      k = parent_of.at(k);
+      chained = parent_of.count(k) != 0;
+      if (!chained) break;
+    }
+    if (chained) out.insert(it->second);
+  }
+  return out;
+}
+
+template <typename Map>
+std::set<uint64_t> Keys(const Map& m) {
+  std::set<uint64_t> out;
+  for (const auto& [k, v] : m) out.insert(k);
+  return out;
+}
+
+// The lower tiers announce their own contents: after a workload with RAM hits, RAM evictions
+// (into the disk, written through), disk evictions (a disk of 40 records), and loads back from
+// disk, the subscriber's "GPU" view is exactly the tree and its "DISK" view exactly the disk's
+// records; after a restart, AllBlocksCleared and then every surviving record on "DISK".
+TEST(KvEventsEngine, PerMediumViewsMatchTheRamTreeAndTheDiskRecords) {
+  testing_util::TempDir dir;
+  EngineConfig c = testing_util::SmallConfig();
+  c.num_blocks = 24;
+  c.tiers.disk_path = dir.path();
+  uint64_t record_bytes = 0;
+  {  // one block's record size, for a disk that holds 40 of them
+    auto probe = testing_util::MakeCore(c);
+    std::vector<TokenId> p(17, 5);
+    testing_util::RunAll(*probe, {p}, 1);
+    probe->FlushTierWrites();
+    const TierStats st = probe->TierStatsNow().at(0);
+    ASSERT_EQ(st.entries, 1);
+    record_bytes = static_cast<uint64_t>(st.bytes_held);
+  }
+  std::filesystem::remove_all(dir.path());
+  c.tiers.disk_size_bytes = 40 * record_bytes;
+  c.kv_events.enabled = true;
+  c.kv_events.endpoint = "tcp://127.0.0.1:*";
+  c.kv_events.replay_endpoint = "tcp://127.0.0.1:*";
+  c.kv_events.topic = "kv@test@tiny";
+
+  std::vector<std::vector<TokenId>> prompts;
+  for (int family = 0; family < 6; ++family) {
+    for (int member = 0; member < 3; ++member) {
+      std::vector<TokenId> p;
+      for (int i = 0; i < 70; ++i) {
+        p.push_back(i < 32 ? 3 + (family * 37 + i * 7) % 280
+                           : 5 + (family * 13 + member * 17 + i * 11) % 270);
+      }
+      prompts.push_back(std::move(p));
+    }
+  }
+  std::unordered_map<BlockKey, uint64_t> hashes;
+  auto core = testing_util::MakeCore(c);
+  const auto run = [&](EngineCore& engine, const std::vector<std::vector<TokenId>>& batch) {
+    const auto done = testing_util::RunAll(engine, batch, 4);
+    engine.FlushTierWrites();  // the disk holds them before the next run looks (no timing)
+    for (size_t i = 0; i < batch.size(); ++i) {
+      std::vector<TokenId> seq = batch[i];
+      seq.insert(seq.end(), done[i].tokens.begin(), done[i].tokens.end());
+      AddKeysAndHashes(engine, seq, &hashes);
+    }
+  };
+  for (size_t i = 0; i + 2 < prompts.size(); i += 3) {
+    run(*core, {prompts[i], prompts[i + 1], prompts[i + 2]});
+    if (i >= 6) run(*core, {prompts[i - 6]});  // evicted from RAM by now: loaded from disk
+  }
+  run(*core, {prompts[1]});
+  core->FlushTierWrites();
+  KvEventPublisher* pub = core->kv_event_publisher();
+  pub->Flush();
+  const TierStats disk = core->TierStatsNow().at(0);
+  EXPECT_GT(disk.hit_blocks, 0) << "the workload should load blocks back from disk";
+  const KvEventStats st = pub->stats();
+  EXPECT_GT(st.tier_stored_blocks, 0u);
+  EXPECT_GT(st.tier_removed_blocks, 0u) << "the 40-record disk should evict";
+  EXPECT_EQ(st.unknown_blocks, 0u);
+  EXPECT_EQ(st.unnamed_tier_blocks, 0u);
+  {
+    Subscriber sub(pub->endpoint(), pub->replay_endpoint());
+    sub.ReceiveThrough(st.batches - 1);
+    EXPECT_EQ(sub.cleared, 1);
+    EXPECT_EQ(Keys(sub.blocks), Keys(TreeBlocks(*core, "", {})));
+    const std::set<uint64_t> on_disk = DiskBlocks(dir.path(), hashes);
+    EXPECT_EQ(static_cast<int64_t>(on_disk.size()), disk.entries);
+    EXPECT_EQ(Keys(sub.lower["DISK"]), on_disk);
+    EXPECT_EQ(sub.lower.size(), 1u);  // no other medium
+  }
+
+  // A restart: AllBlocksCleared, then the disk's records; a load from disk adds them to RAM.
+  core.reset();
+  core = testing_util::MakeCore(c);
+  pub = core->kv_event_publisher();
+  const std::set<uint64_t> on_disk = DiskBlocks(dir.path(), hashes, /*chained_only=*/true);
+  ASSERT_FALSE(on_disk.empty());
+  pub->Flush();
+  // Records whose parent the disk evicted cannot be named after a restart: counted, not sent.
+  EXPECT_EQ(pub->stats().unnamed_tier_blocks + on_disk.size(),
+            DiskBlocks(dir.path(), hashes).size());
+  {
+    Subscriber sub(pub->endpoint(), pub->replay_endpoint());
+    sub.ReceiveThrough(pub->stats().batches - 1);
+    EXPECT_EQ(sub.cleared, 1);
+    EXPECT_TRUE(sub.blocks.empty());
+    EXPECT_EQ(Keys(sub.lower["DISK"]), on_disk);
+  }
+  run(*core, {prompts.back()});
+  core->FlushTierWrites();
+  pub->Flush();
+  EXPECT_GT(core->TierStatsNow().at(0).hit_blocks, 0);
+  Subscriber sub(pub->endpoint(), pub->replay_endpoint());
+  sub.ReceiveThrough(pub->stats().batches - 1);
+  EXPECT_EQ(Keys(sub.blocks), Keys(TreeBlocks(*core, "", {})));
+  // Since the restart: the named records, plus the blocks written since (named from RAM).
+  std::set<uint64_t> expected = DiskBlocks(dir.path(), hashes, /*chained_only=*/true);
+  for (uint64_t h : DiskBlocks(dir.path(), hashes)) {
+    if (sub.blocks.count(h) || on_disk.count(h)) expected.insert(h);
+  }
+  EXPECT_EQ(Keys(sub.lower["DISK"]), expected);
 }
 
 TEST(KvEventsEngine, EventsNeedPrefixCachingAndAFreeEndpoint) {
