@@ -83,6 +83,32 @@ TEST(BlockIndexTest, ABlockStaysWhileAnyMediumHoldsIt) {
   EXPECT_EQ(index.NumStoredBlocks(0), 0u);
 }
 
+// kvserve's media (docs/kv_events.md): RAM is "GPU", its lower tiers "DISK" and "REDIS". A
+// lower tier's BlockRemoved is not a RAM removal, and a prefix counts blocks on any medium (a
+// load beats a recompute).
+TEST(BlockIndexTest, ALowerTierRemovalLeavesTheRamBlockAndAPrefixSpansMedia) {
+  BlockIndex index = MakeIndex(1);
+  index.Apply(0, Stored({1, 2}, "GPU"));
+  index.Apply(0, Stored({1, 2, 3}, "DISK"));
+  index.Apply(0, Stored({4}, "REDIS"));
+  index.Apply(0, Removed({1, 2}, "DISK"));  // the disk evicted them; RAM still holds them
+  const std::vector<uint64_t> prompt = {1, 2, 3, 4, 5};
+  EXPECT_EQ(index.MatchPrefix(0, prompt), 4u);  // GPU, GPU, DISK, REDIS
+  index.Apply(0, Removed({3}, "GPU"));          // never in RAM: the disk still has it
+  EXPECT_EQ(index.MatchPrefix(0, prompt), 4u);
+  index.Apply(0, Cleared());  // a restart clears every medium
+  EXPECT_EQ(index.MatchPrefix(0, prompt), 0u);
+}
+
+// A shared tier (Redis) counts for the replica that announced a block only.
+TEST(BlockIndexTest, ASharedTiersBlocksCountForTheAnnouncingReplicaOnly) {
+  BlockIndex index = MakeIndex(2);
+  index.Apply(0, Stored({1, 2}, "REDIS"));
+  const std::vector<uint64_t> prompt = {1, 2};
+  EXPECT_EQ(index.MatchPrefix(0, prompt), 2u);
+  EXPECT_EQ(index.MatchPrefix(1, prompt), 0u);
+}
+
 TEST(BlockIndexTest, EventsWithoutMediumPairWithEachOther) {
   BlockIndex index = MakeIndex(1);
   index.Apply(0, Stored({1, 2}, ""));
