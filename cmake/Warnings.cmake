@@ -19,6 +19,11 @@ function(kvserve_warnings target)
     -Wno-missing-field-initializers)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(${target} PRIVATE -Wshadow=local)
+    # A grouped source is an included file to GCC, which then warns about every class of its
+    # own that holds a type from its anonymous namespace (correct code either way).
+    if(KVSERVE_UNITY)
+      target_compile_options(${target} PRIVATE -Wno-subobject-linkage)
+    endif()
   else()
     target_compile_options(${target} PRIVATE -Wshadow-uncaptured-local)
   endif()

@@ -64,7 +64,7 @@ int ArgMax(const T* row, int vocab) {
 }
 
 // Sums over scored positions.
-struct Totals {
+struct ScoreTotals {
   double nll = 0, ref_nll = 0, kl = 0;
   int64_t scored = 0, agree = 0, windows = 0;
   double seconds = 0, ref_seconds = 0;
@@ -248,7 +248,7 @@ void RunPerplexity(PerplexityOptions& o) {
   const int ctx = o.engine.ctx;
   const int vocab = l.generator->model().config().vocab;
   const int64_t n = static_cast<int64_t>(ids.size());
-  Totals t;
+  ScoreTotals t;
   std::vector<double> lp, ref_lp;
   int64_t scored_until = 1;
   for (int64_t start = 0; scored_until < n; start += ctx / 2) {
@@ -370,7 +370,7 @@ void RunEvictionKl(const PerplexityOptions& o) {
     if (rows.size() != static_cast<size_t>(o.eval_tokens) * vocab) Fail("missing distributions");
     return rows;
   };
-  Totals t;
+  ScoreTotals t;
   for (int i = 0; i < o.num_prompts; ++i) {
     std::vector<TokenId> prompt{bos};
     const auto first = ids.begin() + static_cast<std::ptrdiff_t>(i) * (len - 1);
