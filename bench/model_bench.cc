@@ -165,6 +165,11 @@ std::vector<TokenId> Tokens(int n, int vocab, int salt) {
   return t;
 }
 
+// Decode steps of each batched-decode run (after 128 cached tokens), and of each short- and
+// long-context decode run.
+constexpr int kBatchedSteps = 16;
+constexpr int kLongContextSteps = 32;
+
 // Feeds `n` tokens of sequence `seq` starting at slot `start`, in batches of at most max_batch.
 void Prefill(Bench& b, int seq, int start, int n, std::vector<float>& logits) {
   const int vocab = b.model->config().vocab;
@@ -273,7 +278,11 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   }
   const int max_seqs = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
   const int max_batch = std::max(o.pp, max_seqs);
-  const int ctx = std::max(o.pp + o.tg, o.long_context + o.tg) + 16;
+  // Every run's last position fits: pp + tg from empty, the batched steps after 128 tokens, the
+  // long-context steps after --long-context, and each --pp-at prefill.
+  int ctx = std::max({o.pp + o.tg, 128 + kBatchedSteps, o.long_context + kLongContextSteps});
+  for (int at : o.pp_at) ctx = std::max(ctx, at + o.pp);
+  ctx += 16;
   // The context may exceed the model's trained one (synthetic models): speed only.
   auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch, ctx, o.mla_form});
   if (!model.ok()) {
@@ -324,7 +333,7 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
              100 * gflops / peak, o.tg, tg_med, bound, bandwidth, 100 * tg_med / bound);
 
   if (o.batches.empty() || o.long_context <= 0) return;  // pp/tg only
-  // Batched decode: num_seqs sequences of 128 tokens, one step each for 16 steps.
+  // Batched decode: num_seqs sequences of 128 tokens, one step each for kBatchedSteps steps.
   std::string line = "    batched decode t/s:";
   std::string experts;
   double base = 0;
@@ -332,7 +341,7 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   for (int n : o.batches) {
     std::vector<double> runs;
     const MoeStats before = (*model)->moe_stats();
-    for (int r = 0; r < o.reps; ++r) runs.push_back(DecodeSteps(b, n, 128, 16, logits));
+    for (int r = 0; r < o.reps; ++r) runs.push_back(DecodeSteps(b, n, 128, kBatchedSteps, logits));
     const double med = Median(runs);
     if (n == 1) base = med;
     line += fmt::format("  b{}={:.1f} ({:.2f}x)", n, med, base > 0 ? med / base : 0);
@@ -352,8 +361,8 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   Prefill(b, 0, 0, o.long_context, logits);
   std::vector<double> short_runs, long_runs;
   for (int r = 0; r < o.reps; ++r) {
-    short_runs.push_back(DecodeSteps(b, 1, 128, 32, logits));
-    long_runs.push_back(DecodeSteps(b, 1, o.long_context, 32, logits));
+    short_runs.push_back(DecodeSteps(b, 1, 128, kLongContextSteps, logits));
+    long_runs.push_back(DecodeSteps(b, 1, o.long_context, kLongContextSteps, logits));
   }
   const double s = Median(short_runs), l = Median(long_runs);
   fmt::print("    decode at 128 cached: {:.2f} t/s, at {} cached: {:.2f} t/s ({:.1f}%)\n", s,
@@ -368,7 +377,6 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   // Prefill of --pp tokens (in batches of --pp) on top of a long cached context: attention over
   // many query rows and long K/V.
   for (int at : o.pp_at) {
-    if (at + o.pp > b.blocks_per_seq * 16) continue;
     std::vector<double> runs;
     for (int r = 0; r < o.reps; ++r) {
       const auto t0 = Clock::now();
