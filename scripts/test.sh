@@ -94,8 +94,8 @@ TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts
 count "$logdir/tsan.log"
 
 if [ -f "$root/scripts/fuzz.sh" ] && command -v clang++ >/dev/null 2>&1; then
-  phase "fuzzing (${KVSERVE_FUZZ_SECONDS:-45} s per target)"
-  if KVSERVE_FUZZ_BUILD="$root/build-asan" bash "$root/scripts/fuzz.sh" "${KVSERVE_FUZZ_SECONDS:-45}"; then
+  phase "fuzzing (${KVSERVE_FUZZ_SECONDS:-30} s per target)"
+  if KVSERVE_FUZZ_BUILD="$root/build-asan" bash "$root/scripts/fuzz.sh" "${KVSERVE_FUZZ_SECONDS:-30}"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
