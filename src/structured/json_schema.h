@@ -32,11 +32,13 @@
 //   surrogate, so every escape is one code point); minLength/maxLength count code points.
 // - Numbers: at most 15 integer digits, 6 fraction digits and a 2-digit exponent; no "-0"
 //   within bounds. Integer bounds are exact digit ranges. A bounded number is an in-range
-//   integer, or I.F where all of [I, I+1) is in range and |I| < 10^9 (no exponent), or B.F
-//   with a nonzero fraction next to an exclusive whole bound B (exclusiveMinimum 0 admits
-//   0.5): values near a non-integer bound are never generated; bounds leaving nothing are
-//   InvalidArgument. multipleOf of a whole number m: a digit automaton over the remainder mod
-//   m (m at most 10000), or within both bounds the listed multiples (at most 1000).
+//   integer, or W.F with |W| < 10^9 compared with the bounds exactly as decimals (a bound is
+//   the shortest decimal of its double: minimum 0.1 admits 0.1 and 0.5, maximum 10 admits
+//   10.0), with at most 15 significant digits in W and F together and no exponent; bounds
+//   leaving nothing are InvalidArgument. multipleOf of a whole number m: a digit automaton over
+//   the remainder mod m (m at most 10000), or within both bounds the listed multiples (at most
+//   1000); on a "number" (not an "integer", which draft 4 keeps to whole literals) such a
+//   multiple may be written with a zero fraction (6000.0).
 // - format: dates from 0001-01-01 with real month lengths and leap years; time is RFC 3339
 //   full-time (Z or ±HH:MM offset, up to 6 fraction digits); uuid is lowercase; email is a
 //   conservative dot-atom@domain (6-110 characters). int32 bounds the range.

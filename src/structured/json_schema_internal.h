@@ -26,14 +26,32 @@ enum TypeBits : unsigned {
   kAllTypes = 127,
 };
 
+// The tighter of a schema's inclusive and exclusive bound on one side of a number.
+struct NumberBound {
+  bool present = false;
+  double value = 0;
+  bool exclusive = false;
+};
+
 // json_schema_values.cc: numbers and the generic JSON value.
 int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b);
+// Appends alternatives for the canonical decimals of the integers [lo, hi] (any signs), each
+// followed by `suffix` (-1: none).
+void AppendIntegerRange(int64_t lo, int64_t hi, int suffix, GrammarBuilder* b,
+                        std::vector<Sequence>* alts);
 int PlainNumberRule(bool integer, GrammarBuilder* b);
 Result<int> NumberRule(const nlohmann::ordered_json& schema, bool integer, const std::string& path,
                        GrammarBuilder* b);
 int JsonCharRule(GrammarBuilder* b);
 bool ScalarFits(const nlohmann::ordered_json& v, const nlohmann::ordered_json& schema);
 int AnyJsonValueRule(int ws, int string_rule, int* object_rule, GrammarBuilder* b);
+
+// json_schema_decimals.cc: numbers W.F (a fraction always written) within the bounds, exactly
+// as decimals, with whole parts up to `cap` and at most `max_fraction_digits` fraction digits
+// (fewer where the whole part is long: 15 significant digits in all); no "-0.0".
+void AppendFractionalRange(const NumberBound& lower, const NumberBound& upper,
+                           int max_fraction_digits, int64_t cap, GrammarBuilder* b,
+                           std::vector<Sequence>* alts);
 
 // json_schema_strings.cc: strings, formats, patterns, object keys.
 bool IsDefinedFormat(const std::string& format);

@@ -26,6 +26,8 @@ inline constexpr int kMaxIntegerDigits = 15;
 inline constexpr int64_t kMaxInteger = 999'999'999'999'999;    // 15 digits
 inline constexpr int64_t kMaxFractionalInteger = 999'999'999;  // integer part beside a fraction
 inline constexpr int kMaxFractionDigits = 6;
+// Between bounds, fraction digits go up to 15 significant digits in all (json_schema_decimals.cc).
+inline constexpr int kMaxBoundedFractionDigits = 15;
 inline constexpr int kMaxExponentDigits = 2;
 
 namespace {
@@ -110,16 +112,9 @@ int FractionRule(GrammarBuilder* b, int max_digits = kMaxFractionDigits) {
   return b->Alternatives("fraction", {std::move(s)});
 }
 
-// The tighter of a schema's inclusive and exclusive bound on one side.
-struct Bound {
-  bool present = false;
-  double value = 0;
-  bool exclusive = false;
-};
-
-Result<Bound> ReadBound(const json& schema, const char* inclusive_key, const char* exclusive_key,
-                        bool lower, const std::string& path) {
-  Bound out;
+Result<NumberBound> ReadBound(const json& schema, const char* inclusive_key,
+                              const char* exclusive_key, bool lower, const std::string& path) {
+  NumberBound out;
   for (const char* key : {inclusive_key, exclusive_key}) {
     auto it = schema.find(key);
     if (it == schema.end()) continue;
@@ -133,27 +128,34 @@ Result<Bound> ReadBound(const json& schema, const char* inclusive_key, const cha
     const bool excl = key == exclusive_key;
     const bool tighter =
         !out.present || (lower ? v > out.value : v < out.value) || (v == out.value && excl);
-    if (tighter) out = Bound{true, v, excl};
+    if (tighter) out = NumberBound{true, v, excl};
   }
   return out;
 }
 
 // The smallest / largest integer a bound admits, clamped to the 15-digit cap (as doubles: the
 // cap is far inside the exactly representable integers).
-double LowestInteger(const Bound& b) {
+double LowestInteger(const NumberBound& b) {
   if (!b.present) return static_cast<double>(-kMaxInteger);
   const double v = b.exclusive ? std::floor(b.value) + 1 : std::ceil(b.value);
   return std::max(v, static_cast<double>(-kMaxInteger));
 }
 
-double HighestInteger(const Bound& b) {
+double HighestInteger(const NumberBound& b) {
   if (!b.present) return static_cast<double>(kMaxInteger);
   const double v = b.exclusive ? std::ceil(b.value) - 1 : std::floor(b.value);
   return std::min(v, static_cast<double>(kMaxInteger));
 }
 
-// Appends alternatives for the canonical decimals of [lo, hi] (any signs), each after `prefix`
-// and followed by `suffix` (-1: none).
+bool HasAnyBound(const json& schema) {
+  for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+    if (schema.contains(k)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void AppendIntegerRange(int64_t lo, int64_t hi, int suffix, GrammarBuilder* b,
                         std::vector<Sequence>* alts) {
   if (lo > hi) return;
@@ -171,15 +173,6 @@ void AppendIntegerRange(int64_t lo, int64_t hi, int suffix, GrammarBuilder* b,
     for (const DigitRanges& r : NonNegativeRange(std::max<int64_t>(1, -hi), -lo)) add(r, true);
   }
 }
-
-bool HasAnyBound(const json& schema) {
-  for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-    if (schema.contains(k)) return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b) {
   std::vector<Sequence> alts;
@@ -211,10 +204,8 @@ int PlainNumberRule(bool integer, GrammarBuilder* b) {
 }
 
 // Integers or numbers under minimum / maximum / exclusiveMinimum / exclusiveMaximum. Integers
-// are exact digit ranges. A number is either an integer of the range, or I.F where the whole
-// interval [I, I+1) lies inside the bounds (for -M.F: (-(M+1), -M]), with |I| < 10^9 so that
-// I + 0.999999 still rounds below I + 1 as a double: every generated value is in range, some
-// in-range values (those near a non-integer bound) are never generated. No exponent.
+// are exact digit ranges. A number is either an integer of the range, or W.F with |W| < 10^9
+// compared exactly with the bounds as decimals (AppendFractionalRange). No exponent.
 namespace {
 
 // Integers that are multiples of m > 1, as a right-linear grammar over the remainder of the
@@ -244,11 +235,9 @@ int MultipleOfRule(int64_t m, GrammarBuilder* b) {
 inline constexpr int64_t kMaxMultipleOf = 10000;          // remainder states of an unbounded rule
 inline constexpr int64_t kMaxEnumeratedMultiples = 1000;  // multiples listed within bounds
 
-}  // namespace
-
-Result<int> NumberRule(const json& schema, bool integer, const std::string& path,
-                       GrammarBuilder* b) {
-  int fraction_digits = kMaxFractionDigits;
+Result<int> BoundedNumberRule(const json& schema, bool integer, const std::string& path,
+                              GrammarBuilder* b) {
+  int fraction_digits = kMaxBoundedFractionDigits;  // or what multipleOf allows
   if (auto it = schema.find("multipleOf"); it != schema.end()) {
     if (!it->is_number() || it->get<double>() <= 0) {
       return InvalidArgument(fmt::format("'multipleOf' at {} must be a positive number", path));
@@ -269,9 +258,9 @@ Result<int> NumberRule(const json& schema, bool integer, const std::string& path
                         path, kMaxMultipleOf));
       }
       if (!HasAnyBound(schema)) return MultipleOfRule(static_cast<int64_t>(c), b);
-      KV_ASSIGN_OR_RETURN(Bound lower,
+      KV_ASSIGN_OR_RETURN(NumberBound lower,
                           ReadBound(schema, "minimum", "exclusiveMinimum", true, path));
-      KV_ASSIGN_OR_RETURN(Bound upper,
+      KV_ASSIGN_OR_RETURN(NumberBound upper,
                           ReadBound(schema, "maximum", "exclusiveMaximum", false, path));
       if (!lower.present || !upper.present) {
         return InvalidArgument(
@@ -316,64 +305,43 @@ Result<int> NumberRule(const json& schema, bool integer, const std::string& path
     }
   }
   if (!HasAnyBound(schema)) return PlainNumberRule(integer, b);
-  KV_ASSIGN_OR_RETURN(Bound lower, ReadBound(schema, "minimum", "exclusiveMinimum", true, path));
-  KV_ASSIGN_OR_RETURN(Bound upper, ReadBound(schema, "maximum", "exclusiveMaximum", false, path));
+  KV_ASSIGN_OR_RETURN(NumberBound lower,
+                      ReadBound(schema, "minimum", "exclusiveMinimum", true, path));
+  KV_ASSIGN_OR_RETURN(NumberBound upper,
+                      ReadBound(schema, "maximum", "exclusiveMaximum", false, path));
   const double lo_d = LowestInteger(lower), hi_d = HighestInteger(upper);
   std::vector<Sequence> alts;
   if (lo_d <= hi_d) {
     AppendIntegerRange(static_cast<int64_t>(lo_d), static_cast<int64_t>(hi_d), -1, b, &alts);
   }
   if (!integer) {
-    const int fraction = FractionRule(b, fraction_digits);
-    const auto cap = static_cast<double>(kMaxFractionalInteger);
-    // I.F, I >= 0: I >= lo (so I.F satisfies the lower bound) and I + 1 <= upper.
-    const double pos_lo = std::max(lo_d, 0.0);
-    const double pos_hi = std::min(upper.present ? std::floor(upper.value) - 1 : cap, cap);
-    if (pos_lo <= pos_hi) {
-      AppendIntegerRange(static_cast<int64_t>(pos_lo), static_cast<int64_t>(pos_hi), fraction, b,
-                         &alts);
-    }
-    // Beside an exclusive whole bound B, B.F with a fraction that is not zero (a positive
-    // exclusiveMinimum 0 admits 0.5): "." digits ending in a nonzero one.
-    auto nonzero_fraction = [&] {
-      Sequence f = b->Literal(".");
-      f.push_back(Sym::Ref(b->Repeat("frac-digits", {DigitSym(b)}, 0, fraction_digits - 1)));
-      f.push_back(b->Bytes(ByteSet::Of('1', '9')));
-      return b->Alternatives("nonzero-fraction", {std::move(f)});
-    };
-    const auto whole = [](const Bound& x) { return x.present && x.value == std::floor(x.value); };
-    if (whole(lower) && lower.exclusive && lower.value >= 0 && lower.value <= cap &&
-        (!upper.present || upper.value >= lower.value + 1)) {
-      Sequence s = b->Literal(fmt::format("{}", static_cast<int64_t>(lower.value)));
-      s.push_back(Sym::Ref(nonzero_fraction()));
-      alts.push_back(std::move(s));
-    }
-    if (whole(upper) && upper.exclusive && upper.value <= 0 && -upper.value <= cap &&
-        (!lower.present || lower.value <= upper.value - 1)) {
-      Sequence s = b->Literal(fmt::format("-{}", static_cast<int64_t>(-upper.value)));
-      s.push_back(Sym::Ref(nonzero_fraction()));
-      alts.push_back(std::move(s));
-    }
-    // -M.F, M >= 0: -M <= hi (upper bound) and -(M+1) >= lower, i.e. M <= -ceil(lower) - 1.
-    const double neg_lo = std::max(-hi_d, 0.0);
-    const double neg_hi = std::min(lower.present ? -std::ceil(lower.value) - 1 : cap, cap);
-    if (neg_lo <= neg_hi) {
-      std::vector<Sequence> neg;
-      AppendIntegerRange(static_cast<int64_t>(neg_lo), static_cast<int64_t>(neg_hi), fraction, b,
-                         &neg);
-      for (Sequence& s : neg) {
-        s.insert(s.begin(), b->Literal("-")[0]);
-        alts.push_back(std::move(s));
-      }
-    }
+    AppendFractionalRange(lower, upper, fraction_digits, kMaxFractionalInteger, b, &alts);
   }
   if (alts.empty()) {
     return InvalidArgument(fmt::format(
         "'minimum'/'maximum' at {}: no {} within the bounds can be generated (integer parts are "
-        "capped at {} digits; a fraction needs a whole unit interval inside the bounds)",
-        path, integer ? "integer" : "number", kMaxIntegerDigits));
+        "capped at {} digits, fractions at {} significant digits)",
+        path, integer ? "integer" : "number", kMaxIntegerDigits, kMaxBoundedFractionDigits));
   }
   return b->Alternatives(integer ? "integer-range" : "number-range", std::move(alts));
+}
+
+}  // namespace
+
+Result<int> NumberRule(const json& schema, bool integer, const std::string& path,
+                       GrammarBuilder* b) {
+  KV_ASSIGN_OR_RETURN(const int rule, BoundedNumberRule(schema, integer, path, b));
+  // A number that multipleOf makes whole may be written with a zero fraction (6000.0 is a
+  // multiple of 1 as a number; as an "integer" type draft 4 would refuse it, so not there).
+  const auto m = schema.find("multipleOf");
+  if (integer || m == schema.end() || m->get<double>() < 1 ||
+      m->get<double>() != std::floor(m->get<double>())) {
+    return rule;
+  }
+  Sequence zeros = b->Literal(".");
+  zeros.push_back(Sym::Ref(b->Repeat("zero-digits", b->Literal("0"), 1, kMaxFractionDigits)));
+  const int zero_fraction = b->Optional("zero-fraction?", std::move(zeros));
+  return b->Alternatives("whole-number", {{Sym::Ref(rule), Sym::Ref(zero_fraction)}});
 }
 
 // One character of a JSON string: any code point but '"', '\\' and U+0000-U+001F, or an escape.

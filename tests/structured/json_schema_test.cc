@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -93,17 +94,87 @@ TEST(JsonSchemaTest, IntegerRangesMatchABruteForceCheck) {
 }
 
 TEST(JsonSchemaTest, NumberBoundsNeverAdmitOutOfRangeValues) {
-  // [0.5, 10]: integers 1..10, fractions on 1..9 (and never 10.x).
+  // [0.5, 10]: integers 1..10, and every decimal between the bounds, 10.0 included.
   ExpectLanguage(R"({"type":"number","minimum":0.5,"maximum":10})",
-                 {"1", "10", "1.5", "9.999999", "5.0"},
-                 {"0", "0.7", "10.5", "10.0", "11", "1e1", "-1"});
+                 {"1", "10", "1.5", "9.999999", "5.0", "0.5", "0.50", "0.7", "10.0", "10.000"},
+                 {"0", "0.4999", "10.5", "10.01", "11", "1e1", "-1"});
   // (-2, 2): -1.x down to -1.999999 stays above -2; 1.999999 below 2.
   ExpectLanguage(R"({"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":2})",
                  {"-1.999999", "-1", "0", "0.25", "-0.5", "1.999999", "1"},
-                 {"-2", "2", "2.0", "-2.5", "2.000001"});
+                 {"-2", "2", "2.0", "-2.5", "2.000001", "-2.0"});
   ExpectLanguage(R"({"type":"number","minimum":0})", {"0", "0.5", "123.25", "7"}, {"-0.5", "-1"});
-  EXPECT_NE(ErrorOf(R"({"type":"number","minimum":0.25,"maximum":0.75})").find("minimum"),
+  ExpectLanguage(R"({"type":"number","minimum":0.25,"maximum":0.75})", {"0.25", "0.5", "0.75"},
+                 {"0", "0.2", "0.76", "1"});
+  EXPECT_NE(ErrorOf(R"({"type":"number","minimum":0.75,"maximum":0.25})").find("minimum"),
             std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"type":"integer","minimum":0.25,"maximum":0.75})").find("minimum"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaTest, NumberBoundsAreComparedAsDecimals) {
+  // A fractional bound is met exactly: nothing near it is lost, nothing past it admitted.
+  ExpectLanguage(R"({"type":"number","minimum":0.1})", {"0.1", "0.10", "0.5", "0.25", "1", "3.5"},
+                 {"0.09", "0.0999999", "0", "0.0", "-0.5"});
+  ExpectLanguage(R"({"type":"number","exclusiveMinimum":0.1})", {"0.100001", "0.11", "2"},
+                 {"0.1", "0.100", "0.05"});
+  ExpectLanguage(R"({"type":"number","minimum":78.55,"maximum":79.3333})",
+                 {"79.0", "78.55", "79.3333", "79.33329", "78.6", "79"},
+                 {"79.33331", "78.549", "79.4", "80", "78", "78.5"});
+  ExpectLanguage(R"({"type":"number","minimum":-2.5,"maximum":-0.25})",
+                 {"-2.5", "-0.25", "-1.75", "-1", "-2.50"},
+                 {"-2.51", "-0.2", "0", "-0.0", "-3", "2"});
+  ExpectLanguage(R"({"type":"number","exclusiveMaximum":0})", {"-0.001", "-7.5"},
+                 {"-0.0", "0.0", "0", "0.5"});
+  ExpectLanguage(R"({"type":"number","minimum":-0.5,"maximum":0.5})",
+                 {"-0.5", "-0.05", "0", "0.0", "0.5"}, {"-0.51", "0.51", "-1", "1", "-0"});
+  // Up to 15 significant digits: the fraction is longer where the whole part is short.
+  ExpectLanguage(R"({"type":"number","minimum":0,"maximum":1})",
+                 {"0.0160425", "0.12345678901234", "1.0"}, {"0.123456789012345", "1.01"});
+  ExpectLanguage(R"({"type":"number","minimum":0})", {"123456789.123456"},
+                 {"123456789.1234567", "1234567890.5"});
+  // multipleOf 0.1 caps the fraction at one digit.
+  ExpectLanguage(R"({"type":"number","multipleOf":0.1,"minimum":0.5,"maximum":1.5})",
+                 {"0.5", "1.2", "1.5", "1"}, {"0.4", "1.25", "1.6"});
+}
+
+TEST(JsonSchemaTest, NumberBoundsMatchABruteForceCheck) {
+  // Bounds and values in hundredths: the value k/100 is written as the shortest decimal and
+  // with two fraction digits; both must be admitted exactly when the bounds hold.
+  const std::vector<int> bounds = {-250, -100, -25, 0, 10, 75, 100, 205};
+  auto text = [](int k, bool two_digits) {
+    const int a = std::abs(k);
+    std::string t = std::to_string(a / 100);
+    char frac[4];
+    std::snprintf(frac, sizeof(frac), "%02d", a % 100);
+    std::string f = frac;
+    if (!two_digits) {
+      while (!f.empty() && f.back() == '0') f.pop_back();
+    }
+    if (!f.empty()) t += "." + f;
+    return (k < 0 ? "-" : "") + t;
+  };
+  for (int lo : bounds) {
+    for (int hi : bounds) {
+      if (lo > hi) continue;
+      for (int exclusive = 0; exclusive < 4; ++exclusive) {
+        const bool lo_x = exclusive & 1, hi_x = exclusive & 2;
+        if ((lo_x || hi_x) && lo == hi) continue;
+        json schema = {{"type", "number"}};
+        schema[lo_x ? "exclusiveMinimum" : "minimum"] = lo / 100.0;
+        schema[hi_x ? "exclusiveMaximum" : "maximum"] = hi / 100.0;
+        Result<Grammar> g = CompileSchema(schema);
+        ASSERT_TRUE(g.ok()) << schema.dump() << " " << g.status().ToString();
+        for (int k = -300; k <= 300; ++k) {
+          const bool in = (lo_x ? k > lo : k >= lo) && (hi_x ? k < hi : k <= hi);
+          for (bool two : {false, true}) {
+            const std::string t = text(k, two);
+            if (t == "-0" || t == "-0.00") continue;  // -0 is never generated
+            ASSERT_EQ(FullMatch(*g, t), in) << schema.dump() << " " << t;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(JsonSchemaTest, StringsEscapesAndLengths) {
@@ -467,7 +538,14 @@ TEST(JsonSchemaTest, MultipleOf) {
                  {"1", "8", "-15", "70000000071", "07"});
   ExpectLanguage(R"({"type":"integer","multipleOf":5,"minimum":-10,"maximum":12})",
                  {"-10", "0", "5", "10"}, {"15", "-15", "12", "3"});
-  ExpectLanguage(R"({"type":"number","multipleOf":1})", {"3", "-2"}, {"1.5", "1e3"});
+  // A number that multipleOf makes whole may carry a zero fraction (an "integer" may not).
+  ExpectLanguage(R"({"type":"number","multipleOf":1})", {"3", "-2", "6000.0", "3.00"},
+                 {"1.5", "1e3", "6000.01", "3."});
+  ExpectLanguage(R"({"type":"number","multipleOf":1,"minimum":0,"maximum":99999999})",
+                 {"0", "6000", "6000.0"}, {"-1", "6000.5", "100000000"});
+  ExpectLanguage(R"({"type":"number","multipleOf":5,"minimum":-10,"maximum":12})",
+                 {"10.0", "-5", "0.00"}, {"12.0", "3.0"});
+  ExpectLanguage(R"({"type":"integer","multipleOf":1})", {"3"}, {"3.0"});
   ExpectLanguage(R"({"type":"number","multipleOf":0.01})", {"3", "-2.5", "0.07", "10.25"},
                  {"0.001", "1e2", "1.234"});
   ExpectLanguage(R"({"type":"number","multipleOf":0.1,"minimum":0,"maximum":2})", {"0", "1.5", "2"},
