@@ -643,15 +643,19 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     values.push_back(v);
   }
   // Extra members: with patterns, keys of the patterns with their schema, unless
-  // additionalProperties gives every other key the same schema (then any key, as without
-  // patterns). Keys that match no pattern are not generated beside a different
-  // additionalProperties, nor pattern keys where a listed name matches a pattern (a generated
-  // key could repeat it): a subset of what the schema allows.
+  // additionalProperties gives every other key the same schema or a pattern matches every key
+  // (then any key but the listed names, as without patterns). Keys that match no pattern are not
+  // generated beside a different additionalProperties, nor pattern keys where a listed name matches
+  // a pattern (a generated key could repeat it): a subset of what the schema allows.
   json extra_value = additional;
   int extra_key = -1;
   if (!patterns.empty()) {
     const bool trivial = pattern_schema == true || pattern_schema == json::object();
-    if (additional == pattern_schema || (additional == true && trivial)) {
+    // A pattern that every key contains a match of ("", ".*"): every key takes its schema.
+    const bool every_key = std::any_of(patterns.begin(), patterns.end(), [](const std::string& p) {
+      return p.empty() || p == ".*" || p == "^.*" || p == ".*$";
+    });
+    if (additional == pattern_schema || (additional == true && trivial) || every_key) {
       extra_value = pattern_schema;
     } else if (!pattern_names) {
       std::vector<Sequence> keys;

@@ -77,7 +77,8 @@
 //   that a pattern matches (ECMA-262 search) takes both schemas. Other keys: any key where
 //   additionalProperties has the patterns' schema (or both admit anything); otherwise only keys
 //   that match a pattern (containing a match where the pattern has no ^ or $, fully matching it
-//   where it has), and none where a listed name matches a pattern.
+//   where it has), and none where a listed name matches a pattern, unless a pattern matches
+//   every key ("", ".*"): then any key but the listed names, with the patterns' schema.
 // - minProperties/maxProperties count listed and extra members alike.
 // - Formats beyond date/time/uuid/email/ipv4 are their RFC grammars as patterns: uri and
 //   uri-reference are RFC 3986 without IP literals (iri and iri-reference take the same ASCII

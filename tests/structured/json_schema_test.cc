@@ -698,6 +698,12 @@ TEST(JsonSchemaTest, PatternProperties) {
                  {R"({"ab":"x","zz":"y"})"}, {R"({"ab":1})", R"({"zz":1})"});
   ExpectLanguage(R"({"type":"object","patternProperties":{".*":{}}})", {R"({"a":[1]})", "{}"},
                  {"[]"});
+  // A pattern every key matches, beside listed names: other keys take the pattern's schema.
+  ExpectLanguage(R"({"properties":{"basic":{"type":"string"}},"patternProperties":{".*":{
+      "type":"string"}},"required":["basic"],"additionalProperties":false})",
+                 {R"({"basic":"a","other":"b"})", R"({"basic":"a","b":"c","bas":"d"})"},
+                 {R"({"basic":"a","other":1})", R"({"basic":"a","basic":"b"})", R"({"basic":1})",
+                  R"({"other":"b"})"});
   // A required name that only a pattern admits (other pattern keys are then not generated).
   ExpectLanguage(R"({"required":["k1"],"patternProperties":{"^k[0-9]$":{"type":"boolean"}},
       "additionalProperties":false})",
