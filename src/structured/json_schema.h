@@ -48,10 +48,11 @@
 //   only when \D \W \S, or \d \w \s with a negated class, appear, since their ASCII
 //   meanings admit more than Python's). Beside minLength/maxLength (or a format beside them)
 //   only when the pattern's own lengths already fit; pattern with format is refused.
-// - additionalProperties true or a schema: extra members follow the listed ones, with keys of
-//   unescaped characters that differ from every listed name (at most 32 characters after the
-//   first one that leaves every name's prefix). An object with no properties and
-//   additionalProperties true is any JSON object.
+// - additionalProperties true or a schema: extra members follow the listed ones, with keys
+//   that differ from every listed name, of any length, whose characters are unescaped or
+//   escapes of those JSON must escape ('"', '\\', controls; never \/ or \u0041, which could
+//   spell a listed name). An object with no properties and additionalProperties true is any
+//   JSON object.
 // - Without "type", the types the keywords constrain (properties → object, minLength →
 //   string, ...), or any value when none does.
 // - enum/const: each value's compact dump(), kept where it has an allowed type and meets

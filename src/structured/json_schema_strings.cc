@@ -26,7 +26,6 @@ namespace {
 
 using Sym = GrammarBuilder;  // for Sym::Ref
 inline constexpr int kMaxTimeFractionDigits = 6;
-inline constexpr int kMaxExtraKeyTail = 32;  // characters of an extra key past its listed prefix
 
 // A string body (the bytes between the quotes) and its length range in code points (max -1:
 // unbounded).
@@ -575,10 +574,43 @@ Result<int> PatternKeyRule(const std::string& pattern, const std::string& path, 
   return b->Alternatives("pattern-key", {std::move(s)});
 }
 
-// A key for an extra property: a string of characters that need no escaping and that differs
-// from every listed name (a trie over the names: at each node, end where the prefix is not a
-// name, follow a child, or leave the trie with any other character and then up to
-// kMaxExtraKeyTail more).
+namespace {
+
+// The escapes of the characters JSON must escape ('"', '\\' and U+0000-U+001F): \" \\ \b \f
+// \n \r \t and \u00XX, leaving out those of the characters in `skip`. No escape of a character
+// that may stand unescaped (\/, \u0041): a key spelt that way could repeat a listed name.
+int MandatoryEscapeRule(const std::set<uint32_t>& skip, GrammarBuilder* b) {
+  ByteSet hex = ByteSet::Of('0', '9');
+  hex.Add('a', 'f');
+  hex.Add('A', 'F');
+  std::vector<Sequence> alts;
+  for (const auto& [c, letter] : std::vector<std::pair<uint32_t, char>>{
+           {'"', '"'}, {'\\', '\\'}, {8, 'b'}, {12, 'f'}, {10, 'n'}, {13, 'r'}, {9, 't'}}) {
+    if (skip.count(c) == 0) alts.push_back(b->Literal(std::string{'\\', letter}));
+  }
+  if (skip.empty()) {
+    Sequence u = b->Literal("\\u00");
+    u.insert(u.end(), {b->Bytes(ByteSet::Of('0', '1')), b->Bytes(hex)});
+    alts.push_back(std::move(u));
+  } else {
+    for (uint32_t c = 0; c < 0x20; ++c) {
+      if (skip.count(c) != 0) continue;
+      Sequence u = b->Literal(fmt::format("\\u00{:x}", c >> 4));
+      ByteSet low = ByteSet::Single(static_cast<uint8_t>(fmt::format("{:x}", c & 15)[0]));
+      low.Add(static_cast<uint8_t>(fmt::format("{:X}", c & 15)[0]),
+              static_cast<uint8_t>(fmt::format("{:X}", c & 15)[0]));
+      u.push_back(b->Bytes(low));
+      alts.push_back(std::move(u));
+    }
+  }
+  return b->Alternatives("key-escape", std::move(alts));
+}
+
+}  // namespace
+
+// A key for an extra property that differs from every listed name: a trie over the names; at
+// each node, end where the prefix is not a name, follow a child, or leave the trie with any
+// other character (unescaped, or an escape of a character JSON must escape) and then any more.
 int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b) {
   struct Node {
     std::map<uint32_t, int> next;
@@ -602,7 +634,9 @@ int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b) {
   }
   const std::vector<CodepointRange> forbidden = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
   const int plain = b->CodepointClass(forbidden, true);
-  const int tail_chars = b->Repeat("key-tail", {Sym::Ref(plain)}, 0, kMaxExtraKeyTail);
+  const int any_escape = MandatoryEscapeRule({}, b);
+  const int tail_char = b->Alternatives("key-char", {{Sym::Ref(plain)}, {Sym::Ref(any_escape)}});
+  const int tail_chars = b->Star("key-tail", {Sym::Ref(tail_char)});
   const int tail = b->Alternatives("key-tail-end", {{Sym::Ref(tail_chars), Lit('"', b)}});
   std::vector<int> rules;
   for (size_t i = 0; i < trie.size(); ++i) rules.push_back(b->AddRule("extra-key"));
@@ -610,9 +644,13 @@ int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b) {
     const Node& n = trie[i];
     if (!n.terminal) b->AddAlternative(rules[i], {Lit('"', b)});
     std::vector<CodepointRange> other = forbidden;
+    std::set<uint32_t> escaped_children;  // a name goes on with a character JSON must escape
     for (const auto& [cp, child] : n.next) {
       other.push_back({cp, cp});
-      if (NeedsEscape(cp)) continue;  // such a name never collides with an unescaped key
+      if (NeedsEscape(cp)) {
+        escaped_children.insert(cp);  // the key leaves such a name: its escape is not offered
+        continue;
+      }
       std::string utf8;
       AppendUtf8(cp, &utf8);
       Sequence s = b->Literal(utf8);
@@ -620,6 +658,9 @@ int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b) {
       b->AddAlternative(rules[i], std::move(s));
     }
     b->AddAlternative(rules[i], {Sym::Ref(b->CodepointClass(other, true)), Sym::Ref(tail)});
+    const int escape =
+        escaped_children.empty() ? any_escape : MandatoryEscapeRule(escaped_children, b);
+    b->AddAlternative(rules[i], {Sym::Ref(escape), Sym::Ref(tail)});
   }
   return b->Alternatives("extra-key", {{Lit('"', b), Sym::Ref(rules[0])}});
 }

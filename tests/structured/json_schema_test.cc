@@ -313,6 +313,13 @@ TEST(JsonSchemaTest, AdditionalProperties) {
                  {R"({"id":1,"name":"x"})", R"({"i":[1,{"k":null}]})", R"({"idx":2})",
                   R"({"name":1,"other":2})", R"({})"},
                  {R"({"id":1,"id":2})", R"({"id":"x"})", R"({"i\u0064":1})"});
+  // Extra keys of any length, with the escapes JSON requires but none that could spell a name.
+  const std::string long_key(200, 'k');
+  ExpectLanguage(R"({"properties":{"a\"b":{"type":"integer"},"id":{"type":"integer"}}})",
+                 {"{\"" + long_key + "\":1}", R"({"error\": x":null})", R"({"a\nb":1})",
+                  R"({"\u001f":1})", R"({"a\\":1})", R"({"a\"b":1,"b\"c":2})"},
+                 {R"({"a\"b":1,"a\"b":2})", R"({"a\u0022b":1})", R"({"a\/":1})", R"({"i\u0064":1})",
+                  R"({"\u0020":1})"});
   ExpectLanguage(R"({"type":"object","additionalProperties":{"type":"integer"}})",
                  {R"({})", R"({"a":1,"b\n":2})"}, {R"({"a":"x"})"});
   ExpectLanguage(R"({"type":"object"})", {R"({})", R"({"a":{"b":[true,null,1.5,"s"]}})"},
