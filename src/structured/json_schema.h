@@ -54,7 +54,8 @@
 //   spell a listed name). An object with no properties and additionalProperties true is any
 //   JSON object.
 // - Without "type", the types the keywords constrain (properties → object, minLength →
-//   string, ...), or any value when none does.
+//   string, ...), or any value when none does; a keyword in a form that constrains nothing
+//   (properties {}, required [], minItems 0, items {}) implies no type.
 // - enum/const: each value's compact dump(), kept where it has an allowed type and meets
 //   minLength/maxLength/minimum/maximum beside it; other keywords beside enum are refused.
 // - oneOf: compiled as anyOf where no value can match two branches: pairwise different types,

@@ -57,8 +57,29 @@ bool HasType(const json& v, unsigned mask) {
   }
 }
 
+namespace {
+
+// Whether a keyword has a form that constrains nothing (properties {}, required [], minItems 0,
+// items {}): it then says nothing about the type either, as the specification reads it.
+bool ConstrainsNothing(const std::string& k, const json& v) {
+  if (k == "properties" || k == "patternProperties" || k == "dependencies" ||
+      k == "dependentRequired" || k == "dependentSchemas") {
+    return v.is_object() && v.empty();
+  }
+  if (k == "required") return v.is_array() && v.empty();
+  if (k == "minProperties" || k == "minItems" || k == "minLength") return v == 0;
+  if (k == "uniqueItems") return v == false;
+  if (k == "additionalProperties" || k == "items") {
+    return v == true || (v.is_object() && !HasConstraints(v, {}));
+  }
+  return false;
+}
+
+}  // namespace
+
 // The declared types ("nullable": true adds null), or where there is no "type" the types the
-// keywords constrain (a subset of what the schema allows), or every type.
+// keywords constrain (a subset of what the schema allows; keywords in a form that constrains
+// nothing count for no type), or every type.
 Result<unsigned> InferTypes(const json& s, const std::string& path) {
   if (s.contains("type")) {
     KV_ASSIGN_OR_RETURN(unsigned mask, TypeMask(s["type"], path));
@@ -67,6 +88,7 @@ Result<unsigned> InferTypes(const json& s, const std::string& path) {
   }
   unsigned mask = 0;
   for (const auto& [k, v] : s.items()) {
+    if (ConstrainsNothing(k, v)) continue;
     if (k == "properties" || k == "required" || k == "additionalProperties" ||
         k == "minProperties" || k == "maxProperties" || k == "patternProperties" ||
         k == "dependencies" || k == "dependentRequired" || k == "dependentSchemas") {

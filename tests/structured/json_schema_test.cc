@@ -55,6 +55,18 @@ TEST(JsonSchemaTest, ScalarsAndTypeLists) {
                  {".5", "1.", "01.5", "1e", "1e100", "1.1234567"});
 }
 
+TEST(JsonSchemaTest, KeywordsThatConstrainNothingImplyNoType) {
+  ExpectLanguage(R"({"type":"array","items":{"required":[],"properties":{}}})",
+                 {R"(["a",1,{},null])", "[]"}, {R"({})"});
+  ExpectLanguage(R"({"items":{"description":"d"},"minItems":0})", {R"("s")", "1", "[1]", "{}"}, {});
+  // Such a branch admits every type, so a string matches both branches here: refused.
+  EXPECT_NE(ErrorOf(R"({"oneOf":[{"properties":{}},{"type":"string"}]})").find("oneOf"),
+            std::string::npos);
+  // A keyword that does constrain still implies its type (a subset of what the schema allows).
+  ExpectLanguage(R"({"properties":{"a":{"type":"integer"}}})", {R"({"a":1})", "{}"},
+                 {R"("s")", R"({"a":"x"})"});
+}
+
 TEST(JsonSchemaTest, IntegerRangesAreExact) {
   const char* schema = R"({"type":"integer","minimum":-15,"maximum":237})";
   Result<Grammar> g = CompileText(schema);
