@@ -142,10 +142,15 @@ Status ReadPreTokenizer(const Json& root, TokenizerSpec* spec) {
     if (Field(c, "type") == "ByteLevel" && Field(c, "use_regex") != false) byte_level_regex = true;
   });
   if (!regexes.empty()) {
-    spec->pre = PreNameForRegexes(regexes);
+    PreTokenizerConfig from_json;
+    from_json.regexes = std::move(regexes);
+    ForEachComponent(Field(root, "normalizer"),
+                     [&](const Json& c) { from_json.nfc |= Field(c, "type") == "NFC"; });
+    from_json.ignore_merges = Field(Field(root, "model"), "ignore_merges") == true;
+    spec->pre = PreNameForConfig(from_json);
     if (spec->pre.empty()) {
       return Unimplemented("tokenizer.json: pre-tokenizer regex is not one kvserve knows: " +
-                           regexes.back());
+                           from_json.regexes.back());
     }
   } else if (byte_level_regex) {
     spec->pre = "gpt2";

@@ -98,7 +98,8 @@ constexpr char kTinyByteLevelJson[] = R"({
   "post_processor": {"type": "TemplateProcessing",
     "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]},
   "decoder": {"type": "ByteLevel"},
-  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]},
+  "model": {"type": "BPE", "ignore_merges": true, "vocab": {"a": 0, "b": 1, "ab": 2},
+            "merges": [["a", "b"]]},
   "added_tokens": [
     {"id": 3, "content": "<|begin_of_text|>", "special": true},
     {"id": 4, "content": "<|eot_id|>", "special": true},
