@@ -10,8 +10,9 @@
 //    not a-z and "lower" as a letter that is not A-Z, so for non-ASCII letters its split can
 //    differ from HF's (for example "aΒ": HF "a" "Β", llama.cpp "aΒ"); we follow HF.
 //  - Character-class intersection (Kimi K2's [\p{L...}&&[^\p{Han}]]) becomes a lookahead,
-//    (?:(?!\p{Han})[...]); llama.cpp hand-codes this regex with its own, narrower list of Han
-//    ranges, PCRE2's \p{Han} is the Unicode script.
+//    (?:(?!\p{sc:Han})[...]); llama.cpp hand-codes this regex with its own, narrower list of Han
+//    ranges. \p{sc:Han} is the Unicode script, as tiktoken's regex engine reads \p{Han}; PCRE2's
+//    plain \p{Han} means Script_Extensions and would also take CJK punctuation such as U+3001.
 //  - Digit groupings that llama.cpp hand-codes (AFMoE's "leading 1-2 digits, then threes") are
 //    written as regexes with a lookahead.
 //  - Possessive quantifiers (BailingMoE's ?+ and ++) are replaced by greedy ones, as llama.cpp
@@ -172,12 +173,12 @@ std::vector<PreRow> BuildTable() {
                 "\uFE4F]+|[\u3105-\u312F]+|[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
                 CasedWords(kUpper, kLower, R"(\p{N})", R"([\r\n/]*)", true)},
                !kNfc, kIgnoreMerges)});
-  t.push_back(
-      {{"kimi-k2"},
-       "KIMI_K2",
-       Regexes({Cat({R"(\p{Han}+|)", CasedWords(R"((?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]))",
-                                                R"((?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}]))",
-                                                R"(\p{N}{1,3})", R"([\r\n]*)", true)})})});
+  t.push_back({{"kimi-k2"},
+               "KIMI_K2",
+               Regexes({Cat({R"(\p{sc:Han}+|)",
+                             CasedWords(R"((?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]))",
+                                        R"((?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}]))",
+                                        R"(\p{N}{1,3})", R"([\r\n]*)", true)})})});
   t.push_back({{"bloom", "poro-chat", "gpt3-finnish"}, "BLOOM", Regexes({kBloom})});
   t.push_back({{"viking"}, "VIKING", Regexes({kBloom, R"(\p{N})"})});
   t.push_back({{"chameleon"},
@@ -249,11 +250,11 @@ std::string FromHfSpelling(std::string r) {
   ReplaceAll(&r, R"('(?i:[sdmt]|ll|ve|re))", R"('(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE]))");
   ReplaceAll(&r, R"([^\r\n\p{L}\p{N}]?+)", kLead);
   ReplaceAll(&r, R"([^\s\p{L}\p{N}]++)", R"([^\s\p{L}\p{N}]+)");
-  ReplaceAll(&r, R"([\p{Han}]+)", R"(\p{Han}+)");
+  ReplaceAll(&r, R"([\p{Han}]+)", R"(\p{sc:Han}+)");
   ReplaceAll(&r, R"([\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]])",
-             R"((?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]))");
+             R"((?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]))");
   ReplaceAll(&r, R"([\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]])",
-             R"((?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}]))");
+             R"((?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}]))");
   return r;
 }
 

@@ -341,10 +341,13 @@ TEST(PreTokenizerTableTest, YoutuIsolatesCjkRunsFirst) {
 
 // kimi-k2: Han runs alone; other letters as o200k's words, never taking a Han character.
 TEST(PreTokenizerTableTest, KimiK2IsolatesHanRuns) {
-  // "你好world 12345", "a中", "日本語のテキスト"
+  // "你好world 12345", "a中", "日本語のテキスト"; \p{Han} is the script (sc), as tiktoken reads it.
   EXPECT_THAT(Split("kimi-k2", "\xE4\xBD\xA0\xE5\xA5\xBDworld 12345"),
               ElementsAre("\xE4\xBD\xA0\xE5\xA5\xBD", "world", " ", "123", "45"));
   EXPECT_THAT(Split("kimi-k2", "a\xE4\xB8\xAD"), ElementsAre("a", "\xE4\xB8\xAD"));
+  // "中、文": the ideographic comma is not of the Han script (only its Script_Extensions).
+  EXPECT_THAT(Split("kimi-k2", "\xE4\xB8\xAD\xE3\x80\x81\xE6\x96\x87"),
+              ElementsAre("\xE4\xB8\xAD", "\xE3\x80\x81", "\xE6\x96\x87"));
   EXPECT_THAT(Split("kimi-k2",
                     "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86"
                     "\xE3\x82\xAD\xE3\x82\xB9\xE3\x83\x88"),
