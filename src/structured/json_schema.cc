@@ -43,6 +43,7 @@ using json_schema_internal::MergeSchemas;
 using json_schema_internal::NumberRule;
 using json_schema_internal::PatternKeyRule;
 using json_schema_internal::PlainNumberRule;
+using json_schema_internal::RefHidesSiblings;
 using json_schema_internal::ResolveRef;
 using json_schema_internal::ScalarFits;
 using json_schema_internal::StringRule;
@@ -193,11 +194,13 @@ Result<int> Compiler::Compile(const json& s, const std::string& path) {
                                        Where(path), s.type_name()));
   }
   KV_RETURN_IF_ERROR(CheckKeywords(s, path));
-  if (s.contains("allOf") || (s.contains("$ref") && HasConstraints(s, {"$ref"}))) {
+  const bool ref_alone = s.contains("$ref") && !s.contains("allOf") &&
+                         (!HasConstraints(s, {"$ref"}) || RefHidesSiblings(root_));
+  if (ref_alone) return CompileRef(s["$ref"], path);
+  if (s.contains("allOf") || s.contains("$ref")) {
     KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root_, s, path, 0));
     return CompileFlat(flat, path);
   }
-  if (s.contains("$ref")) return CompileRef(s["$ref"], path);
   return CompileFlat(s, path);
 }
 

@@ -71,7 +71,9 @@
 // - Enum/const values are their compact serialisations, with whitespace between the tokens of
 //   arrays and objects where flexible_whitespace allows it.
 // - anyOf/oneOf beside other constraints: each branch is merged with them (allOf rules).
-//   $ref beside constraints is merged with its target. allOf merges types (intersected),
+//   $ref beside constraints is merged with its target (drafts 2019-09 on, and schemas
+//   without "$schema"; where the root's "$schema" is draft 3 to 7, a $ref's siblings are
+//   ignored, as those drafts say). allOf merges types (intersected),
 //   properties (a property one side does not list must pass that side's
 //   additionalProperties), required (union), additionalProperties, items and bounds (the
 //   tighter); any other keyword must be equal on both sides.

@@ -70,6 +70,9 @@ Result<unsigned> TypeMask(const nlohmann::ordered_json& t, const std::string& pa
 Result<const nlohmann::ordered_json*> ResolveRef(const nlohmann::ordered_json& root,
                                                  const nlohmann::ordered_json& ref,
                                                  const std::string& path);
+// Whether the root declares draft 3 to 7 ("$schema"), where a $ref's sibling keywords are
+// ignored; from 2019-09 on (and without "$schema") they apply beside it.
+bool RefHidesSiblings(const nlohmann::ordered_json& root);
 Result<nlohmann::ordered_json> FlattenSchema(const nlohmann::ordered_json& root,
                                              const nlohmann::ordered_json& s,
                                              const std::string& path, int depth);

@@ -324,8 +324,19 @@ Result<json> Merge(const json& root, const json& a, const json& b, const std::st
 
 }  // namespace
 
-// `s` with $ref and allOf at its top inlined and merged, annotations and definitions dropped,
-// and "nullable": true folded into "type".
+bool RefHidesSiblings(const json& root) {
+  if (!root.is_object()) return false;
+  auto it = root.find("$schema");
+  if (it == root.end() || !it->is_string()) return false;
+  const std::string& uri = it->get_ref<const std::string&>();
+  for (const char* draft : {"draft-03", "draft-04", "draft-06", "draft-07"}) {
+    if (uri.find(draft) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// `s` with $ref and allOf at its top inlined and merged (a $ref alone where RefHidesSiblings),
+// annotations and definitions dropped, and "nullable": true folded into "type".
 Result<json> FlattenSchema(const json& root, const json& s, const std::string& path, int depth) {
   if (depth > kMaxInlineDepth) {
     return InvalidArgument(
@@ -357,6 +368,7 @@ Result<json> FlattenSchema(const json& root, const json& s, const std::string& p
     KV_ASSIGN_OR_RETURN(const json* target, ResolveRef(root, s["$ref"], path));
     const std::string target_path = s["$ref"].get<std::string>().substr(1);
     KV_ASSIGN_OR_RETURN(json t, FlattenSchema(root, *target, target_path, depth + 1));
+    if (RefHidesSiblings(root)) return t;
     KV_ASSIGN_OR_RETURN(out, Merge(root, t, out, path, depth));
   }
   if (s.contains("allOf")) {

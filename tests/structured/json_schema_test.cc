@@ -427,6 +427,19 @@ TEST(JsonSchemaTest, RefsAndRecursion) {
       "$ref":"#/$defs/base","required":["a"],"additionalProperties":false})")
                 .find("required"),
             std::string::npos);
+  // Drafts 3 to 7 ignore a $ref's siblings; later drafts (and no "$schema") apply them beside it.
+  const std::string with_siblings = R"("definitions":{"f":{"type":"object","properties":{
+      "c":{"type":"boolean"}}}},"properties":{"x":{"$ref":"#/definitions/f","type":"string",
+      "additionalProperties":false}}})";
+  ExpectLanguage(R"({"$schema":"http://json-schema.org/draft-07/schema#",)" + with_siblings,
+                 {R"({"x":{"c":true}})", R"({"x":{}})"}, {R"({"x":"s"})", R"({"x":{"c":1}})"});
+  ExpectLanguage(R"({"$schema":"http://json-schema.org/draft-04/schema#","$ref":"#/definitions/f",
+      "type":"string",)" +
+                     with_siblings,
+                 {R"({"c":true})"}, {R"("s")"});
+  EXPECT_NE(ErrorOf(R"({"$schema":"https://json-schema.org/draft/2019-09/schema",)" + with_siblings)
+                .find("do not intersect"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(R"({"$ref":"#"})").find("$ref"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"$ref":"https://example.com/s.json"})").find("$ref"), std::string::npos);
   EXPECT_NE(ErrorOf(R"({"$ref":"#/$defs/missing"})").find("missing"), std::string::npos);
