@@ -68,9 +68,10 @@ TEST(PreTokenizerTest, VeryLongRunsSplitLikeShortOnes) {
 
 // deepseek-llm (DeepSeek-LLM, V2): six Split regexes in sequence. Newlines alone, Latin-script
 // letter runs with one leading space, ASCII/full-width punctuation runs, trailing whitespace,
-// CJK runs, then digit runs (whole, not by three). No reference tokenizer package exists for it,
-// so these follow HF's Split(Isolated) semantics by hand; deepseek-v3 is checked against a
-// reference tokenizer in tests/tokenizer/conformance.
+// CJK runs, then digit runs (whole, not by three). No model package ships its tokenizer.json, so
+// these follow HF's Split(Isolated) semantics by hand (and PreTokenizerReferenceTest checks its
+// splits against HF's tokenizers library); deepseek-v3 is checked against its tokenizer.json in
+// tests/tokenizer/conformance.
 TEST(PreTokenizerTest, DeepseekLlmSplitsScriptsPunctuationAndDigitRuns) {
   EXPECT_THAT(Split("deepseek-llm", "Hello world 12345"),
               ElementsAre("Hello", " world", " ", "12345"));
