@@ -205,6 +205,23 @@ std::map<uint64_t, std::vector<int32_t>> TreeBlocks(const EngineCore& core, cons
   return out;
 }
 
+// `families` x 3 prompts of 70 tokens (4 full blocks); a family's members share their first 32
+// tokens (hits).
+std::vector<std::vector<TokenId>> PromptFamilies(int families) {
+  std::vector<std::vector<TokenId>> prompts;
+  for (int family = 0; family < families; ++family) {
+    for (int member = 0; member < 3; ++member) {
+      std::vector<TokenId> p;
+      for (int i = 0; i < 70; ++i) {
+        p.push_back(i < 32 ? 3 + (family * 37 + i * 7) % 280
+                           : 5 + (family * 13 + member * 17 + i * 11) % 270);
+      }
+      prompts.push_back(std::move(p));
+    }
+  }
+  return prompts;
+}
+
 TEST(KvEventsEngine, SubscriberRebuildsTheTreeAfterHitsAndEvictions) {
   EngineConfig c = testing_util::SmallConfig();
   c.num_blocks = 24;  // three of the prompts below fill it: later ones evict
@@ -217,18 +234,7 @@ TEST(KvEventsEngine, SubscriberRebuildsTheTreeAfterHitsAndEvictions) {
   ASSERT_NE(pub, nullptr);
   EXPECT_EQ(pub->endpoint().rfind("tcp://127.0.0.1:", 0), 0u) << pub->endpoint();
 
-  // Families of prompts with a shared first 32 tokens (hits), 70 tokens each (4 full blocks).
-  std::vector<std::vector<TokenId>> prompts;
-  for (int family = 0; family < 5; ++family) {
-    for (int member = 0; member < 3; ++member) {
-      std::vector<TokenId> p;
-      for (int i = 0; i < 70; ++i) {
-        p.push_back(i < 32 ? 3 + (family * 37 + i * 7) % 280
-                           : 5 + (family * 13 + member * 17 + i * 11) % 270);
-      }
-      prompts.push_back(std::move(p));
-    }
-  }
+  std::vector<std::vector<TokenId>> prompts = PromptFamilies(5);
   // The subscriber joins after the first requests: the replay socket gives it what it missed.
   testing_util::RunAll(*core, {prompts[0], prompts[1]}, 4);
   pub->Flush();
@@ -389,17 +395,7 @@ TEST(KvEventsEngine, PerMediumViewsMatchTheRamTreeAndTheDiskRecords) {
   c.kv_events.replay_endpoint = "tcp://127.0.0.1:*";
   c.kv_events.topic = "kv@test@tiny";
 
-  std::vector<std::vector<TokenId>> prompts;
-  for (int family = 0; family < 6; ++family) {
-    for (int member = 0; member < 3; ++member) {
-      std::vector<TokenId> p;
-      for (int i = 0; i < 70; ++i) {
-        p.push_back(i < 32 ? 3 + (family * 37 + i * 7) % 280
-                           : 5 + (family * 13 + member * 17 + i * 11) % 270);
-      }
-      prompts.push_back(std::move(p));
-    }
-  }
+  std::vector<std::vector<TokenId>> prompts = PromptFamilies(6);
   std::unordered_map<BlockKey, uint64_t> hashes;
   auto core = testing_util::MakeCore(c);
   const auto run = [&](EngineCore& engine, const std::vector<std::vector<TokenId>>& batch) {

@@ -12,6 +12,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { randomStrings } from "./random_strings.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
@@ -92,29 +93,6 @@ function preTokenizer(regexes) {
   return Tokenizer.fromString(JSON.stringify(json)).getPreTokenizer();
 }
 
-// The conformance test's random strings (same seed and pieces).
-function randomStrings(count) {
-  const pieces = [
-    "a", "Z", "the", " The", "ing", "'s", "'LL", "'", "0", "12", "345", "6789", " ", "  ", "\t", "\n",
-    "\n\n", "\r\n", ".", ",", "!?", "...", "-", "_", "(", ")", "{", "}", "<", ">", "|", "<s>", "</s>",
-    "<|im_start|>", "<|eot_id|>", "<|", "|>", "é", "e\u0301", "ß", "İ", "ı", "Ж", "ж", "λ", "ש", "ب",
-    "न", "ि", "ก", "中", "文", "日本", "한", "\u1100\u1161", "😀", "👋🏽", "👨‍👩‍👧", "🇯🇵", "❤️", "\u200d",
-    "\u00a0", "\u3000", "\u2581", "ﬁ", "½", "①", "٣", "\\", "\"", "`", "$", "#", "@", "http://", ".com",
-  ];
-  let state = 12345;
-  const next = (n) => {
-    state = (state * 1103515245 + 12345) % 2147483648;
-    return state % n;
-  };
-  const out = [];
-  for (let i = 0; i < count; ++i) {
-    let s = "";
-    const len = 1 + next(12);
-    for (let j = 0; j < len; ++j) s += pieces[next(pieces.length)];
-    out.push(s);
-  }
-  return out;
-}
 
 const texts = [...JSON.parse(readFileSync(path.join(here, "corpus.json"), "utf8")), ...extras,
                ...randomStrings(300)].filter((t) => t.length > 0);
