@@ -6,8 +6,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
-#include "util/digest.h"
 #include "util/log.h"
+#include "util/tenant_salt.h"
 
 namespace kvserve::router {
 
@@ -70,8 +70,7 @@ std::string HashSalt(const http::Headers& upstream_headers, const std::string& c
   } else {
     key = http::FindHeader(upstream_headers, "x-api-key");
   }
-  if (key.empty()) return cache_salt;
-  return Sha256().Update(key).Final().Hex().substr(0, 32) + '\x1f' + cache_salt;
+  return key.empty() ? cache_salt : TenantCacheSalt(TenantDigest(key), cache_salt);
 }
 
 http::Response ErrorResponse(std::string_view path, int status, std::string message,

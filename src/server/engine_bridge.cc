@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <random>
 
+#include "util/tenant_salt.h"
+
 namespace kvserve {
 
 namespace {
@@ -56,10 +58,6 @@ ApiError FromStatus(const Status& s, const char* param) {
 constexpr int64_t kFiveMinutesMs = 5 * 60 * 1000;
 constexpr int64_t kDayMs = 24 * 60 * 60 * 1000;
 
-// The prefix-cache salt of a tenant's request: tenants (API keys) never share cached KV.
-std::string SaltFor(const std::string& tenant, const std::string& cache_salt) {
-  return tenant.empty() ? cache_salt : tenant + '\x1f' + cache_salt;
-}
 
 ApiError CacheNotFound(const std::string& id) {
   ApiError e;
@@ -216,7 +214,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     }
   }
   const std::string salt =
-      cache ? SaltFor(cache->tenant, cache->cache_salt) : SaltFor(p.tenant, p.cache_salt);
+      cache ? TenantCacheSalt(cache->tenant, cache->cache_salt) : TenantCacheSalt(p.tenant, p.cache_salt);
   for (const auto& ids : prompts) {
     if (ids.empty()) return BadRequest("the prompt is empty", param);
   }
@@ -415,7 +413,7 @@ std::optional<ApiError> EngineBridge::CreateCache(const CacheRequest& request, E
   EngineRequest r;
   r.prompt = c.tokens;
   r.max_tokens = 1;
-  r.cache_salt = SaltFor(c.tenant, c.cache_salt);
+  r.cache_salt = TenantCacheSalt(c.tenant, c.cache_salt);
   r.speculative = false;
   r.holds.push_back(KvHold{static_cast<int>(c.tokens.size()), 0, false, c.hold_id, c.expires_ms});
   Result<std::shared_ptr<RequestStream>> stream = engine_->AddRequest(std::move(r));
@@ -463,7 +461,7 @@ std::optional<ApiError> EngineBridge::UpdateCache(const std::string& tenant, con
   const int64_t until = NowMs() + ttl_seconds * 1000;
   Result<int> held = FailedPrecondition("the server is shutting down");
   engine_->RunOnStepThread([&](EngineCore& core) {
-    held = core.HoldExplicit(c->hold_id, c->tokens, SaltFor(c->tenant, c->cache_salt), until);
+    held = core.HoldExplicit(c->hold_id, c->tokens, TenantCacheSalt(c->tenant, c->cache_salt), until);
   });
   if (!held.ok()) return CacheFull(held.status());
   c->expires_ms = until;

@@ -15,7 +15,7 @@
 #include "server/http_common.h"
 #include "server/messages_api.h"
 #include "server/caches_api.h"
-#include "util/digest.h"
+#include "util/tenant_salt.h"
 #include "util/log.h"
 
 namespace kvserve {
@@ -425,7 +425,7 @@ struct HttpServer::Impl {
   std::string TenantOf(const http::Request& req) const {
     const std::string* key = KeyOf(req);
     if (!key) return {};
-    return Sha256().Update(*key).Final().Hex().substr(0, 32);
+    return TenantDigest(*key);
   }
 
   // On the I/O thread, with the head only: the key, the route and the body's type. What fails
