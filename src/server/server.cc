@@ -1,6 +1,5 @@
 #include "server/server.h"
 
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
