@@ -126,6 +126,18 @@ Result<BlockRecordHeader> ParseBlockRecordHeader(std::span<const uint8_t> bytes)
   return h;
 }
 
+Result<std::vector<TokenId>> ParseBlockRecordTokens(const BlockRecordHeader& h,
+                                                    std::span<const uint8_t> token_bytes) {
+  const size_t n = static_cast<size_t>(h.layout.block_size);
+  if (token_bytes.size() < 4 * n) return DataLoss("block record tokens cut short");
+  std::vector<TokenId> tokens(n);
+  for (size_t i = 0; i < n; ++i) tokens[i] = static_cast<TokenId>(Get32(&token_bytes[4 * i]));
+  if (!(ChainKey(h.parent_key, tokens) == h.key)) {
+    return DataLoss("block record key is not the chain of its parent and tokens");
+  }
+  return tokens;
+}
+
 Result<std::span<const uint8_t>> VerifyBlockRecord(std::span<const uint8_t> record,
                                                    const BlockKey& key,
                                                    std::span<const TokenId> tokens,

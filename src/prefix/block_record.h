@@ -59,6 +59,11 @@ std::span<const uint8_t> BlockRecordPayload(std::span<const uint8_t> record,
 // Parses and checks the fixed header alone (magic, version, sizes): what a directory rebuild
 // reads. DataLoss naming the problem otherwise. REQUIRES nothing of bytes' length.
 Result<BlockRecordHeader> ParseBlockRecordHeader(std::span<const uint8_t> bytes);
+// The token ids of a record whose header is `h`, from the bytes that follow that header (at
+// least 4 * block_size), checked to chain from the header's parent key to its key: what a
+// restarted tier needs to name a record without reading its payload. DataLoss otherwise.
+Result<std::vector<TokenId>> ParseBlockRecordTokens(const BlockRecordHeader& h,
+                                                    std::span<const uint8_t> token_bytes);
 // Full verification (see the NOTE) of `record` as the block `key` holding `tokens` in `layout`.
 // On success returns the payload (a view into record).
 Result<std::span<const uint8_t>> VerifyBlockRecord(std::span<const uint8_t> record,

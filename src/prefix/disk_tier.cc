@@ -49,12 +49,13 @@ int WriteAll(int fd, std::span<const uint8_t> data) {
   return 0;
 }
 
-// Reads exactly out.size() bytes from the start of `fd`, through short reads and EINTR. 0 or an
+// Reads exactly out.size() bytes of `fd` from `offset`, through short reads and EINTR. 0 or an
 // errno value (EIO for an early end of file: the file shrank under us).
-int ReadExactly(int fd, std::span<uint8_t> out) {
+int ReadExactly(int fd, std::span<uint8_t> out, size_t offset = 0) {
   size_t done = 0;
   while (done < out.size()) {
-    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    const ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
     if (n == 0) return EIO;
@@ -144,27 +145,14 @@ struct FoundRecord {
   TierRecordInfo info;  // with tokens only when they were asked for
 };
 
-// Reads the token ids that follow a record's header into info->tokens and checks the key chain.
-Status ReadRecordTokens(int fd, int block_size, TierRecordInfo* info) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(block_size) * sizeof(int32_t));
-  int err = 0;
-  for (size_t done = 0; done < bytes.size() && err == 0;) {
-    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done,
-                              static_cast<off_t>(kRecordHeaderBytes + done));
-    if (n < 0 && errno == EINTR) continue;
-    err = n < 0 ? errno : n == 0 ? EIO : 0;
-    if (n > 0) done += static_cast<size_t>(n);
+// Reads the token ids that follow a record's header `h` into info->tokens and checks the key
+// chain.
+Status ReadRecordTokens(int fd, const BlockRecordHeader& h, TierRecordInfo* info) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(h.layout.block_size) * sizeof(int32_t));
+  if (const int err = ReadExactly(fd, bytes, kRecordHeaderBytes); err != 0) {
+    return IoError(fmt::format("read: {}", ErrnoText(err)));
   }
-  if (err != 0) return IoError(fmt::format("read: {}", ErrnoText(err)));
-  info->tokens.resize(static_cast<size_t>(block_size));
-  for (size_t i = 0; i < info->tokens.size(); ++i) {
-    uint32_t v = 0;
-    for (size_t b = 0; b < 4; ++b) v |= uint32_t{bytes[i * 4 + b]} << (8 * b);  // little-endian
-    info->tokens[i] = static_cast<TokenId>(v);
-  }
-  if (!(ChainKey(info->parent_key, info->tokens) == info->key)) {
-    return DataLoss("its key is not the chain of its parent key and tokens");
-  }
+  KV_ASSIGN_OR_RETURN(info->tokens, ParseBlockRecordTokens(h, bytes));
   return Status::Ok();
 }
 
@@ -198,7 +186,7 @@ Status CheckRecordFile(const std::string& path, const BlockKey& key, bool tokens
                                   BlockRecordBytes(h->layout)));
   } else {
     *found = FoundRecord{key, size, st.st_mtim, {key, h->parent_key, h->root_key, {}}};
-    if (tokens) result = ReadRecordTokens(fd, h->layout.block_size, &found->info);
+    if (tokens) result = ReadRecordTokens(fd, *h, &found->info);
   }
   ::close(fd);
   return result;
