@@ -405,20 +405,18 @@ void KvEventPublisher::BuildEvents(const Batch& batch, std::vector<KvEvent>* eve
     e->media |= 1u << kRam;
     EmitStored(*e, kRam, tokens, events);
     if (!unnamed_[kDisk].empty() || !unnamed_[kRedis].empty()) {
-      NameWaitingRecords(r.key, *e, events);
+      NameWaitingRecords(r.key, *e, tokens, events);
     }
   }
 }
 
 void KvEventPublisher::NameWaitingRecords(const BlockKey& key, Entry& e,
+                                          std::span<const int32_t> tokens,
                                           std::vector<KvEvent>* events) {
   for (int m = kDisk; m < kNumMedia; ++m) {
     if (unnamed_[m].erase(key) == 0 || (e.media & (1u << m))) continue;
     e.media |= static_cast<uint8_t>(1u << m);
     unnamed_tier_blocks_.fetch_sub(1);
-    // The tokens are the RAM event's: the last BlockStored holds them at its end.
-    const auto& ram = std::get<BlockStoredEvent>(events->back());
-    const std::vector<int32_t> tokens(ram.token_ids.end() - block_size_, ram.token_ids.end());
     EmitStored(e, m, tokens, events);
   }
 }

@@ -202,8 +202,9 @@ class KvEventPublisher final : public BlockListener, public TierObserver {
                   std::vector<KvEvent>* events);
   void EmitRemoved(const Entry& e, int medium, std::vector<KvEvent>* events);
   void EraseIfUnused(std::unordered_map<BlockKey, Entry>::iterator it);
-  // Announces the lower-tier records of `key` that were waiting for its name.
-  void NameWaitingRecords(const BlockKey& key, Entry& e, std::vector<KvEvent>* events);
+  // Announces the lower-tier records of `key` (holding `tokens`) that were waiting for its name.
+  void NameWaitingRecords(const BlockKey& key, Entry& e, std::span<const int32_t> tokens,
+                          std::vector<KvEvent>* events);
   void Send(double ts, const std::vector<KvEvent>& events);
   void SendBatch(const Batch& batch);
   void ServiceReplay();
