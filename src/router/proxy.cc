@@ -6,8 +6,8 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "util/api_keys.h"
 #include "util/log.h"
-#include "util/tenant_salt.h"
 
 namespace kvserve::router {
 

@@ -12,6 +12,7 @@
 #include "router/prompt_hasher.h"
 #include "router/proxy.h"
 #include "router/router_metrics.h"
+#include "util/api_keys.h"
 #include "util/log.h"
 #include "util/shutdown_signals.h"
 
@@ -20,14 +21,6 @@ namespace kvserve::router {
 using nlohmann::json;
 
 namespace {
-
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
-}
 
 bool NeedsKey(std::string_view path) {
   return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";

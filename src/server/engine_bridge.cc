@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <random>
 
-#include "util/tenant_salt.h"
+#include "util/api_keys.h"
 
 namespace kvserve {
 

@@ -15,7 +15,7 @@
 #include "server/http_common.h"
 #include "server/messages_api.h"
 #include "server/caches_api.h"
-#include "util/tenant_salt.h"
+#include "util/api_keys.h"
 #include "util/log.h"
 
 namespace kvserve {
@@ -52,14 +52,6 @@ bool CarriesJson(std::string_view content_type) {
   return type.empty() || type == "application/json" || type == "text/plain" ||
          type == "application/x-www-form-urlencoded" ||
          (type.rfind("application/", 0) == 0 && type.ends_with("+json"));
-}
-
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
 }
 
 // Whether `method` is one of `methods` ("GET, POST").
