@@ -22,10 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-bool NeedsKey(std::string_view path) {
-  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
-}
-
 std::vector<EventSource> SourcesOf(const std::vector<ReplicaSpec>& specs) {
   std::vector<EventSource> out;
   for (const ReplicaSpec& s : specs) out.push_back(s.events);
@@ -126,7 +122,7 @@ struct Router::Impl {
   }
 
   std::optional<http::Response> Check(const http::Request& req) const {
-    if (!config.api_keys.empty() && NeedsKey(req.path) && !KeyMatches(req)) {
+    if (!config.api_keys.empty() && PathNeedsApiKey(req.path) && !KeyMatches(req)) {
       const bool none = req.header("Authorization").empty() && req.header("x-api-key").empty();
       return ErrorResponse(req.path, 401,
                            none ? "missing API key: send 'Authorization: Bearer KEY' or "

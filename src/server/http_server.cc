@@ -64,10 +64,6 @@ bool Allows(std::string_view methods, std::string_view method) {
   return false;
 }
 
-bool NeedsKey(const std::string& path) {
-  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
-}
-
 // Anthropic's routes answer errors in Anthropic's shape, the others in OpenAI's.
 http::Response ErrorFor(const std::string& path, const ApiError& e) {
   const bool anthropic =
@@ -423,7 +419,7 @@ struct HttpServer::Impl {
   // On the I/O thread, with the head only: the key, the route and the body's type. What fails
   // here is answered without reading the body.
   std::optional<http::Response> Check(const http::Request& req) const {
-    if (!config.api_keys.empty() && NeedsKey(req.path) && KeyOf(req) == nullptr) {
+    if (!config.api_keys.empty() && PathNeedsApiKey(req.path) && KeyOf(req) == nullptr) {
       ApiError e;
       e.status = 401;
       e.message = req.header("Authorization").empty() && req.header("x-api-key").empty()

@@ -11,6 +11,12 @@
 
 namespace kvserve {
 
+// Whether a request to `path` must present a key when keys are configured: the API routes
+// (/v1/*, /tokenize, /detokenize), not /health or /metrics.
+inline bool PathNeedsApiKey(std::string_view path) {
+  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+}
+
 // Compares a presented key `a` with a configured one `b` in time that depends on a.size() only.
 inline bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
