@@ -201,36 +201,28 @@ void AppendMagnitudes(const Decimal& lo, bool lo_exclusive, const std::optional<
 void AppendFractionalRange(const NumberBound& lower, const NumberBound& upper,
                            int max_fraction_digits, int64_t cap, GrammarBuilder* b,
                            std::vector<Sequence>* alts) {
-  // Non-negative numbers: [max(lower, 0), upper].
-  if (!upper.present || upper.value >= 0) {
+  // One side of zero: magnitudes from the bound nearer zero when it lies on that side (else
+  // from zero, which the negative side excludes: no "-0.0") to the farther bound. Non-negative
+  // numbers: [max(lower, 0), upper]; negative ones -M: M in [max(-upper, 0), -lower], M > 0.
+  const auto append_side = [&](const NumberBound& nearer, const NumberBound& farther,
+                               bool negative) {
+    const auto on_side = [&](double v) { return negative ? v < 0 : v >= 0; };
+    if (farther.present && !on_side(farther.value)) return;
     std::optional<Decimal> lo = Decimal{};
-    bool lo_exclusive = false;
-    if (lower.present && lower.value >= 0) {
-      lo = DecimalOf(lower.value, cap);
-      lo_exclusive = lower.exclusive;
+    bool lo_exclusive = negative;
+    if (nearer.present && on_side(nearer.value)) {
+      lo = DecimalOf(nearer.value, cap);
+      lo_exclusive = nearer.exclusive;
     }
     const std::optional<Decimal> hi =
-        upper.present ? DecimalOf(upper.value, cap) : std::optional<Decimal>();
+        farther.present ? DecimalOf(farther.value, cap) : std::optional<Decimal>();
     if (lo) {
-      AppendMagnitudes(*lo, lo_exclusive, hi, upper.exclusive, cap, max_fraction_digits, "", b,
-                       alts);
+      AppendMagnitudes(*lo, lo_exclusive, hi, farther.exclusive, cap, max_fraction_digits,
+                       negative ? "-" : "", b, alts);
     }
-  }
-  // Negative numbers -M: M in [max(-upper, 0), -lower], M > 0 (no "-0.0").
-  if (!lower.present || lower.value < 0) {
-    std::optional<Decimal> lo = Decimal{};
-    bool lo_exclusive = true;
-    if (upper.present && upper.value < 0) {
-      lo = DecimalOf(upper.value, cap);
-      lo_exclusive = upper.exclusive;
-    }
-    const std::optional<Decimal> hi =
-        lower.present ? DecimalOf(lower.value, cap) : std::optional<Decimal>();
-    if (lo) {
-      AppendMagnitudes(*lo, lo_exclusive, hi, lower.exclusive, cap, max_fraction_digits, "-", b,
-                       alts);
-    }
-  }
+  };
+  append_side(lower, upper, /*negative=*/false);
+  append_side(upper, lower, /*negative=*/true);
 }
 
 }  // namespace kvserve::structured::json_schema_internal
