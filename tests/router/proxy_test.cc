@@ -141,6 +141,17 @@ std::string ReplicaOf(const http::ClientResponse& r) {
   return json::parse(r.body).value("replica", std::string("?"));
 }
 
+// The fake replicas tokenize every prompt as 1..9; with blocks of 4, its two full blocks.
+const std::vector<int32_t> kPromptTokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+// Replica `replica` announces (on "GPU") the prompt's full blocks hashed with `salt`.
+void AnnouncePromptBlocks(RouterUnderTest& router, int replica, const std::string& salt = "") {
+  KvEventBatch batch;
+  batch.events.emplace_back(BlockStoredEvent{PromptHasher("").Hash(kPromptTokens, 4, salt),
+                                             std::nullopt, 4, std::nullopt, "GPU"});
+  router->index().Apply(replica, batch);
+}
+
 TEST(RouterProxyTest, WholeResponsesPassUnchangedAndHeadersAreForwardedWithTheReplicaKey) {
   FakeReplica a([](http::Request&, http::Exchange& ex) {
     http::Response r = Json({{"id", "x"}}, 201);
@@ -340,13 +351,7 @@ TEST(RouterProxyTest, CacheAwareSendsAPromptToTheReplicaHoldingItsBlocksAndCount
   FakeReplica b(Answers("b", /*cached_tokens=*/8));
   FakeReplica c(Answers("c"));
   RouterUnderTest router(Config({&a, &b, &c}, PolicyKind::kCacheAware));
-  // The fake replicas tokenize every prompt as 1..9; with blocks of 4, replica b holds both full
-  // blocks.
-  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  KvEventBatch batch;
-  batch.events.emplace_back(
-      BlockStoredEvent{PromptHasher("").Hash(tokens, 4), std::nullopt, 4, std::nullopt, "GPU"});
-  router->index().Apply(1, batch);
+  AnnouncePromptBlocks(router, 1);  // replica b holds both full blocks
   auto client = router.client();
   for (int i = 0; i < 2; ++i) {
     auto res = client->Send("POST", "/v1/chat/completions", kJson,
@@ -407,18 +412,11 @@ TEST(RouterProxyTest, ReplicasWithKeysHaveEachTenantsBlocksHashedWithItsKey) {
   RouterUnderTest router(c);
   // Replica a holds the prompt's blocks unsalted (another tenant's view), b salted with rk's
   // tenant: only b's match.
-  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   const std::string salt = HashSalt({{"Authorization", "Bearer rk"}}, "", true);
   EXPECT_EQ(salt.size(), 33u);
   EXPECT_EQ(salt.back(), '\x1f');
-  KvEventBatch plain;
-  plain.events.emplace_back(
-      BlockStoredEvent{PromptHasher("").Hash(tokens, 4), std::nullopt, 4, std::nullopt, "GPU"});
-  router->index().Apply(0, plain);
-  KvEventBatch salted;
-  salted.events.emplace_back(BlockStoredEvent{PromptHasher("").Hash(tokens, 4, salt), std::nullopt,
-                                              4, std::nullopt, "GPU"});
-  router->index().Apply(1, salted);
+  AnnouncePromptBlocks(router, 0);
+  AnnouncePromptBlocks(router, 1, salt);
   auto client = router.client();
   for (int i = 0; i < 2; ++i) {
     auto res = client->Send("POST", "/v1/chat/completions", kJson,
