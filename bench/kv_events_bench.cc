@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -192,6 +193,34 @@ double EngineThreadSeconds(const Options& o, int64_t steps, uint64_t stored, uin
   return seconds;
 }
 
+// An in-process subscriber on `endpoint` that counts the batches it receives, until Stop().
+class Subscriber {
+ public:
+  explicit Subscriber(const std::string& endpoint)
+      : thread_([this, endpoint] {
+          zmq::socket_t sub(ctx_, zmq::socket_type::sub);
+          sub.set(zmq::sockopt::subscribe, "");
+          sub.set(zmq::sockopt::rcvtimeo, 100);
+          sub.connect(endpoint);
+          while (!stop_.load()) {
+            zmq::message_t m;
+            if (sub.recv(m) && !m.more()) received_.fetch_add(1);
+          }
+        }) {}
+  ~Subscriber() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  uint64_t received() const { return received_.load(); }
+
+ private:
+  zmq::context_t ctx_{1};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> received_{0};
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
 // One engine (events as `c` says) for --runs rounds: its median decode speed and CPU per token.
 // Alternating whole processes of each side, as scripted in docs/kv_events.md, averages out what
 // two engines in one process differ by (where their buffers landed), which an A/A run (--same)
@@ -199,20 +228,9 @@ double EngineThreadSeconds(const Options& o, int64_t steps, uint64_t stored, uin
 int RunOne(const Options& o, const EngineConfig& c) {
   auto core = EngineCore::Create(LoadModel(o.model, 512), c);
   if (!core.ok()) throw std::runtime_error(core.status().ToString());
-  std::atomic<bool> stop{false};
-  zmq::context_t ctx{1};
-  std::thread subscriber;
+  std::optional<Subscriber> subscriber;
   if (KvEventPublisher* pub = (*core)->kv_event_publisher(); pub && !o.no_subscriber) {
-    subscriber = std::thread([&stop, &ctx, endpoint = pub->endpoint()] {
-      zmq::socket_t sub(ctx, zmq::socket_type::sub);
-      sub.set(zmq::sockopt::subscribe, "");
-      sub.set(zmq::sockopt::rcvtimeo, 100);
-      sub.connect(endpoint);
-      while (!stop.load()) {
-        zmq::message_t m;
-        (void)sub.recv(m);
-      }
-    });
+    subscriber.emplace(pub->endpoint());
   }
   const int vocab = (*core)->model().config().vocab;
   std::vector<double> tps, cpu;
@@ -225,8 +243,6 @@ int RunOne(const Options& o, const EngineConfig& c) {
   }
   std::printf("events %s: median decode tokens/s %.1f, median CPU per generated token %.1f us\n",
               c.kv_events.enabled ? "on" : "off", Median(tps), Median(cpu));
-  stop = true;
-  if (subscriber.joinable()) subscriber.join();
   return 0;
 }
 
@@ -250,22 +266,8 @@ int Run(const Options& o) {
   if (!on.ok()) throw std::runtime_error(on.status().ToString());
   KvEventPublisher* pub = (*on)->kv_event_publisher();
 
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> received{0};
-  zmq::context_t ctx{1};
-  std::thread subscriber;
-  if (!o.no_subscriber) {
-    subscriber = std::thread([&] {
-      zmq::socket_t sub(ctx, zmq::socket_type::sub);
-      sub.set(zmq::sockopt::subscribe, "");
-      sub.set(zmq::sockopt::rcvtimeo, 100);
-      sub.connect(pub->endpoint());
-      while (!stop.load()) {
-        zmq::message_t m;
-        if (sub.recv(m) && !m.more()) received.fetch_add(1);
-      }
-    });
-  }
+  std::optional<Subscriber> subscriber;
+  if (!o.no_subscriber) subscriber.emplace(pub->endpoint());
 
   const int vocab = (*on)->model().config().vocab;
   std::printf(
@@ -304,9 +306,8 @@ int Run(const Options& o) {
               static_cast<unsigned long long>(st.batches),
               static_cast<unsigned long long>(st.stored_blocks),
               static_cast<unsigned long long>(st.removed_blocks),
-              static_cast<unsigned long long>(received.load()));
-  stop = true;
-  if (subscriber.joinable()) subscriber.join();
+              static_cast<unsigned long long>(subscriber ? subscriber->received() : 0));
+  subscriber.reset();
   PrintThreadCpu();
   const int64_t steps = (*on)->stats().num_steps;
   const double engine_s = EngineThreadSeconds(o, steps, st.stored_blocks, st.removed_blocks);
