@@ -6,7 +6,7 @@ function(kvserve_module name)
   target_include_directories(kvserve_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(kvserve_${name} PUBLIC ${ARG_LINKS})
   kvserve_warnings(kvserve_${name})
-  # KVSERVE_UNITY (the sanitizer builds of the test suite): a module's sources compile in groups,
+  # KVSERVE_UNITY (every build of the test suite): a module's sources compile in groups,
   # so each group parses the headers it shares once. A source with flags of its own (an ISA
   # kernel, -ffp-contract=off) sets SKIP_UNITY_BUILD_INCLUSION and compiles alone.
   if(KVSERVE_UNITY)
