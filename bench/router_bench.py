@@ -18,7 +18,8 @@ requests started after the kill failed (the goal: none), and how many of those i
 The router's cost: one replica, streamed completions one at a time sent to it directly and
 through two routers (cache-aware over two entries that are both that replica, so every request
 is tokenized and scored as in a real fleet; and round-robin, the bare proxy), the three taking
-turns request by request, each prompt new; the p50 TTFT and ITL of each.
+turns request by request, every request the same prompt (served from the replica's cache, so a
+prefill's noise does not hide the router's cost); the p50 TTFT and ITL of each.
 
   python3 bench/router_bench.py [--kvserve build/kvserve] [--policies cache-aware,least-load,round-robin]
 """
