@@ -5,9 +5,14 @@ python3-sentencepiece; neither the build nor the tests do).
     python3 tools/train/train.py tokenizer --work W          # corpus + SentencePiece BPE
     python3 tools/train/train.py model --work W --size target --steps 1600
     python3 tools/train/train.py model --work W --size draft --steps 1200
+    python3 tools/train/train.py encode --work W --name mix --docs 40000 --json 0.25 --tools 0.07
+    python3 tools/train/train.py model --work W --size target --data mix --resume --seq 1024 \
+        --batch 4 --steps 260 --lr 5e-4 --warmup 20
 
 `tokenizer` writes W/train.txt and W/heldout.txt (tools/train/corpus.py, seeds 1 and 2), trains
 a byte-fallback BPE of 2048 pieces on the training text, and encodes both splits into W/*.ids.
+`encode` writes a further corpus (corpus.py with JSON answers and tool dialogues mixed in) and
+encodes it with the tokenizer already in W, for a later phase of training (`model --data`).
 `heldout` writes the held-out split as one text for `kvserve perplexity --parse-special`.
 `model` trains one size on random 256-token windows of the training ids with AdamW (linear
 warm-up, cosine decay), logs the training loss every 10 steps and the held-out loss every 100
@@ -36,17 +41,16 @@ SIZES = {
 }
 
 
-def encode_docs(sp, text, rng):
+def encode_docs(sp, text, rng, chat_bos=0.5):
     """Token ids of a corpus file: BOS + document + EOS for stories; dialogues are ChatML with
-    the special markers inserted as single ids, with BOS half of the time (so the model works
-    whether or not a chat prompt starts with it)."""
+    the special markers inserted as single ids, with BOS a chat_bos share of the time (half: so
+    the model works whether or not a chat prompt starts with it)."""
+    from corpus import documents
     ids = []
     special_id = {s: sp.piece_to_id(s) for s in SPECIALS}
-    for doc in text.split("\n\n"):
-        if not doc.strip():
-            continue
+    for doc in documents(text):
         is_chat = doc.startswith("<|im_start|>")
-        if not is_chat or rng.random() < 0.5:
+        if not is_chat or rng.random() < chat_bos:
             ids.append(sp.bos_id())
         pos = 0
         while pos < len(doc):
@@ -76,13 +80,17 @@ def cmd_tokenizer(a):
         path = os.path.join(a.work, f"{split}.txt")
         if os.system(f"{sys.executable} {corpus} --seed {seed} --docs {docs} --out {path}") != 0:
             sys.exit("corpus generation failed")
-    spm.SentencePieceTrainer.train(
-        input=os.path.join(a.work, "train.txt"), model_prefix=os.path.join(a.work, "tokenizer"),
-        model_type="bpe", vocab_size=VOCAB, character_coverage=1.0, byte_fallback=True,
-        split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
-        add_dummy_prefix=True, allow_whitespace_only_pieces=True, control_symbols=SPECIALS,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, input_sentence_size=200000,
-        shuffle_input_sentence=True, num_threads=2, minloglevel=2)
+    if a.reuse and os.path.exists(os.path.join(a.work, "tokenizer.model")):
+        # The vocabulary of models that already exist (import_gguf.py rebuilds it from a GGUF).
+        print("keeping the tokenizer in", a.work)
+    else:
+        spm.SentencePieceTrainer.train(
+            input=os.path.join(a.work, "train.txt"), model_prefix=os.path.join(a.work, "tokenizer"),
+            model_type="bpe", vocab_size=VOCAB, character_coverage=1.0, byte_fallback=True,
+            split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+            add_dummy_prefix=True, allow_whitespace_only_pieces=True, control_symbols=SPECIALS,
+            unk_id=0, bos_id=1, eos_id=2, pad_id=-1, input_sentence_size=200000,
+            shuffle_input_sentence=True, num_threads=2, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=os.path.join(a.work, "tokenizer.model"))
     rng = random.Random(0)
     for split in ("train", "heldout"):
@@ -90,6 +98,23 @@ def cmd_tokenizer(a):
             ids = encode_docs(sp, f.read(), rng)
         ids.tofile(os.path.join(a.work, f"{split}.ids"))
         print(f"{split}: {len(ids)} tokens")
+
+
+def cmd_encode(a):
+    """A further corpus, encoded with the tokenizer WORK already has (the vocabulary stays the
+    model's): WORK/<name>.txt and WORK/<name>.ids for `model --data <name>`."""
+    import random
+    import sentencepiece as spm
+    path = os.path.join(a.work, f"{a.name}.txt")
+    cmd = (f"{sys.executable} {os.path.join(HERE, 'corpus.py')} --seed {a.seed} --docs {a.docs} "
+           f"--json {a.json} --tools {a.tools} --out {path}")
+    if os.system(cmd) != 0:
+        sys.exit("corpus generation failed")
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(a.work, "tokenizer.model"))
+    with open(path, encoding="utf-8") as f:
+        ids = encode_docs(sp, f.read(), random.Random(a.seed))
+    ids.tofile(os.path.join(a.work, f"{a.name}.ids"))
+    print(f"{a.name}: {len(ids)} tokens")
 
 
 def cmd_model(a):
@@ -112,7 +137,7 @@ def cmd_model(a):
         first_tokens = ck.get("tokens", first_step * a.batch * a.seq)
         first_seconds = ck.get("seconds", 0.0)
     print(f"{a.size}: {m.num_params() / 1e6:.3f}M parameters, {cfg}", flush=True)
-    train = np.fromfile(os.path.join(a.work, "train.ids"), dtype=np.uint16).astype(np.int64)
+    train = np.fromfile(os.path.join(a.work, f"{a.data}.ids"), dtype=np.uint16).astype(np.int64)
     held = np.fromfile(os.path.join(a.work, "heldout.ids"), dtype=np.uint16).astype(np.int64)
     T, B = a.seq, a.batch
     gen = np.random.default_rng(a.seed + (1 if a.resume else 0))
@@ -195,10 +220,9 @@ def heldout_stream(text):
     """The held-out split as one text that kvserve tokenizes (with special tokens parsed) into
     the same stream the model was trained on: stories as <s> story </s>, dialogues as <s> + ChatML
     turns. kvserve adds the first <s> itself."""
+    from corpus import documents
     out = []
-    for doc in text.split("\n\n"):
-        if not doc.strip():
-            continue
+    for doc in documents(text):
         out.append(("<s>" if out else "") + doc + ("" if doc.startswith("<|im_start|>") else "</s>"))
     return "".join(out)
 
@@ -217,14 +241,26 @@ def main():
     t.add_argument("--work", required=True)
     t.add_argument("--docs", type=int, default=60000)
     t.add_argument("--heldout-docs", type=int, default=400)
+    t.add_argument("--reuse", action="store_true",
+                   help="keep WORK/tokenizer.model if there is one (only write and encode the splits)")
     t.set_defaults(fn=cmd_tokenizer)
     h = sub.add_parser("heldout", help="write the held-out split in kvserve's stream form")
     h.add_argument("--work", required=True)
     h.add_argument("--out", required=True)
     h.set_defaults(fn=cmd_heldout)
+    e = sub.add_parser("encode", help="a further corpus, encoded with WORK's tokenizer")
+    e.add_argument("--work", required=True)
+    e.add_argument("--name", required=True, help="WORK/<name>.txt and WORK/<name>.ids")
+    e.add_argument("--seed", type=int, default=3)
+    e.add_argument("--docs", type=int, default=60000)
+    e.add_argument("--json", type=float, default=0.0, help="corpus.py --json")
+    e.add_argument("--tools", type=float, default=0.0, help="corpus.py --tools")
+    e.set_defaults(fn=cmd_encode)
     m = sub.add_parser("model")
     m.add_argument("--work", required=True)
     m.add_argument("--size", choices=sorted(SIZES), required=True)
+    m.add_argument("--data", default="train",
+                   help="training ids WORK/<data>.ids (train, or a corpus from `encode`)")
     m.add_argument("--steps", type=int, default=1600)
     m.add_argument("--batch", type=int, default=16)
     m.add_argument("--seq", type=int, default=256)
