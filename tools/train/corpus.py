@@ -241,6 +241,12 @@ def jdumps(value):
     return json.dumps(value, ensure_ascii=False)
 
 
+def compact(value):
+    """Compact JSON (no whitespace), as kvserve's structured output writes it by default: JSON
+    answers and a call's arguments are mostly this."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def _pick(r, *names):
     return r.choice(names)
 
@@ -467,7 +473,7 @@ def json_dialogue(r):
             if how < 0.85:
                 q += r.choice(JSON_ASKS)
         out.append(turn("user", q))
-        out.append(turn("assistant", jdumps(obj)))
+        out.append(turn("assistant", compact(obj) if r.random() < 0.85 else jdumps(obj)))
     return "".join(out).rstrip("\n")
 
 
@@ -491,11 +497,13 @@ def hermes_system(system, tools):
 
 
 def hermes_calls(content, calls):
+    """An assistant turn with calls; the arguments compact, as a constrained call writes them
+    (and a client sends them back)."""
     out = "<|im_start|>assistant\n" + content
     for i, (name, args) in enumerate(calls):
         if i > 0 or content:
             out += "\n"
-        out += "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + jdumps(args) + "}\n</tool_call>"
+        out += "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + compact(args) + "}\n</tool_call>"
     return out + "<|im_end|>\n"
 
 
