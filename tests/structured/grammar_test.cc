@@ -1,9 +1,15 @@
 #include "structured/grammar.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <random>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "structured/matcher.h"
 #include "structured/token_masker.h"
@@ -112,6 +118,189 @@ TEST(GrammarTest, CodepointClassesAreUtf8) {
   EXPECT_FALSE(PrefixMatch(*g, "\xC3\x28"));      // a lead byte must be followed by a continuation
 }
 
+// A member set of literal members: members[i] matches names[i]; the separator is ",".
+Symbol LiteralSet(GrammarBuilder* b, const std::vector<std::string>& names, MemberSetSpec spec) {
+  for (const std::string& name : names) {
+    spec.members.push_back(b->Alternatives(name, {b->Literal(name)}));
+  }
+  spec.separator = b->Literal(",");
+  return b->Set("set", std::move(spec));
+}
+
+TEST(GrammarTest, MemberSetTakesMembersInAnyOrderEachOnce) {
+  GrammarBuilder b;
+  // root ::= "{" set{a b! c} "}": b required, none twice, "," between two.
+  MemberSetSpec spec;
+  spec.required = 0b010;
+  const Symbol set = LiteralSet(&b, {"a", "b", "c"}, spec);
+  auto g = b.Build(b.Alternatives("root", {{b.Literal("{")[0], set, b.Literal("}")[0]}}));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const char* ok : {"{b}", "{a,b}", "{b,a}", "{c,b,a}", "{b,c,a}", "{a,c,b}"}) {
+    EXPECT_TRUE(FullMatch(*g, ok)) << ok;
+  }
+  for (const char* bad : {"{}", "{a}", "{a,c}", "{b,b}", "{a,b,a}", "{ab}", "{,b}", "{b,}"}) {
+    EXPECT_FALSE(FullMatch(*g, bad)) << bad;
+  }
+  EXPECT_TRUE(PrefixMatch(*g, "{a,c,"));   // b may still come
+  EXPECT_FALSE(PrefixMatch(*g, "{a,c}"));  // but not the end without it
+  EXPECT_FALSE(PrefixMatch(*g, "{c,a,c"));
+  EXPECT_FALSE(PrefixMatch(*g, "{c,a}"));
+  EXPECT_NE(g->ToString().find("\"{\" set{a#0 b#1! c#2 / \",\" / 0..*} \"}\""), std::string::npos)
+      << g->ToString();
+}
+
+TEST(GrammarTest, MemberSetExtrasComeAnywhereWithinTheCounts) {
+  GrammarBuilder b;
+  // set{a b x*} with 2..3 members, extras x included.
+  MemberSetSpec spec;
+  spec.extra = b.Alternatives("x", {b.Literal("x")});
+  spec.min_count = 2;
+  spec.max_count = 3;
+  auto g = b.Build(b.Alternatives("root", {{LiteralSet(&b, {"a", "b"}, spec)}}));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const char* ok : {"a,b", "x,x", "x,a", "a,x,b", "x,x,x", "b,x,a"}) {
+    EXPECT_TRUE(FullMatch(*g, ok)) << ok;
+  }
+  for (const char* bad : {"", "a", "x", "x,x,x,x", "a,x,b,x", "a,a"}) {
+    EXPECT_FALSE(FullMatch(*g, bad)) << bad;
+  }
+  EXPECT_FALSE(PrefixMatch(*g, "x,x,x,"));  // no fourth member
+}
+
+TEST(GrammarTest, MemberSetNeverOffersAMemberAfterWhichItCannotFinish) {
+  GrammarBuilder b;
+  // set{a b! c} with at most two members: once a or c is taken, only b may follow.
+  MemberSetSpec spec;
+  spec.required = 0b010;
+  spec.max_count = 2;
+  auto g = b.Build(b.Alternatives("root", {{LiteralSet(&b, {"a", "b", "c"}, spec)}}));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const char* ok : {"b", "a,b", "c,b", "b,c"}) EXPECT_TRUE(FullMatch(*g, ok)) << ok;
+  EXPECT_FALSE(PrefixMatch(*g, "a,c"));
+  EXPECT_FALSE(PrefixMatch(*g, "b,a,"));
+}
+
+TEST(GrammarTest, MemberSetIsNullableOnlyWithoutRequiredMembersOrMinimum) {
+  for (const auto& [required, min, nullable] :
+       {std::tuple{uint64_t{0}, int64_t{0}, true}, std::tuple{uint64_t{1}, int64_t{0}, false},
+        std::tuple{uint64_t{0}, int64_t{1}, false}}) {
+    GrammarBuilder b;
+    MemberSetSpec spec;
+    spec.required = required;
+    spec.min_count = min;
+    const int root = b.Alternatives("root", {{LiteralSet(&b, {"a", "b"}, spec)}});
+    auto g = b.Build(root);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ(g->nullable(root), nullable);
+    EXPECT_EQ(FullMatch(*g, ""), nullable);
+  }
+}
+
+TEST(GrammarTest, MemberSetMayRecurseThroughAnOptionalMember) {
+  GrammarBuilder b;
+  // node ::= "[" set{"x" node} "]": an optional member may be the set's own rule.
+  const int node = b.AddRule("node");
+  MemberSetSpec spec;
+  spec.members = {b.Alternatives("x", {b.Literal("x")}), node};
+  spec.separator = b.Literal(",");
+  b.AddAlternative(node, {b.Literal("[")[0], b.Set("set", spec), b.Literal("]")[0]});
+  auto g = b.Build(node);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const char* ok : {"[]", "[x]", "[[],x]", "[x,[x,[]]]"}) EXPECT_TRUE(FullMatch(*g, ok)) << ok;
+  for (const char* bad : {"[x,x]", "[[],[]]", "[x,]"}) EXPECT_FALSE(FullMatch(*g, bad)) << bad;
+  // Required, the same member could never finish.
+  spec.required = 0b10;
+  GrammarBuilder c;
+  const int forever = c.AddRule("forever");
+  spec.members = {c.Alternatives("x", {c.Literal("x")}), forever};
+  spec.separator = c.Literal(",");
+  c.AddAlternative(forever, {c.Literal("[")[0], c.Set("set", spec), c.Literal("]")[0]});
+  EXPECT_NE(c.Build(forever).status().ToString().find("never finish"), std::string::npos);
+}
+
+TEST(GrammarTest, RefusesMemberSetsThatCannotBeWalkedOrMet) {
+  const auto error = [](const std::function<Symbol(GrammarBuilder*)>& make) {
+    GrammarBuilder b;
+    const int root = b.Alternatives("root", {{make(&b)}});
+    return b.Build(root).status().ToString();
+  };
+  // A member that can match nothing.
+  EXPECT_NE(error([](GrammarBuilder* b) {
+              MemberSetSpec spec;
+              spec.members = {b->Optional("maybe", b->Literal("m"))};
+              return b->Set("set", spec);
+            }).find("can match nothing"),
+            std::string::npos);
+  // More members than the mask holds.
+  EXPECT_NE(error([](GrammarBuilder* b) {
+              std::vector<std::string> names;
+              for (int i = 0; i <= MemberSetSpec::kMaxMembers; ++i) names.push_back("m");
+              return LiteralSet(b, names, {});
+            }).find("over 64 members"),
+            std::string::npos);
+  // Two required members with at most one member, and a minimum no member list reaches.
+  for (auto [required, min, max] : {std::tuple{uint64_t{3}, int64_t{0}, int64_t{1}},
+                                    std::tuple{uint64_t{0}, int64_t{3}, int64_t{-1}}}) {
+    MemberSetSpec spec;
+    spec.required = required;
+    spec.min_count = min;
+    spec.max_count = max;
+    EXPECT_NE(error([&spec](GrammarBuilder* b) {
+                return LiteralSet(b, {"a", "b"}, spec);
+              }).find("no list of its members"),
+              std::string::npos);
+  }
+  // Left recursion through a set: m ::= root "a" | "b", root ::= set{m}.
+  GrammarBuilder b;
+  const int root = b.AddRule("root");
+  const int m = b.AddRule("m");
+  b.AddAlternative(m, {GrammarBuilder::Ref(root), b.Literal("a")[0]});
+  b.AddAlternative(m, b.Literal("b"));
+  MemberSetSpec spec;
+  spec.members = {m};
+  b.AddAlternative(root, {b.Set("set", spec)});
+  EXPECT_NE(b.Build(root).status().ToString().find("left-recursive"), std::string::npos);
+}
+
+TEST(GrammarTest, MemberSetStacksStayBoundedOverManyOrders) {
+  GrammarBuilder b;
+  // 20 optional members "kNN" and an unbounded extra "x": walked in several orders, the arena
+  // holds a set frame per subset reached, not per path; the count saturates under extras.
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) names.push_back(fmt::format("k{:02}", i));
+  MemberSetSpec spec;
+  spec.extra = b.Alternatives("x", {b.Literal("x")});
+  auto g = b.Build(b.Alternatives("root", {{LiteralSet(&b, names, spec)}}));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  StackArena arena(&*g);
+  std::mt19937 rng(7);
+  int64_t after_first = 0;
+  for (int walk = 0; walk < 8; ++walk) {
+    std::vector<std::string> order = names;
+    if (walk > 0) std::shuffle(order.begin(), order.end(), rng);
+    std::string text;
+    for (const std::string& name : order) text += (text.empty() ? "" : ",") + name;
+    State s = arena.Initial();
+    ASSERT_TRUE(arena.AdvanceBytes(&s, text)) << text;
+    EXPECT_TRUE(StackArena::CanEnd(s));
+    if (walk == 0) after_first = arena.num_nodes();
+  }
+  // One walk reaches 21 subsets, each offering at most 21 members (3 bytes each).
+  EXPECT_LE(after_first, 21 * 21 * 4);
+  EXPECT_LE(arena.num_nodes(), 8 * after_first);
+  const int64_t nodes = arena.num_nodes();
+  State s = arena.Initial();
+  ASSERT_TRUE(arena.AdvanceBytes(&s, names[0]));
+  ASSERT_TRUE(arena.AdvanceBytes(&s, std::string(",x").append(",x")));
+  const int64_t with_extras = arena.num_nodes();
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += ",x";
+  ASSERT_TRUE(arena.AdvanceBytes(&s, many));
+  EXPECT_EQ(arena.num_nodes(), with_extras);  // extras past the counted ones add no frames
+  EXPECT_LE(with_extras - nodes, 21 * 4);
+  EXPECT_TRUE(StackArena::CanEnd(s));
+}
+
 TEST(TokenMaskerTest, MasksFollowTheGrammarAndEogOnlyWhereItMayEnd) {
   GrammarBuilder b;
   // root ::= "ab" | "abc" "d"*
@@ -166,6 +355,22 @@ TEST(TokenMaskerTest, ForcedBytesStopAtAChoice) {
   ASSERT_TRUE(g.ok());
   TokenMasker m(std::move(*g), TokenVocab::FromPieces({"{", "1"}, {}, {}));
   EXPECT_EQ(m.ForcedBytes(m.Initial()), "{\"name\":");
+}
+
+TEST(TokenMaskerTest, ForcedBytesRunThroughASetWithOneWayToGo) {
+  GrammarBuilder b;
+  // root ::= "{" set{"\"a\":1"!, at most one member} "}": the only object is {"a":1}.
+  MemberSetSpec spec;
+  spec.required = 1;
+  spec.max_count = 1;
+  spec.members = {b.Alternatives("a", {b.Literal("\"a\":1")}),
+                  b.Alternatives("b", {b.Literal("\"b\":2")})};
+  spec.separator = b.Literal(",");
+  auto g =
+      b.Build(b.Alternatives("root", {{b.Literal("{")[0], b.Set("set", spec), b.Literal("}")[0]}}));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  TokenMasker m(std::move(*g), TokenVocab::FromPieces({"{", "1"}, {}, {}));
+  EXPECT_EQ(m.ForcedBytes(m.Initial()), "{\"a\":1}");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "structured/json_schema.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -301,22 +302,102 @@ TEST(JsonSchemaTest, Patterns) {
 }
 
 TEST(JsonSchemaTest, ObjectsWithOptionalAndRequiredProperties) {
-  // Properties come in the schema's order (here a, b, c).
   const char* schema = R"({"type":"object","properties":{"a":{"type":"integer"},
       "b":{"type":"string","maxLength":3},"c":{"type":"boolean"}},"required":["b"],
       "additionalProperties":false})";
   ExpectLanguage(schema,
                  {R"({"b":""})", R"({"a":1,"b":"x"})", R"({"b":"x","c":true})",
-                  R"({"a":1,"b":"x","c":false})"},
-                 {R"({})", R"({"a":1})", R"({"b":"x",})", R"({,"b":"x"})", R"({"b":"x","a":1})",
+                  R"({"a":1,"b":"x","c":false})", R"({"b":"x","a":1})"},
+                 {R"({})", R"({"a":1})", R"({"b":"x",})", R"({,"b":"x"})",
                   R"({"a":1,"b":"x","d":1})", R"({"a":1"b":"x"})"});
   ExpectLanguage(R"({"type":"object","properties":{"a":{"type":"integer"}},
       "additionalProperties":false})",
                  {R"({})", R"({"a":5})"}, {R"({"a":5,"a":6})", R"({"b":1})"});
-  // Not alphabetical: the order the schema lists them in.
-  ExpectLanguage(R"({"type":"object","properties":{"zeta":{"type":"integer"},
-      "alpha":{"type":"integer"}},"required":["zeta","alpha"],"additionalProperties":false})",
-                 {R"({"zeta":1,"alpha":2})"}, {R"({"alpha":2,"zeta":1})"});
+}
+
+TEST(JsonSchemaTest, PropertiesComeInAnyOrderEachAtMostOnce) {
+  const char* abc = R"({"type":"object","properties":{"a":{"type":"integer"},
+      "b":{"type":"string"},"c":{"type":"boolean"}},"required":["a","c"],
+      "additionalProperties":false})";
+  ExpectLanguage(
+      abc,
+      {R"({"a":1,"c":true})", R"({"c":true,"a":1})", R"({"b":"x","c":true,"a":1})",
+       R"({"c":false,"b":"x","a":1})", R"({"a":1,"b":"x","c":true})"},
+      {R"({"c":true,"a":1,"c":true})", R"({"a":1,"a":1,"c":true})", R"({"c":true,"b":"x"})",
+       R"({"b":"x"})", R"({"c":1,"a":true})", R"({"c":true,"a":1,"d":0})", R"({"c":true,,"a":1})"});
+  // A missing required property is refused where the object would close.
+  Result<Grammar> g = CompileText(abc);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(PrefixMatch(*g, R"({"c":true,"b":"x")"));
+  EXPECT_FALSE(PrefixMatch(*g, R"({"c":true,"b":"x"})"));
+  EXPECT_FALSE(PrefixMatch(*g, R"({"c":true,"c")"));
+  // With whitespace, and nested objects each in their own order.
+  JsonSchemaOptions flex;
+  flex.flexible_whitespace = true;
+  ExpectLanguage(R"({"type":"object","properties":{"outer":{"type":"integer"},
+      "inner":{"type":"object","properties":{"x":{"type":"integer"},"y":{"type":"integer"}},
+      "required":["x","y"],"additionalProperties":false}},"required":["inner"],
+      "additionalProperties":false})",
+                 {R"({"inner":{"y":1,"x":2},"outer":3})", "{ \"inner\" : { \"y\":1 , \"x\":2 } }",
+                  R"({"outer":3,"inner":{"x":2,"y":1}})"},
+                 {R"({"inner":{"y":1}})", R"({"inner":{"y":1,"x":2,"y":3}})",
+                  R"({"inner":{"x":1,"y":2},"inner":{"x":1,"y":2}})", R"({"outer":3})",
+                  R"({"inner":{"x":1,"y":2,"outer":3}})"},
+                 flex);
+}
+
+TEST(JsonSchemaTest, ExtraPropertiesComeAnywhere) {
+  ExpectLanguage(R"({"type":"object","properties":{"id":{"type":"integer"},
+      "name":{"type":"string"}},"required":["id"],"additionalProperties":{"type":"boolean"}})",
+                 {R"({"x":true,"id":1})", R"({"name":"n","x":true,"id":1,"y":false})",
+                  R"({"id":1,"x":true,"name":"n"})"},
+                 {R"({"x":true})", R"({"x":1,"id":1})", R"({"id":1,"x":true,"id":2})",
+                  R"({"name":"n","x":true,"name":"m","id":1})"});
+  // Pattern keys too.
+  ExpectLanguage(R"({"properties":{"id":{"type":"integer"}},"required":["id"],
+      "patternProperties":{"^x-":{"type":"string"}},"additionalProperties":false})",
+                 {R"({"x-a":"s","id":1})", R"({"x-a":"s","id":1,"x-b":"t"})"},
+                 {R"({"x-a":"s"})", R"({"y":"s","id":1})", R"({"x-a":1,"id":1})"});
+}
+
+TEST(JsonSchemaTest, PropertyCountsHoldInAnyOrder) {
+  const char* abc = R"("properties":{"a":{"type":"integer"},"b":{"type":"integer"},
+      "c":{"type":"integer"}})";
+  ExpectLanguage(std::string("{") + abc + R"(,"minProperties":2,"maxProperties":2,
+      "additionalProperties":false})",
+                 {R"({"c":1,"a":2})", R"({"b":1,"c":2})", R"({"c":1,"b":2})"},
+                 {R"({"c":1})", R"({"c":1,"b":2,"a":3})", "{}"});
+  // Extras count too, wherever they come.
+  ExpectLanguage(std::string("{") + abc + R"(,"required":["c"],"maxProperties":2})",
+                 {R"({"x":1,"c":2})", R"({"c":2,"x":[]})", R"({"b":1,"c":2})"},
+                 {R"({"x":1,"y":2,"c":3})", R"({"x":1,"c":2,"a":3})"});
+  // Once the count is full only the missing required property may come.
+  Result<Grammar> g = CompileText(std::string("{") + abc + R"(,"required":["c"],
+      "maxProperties":2,"additionalProperties":false})");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(PrefixMatch(*g, R"({"a":1,"c")"));
+  EXPECT_FALSE(PrefixMatch(*g, R"({"a":1,"b")"));
+}
+
+TEST(JsonSchemaTest, OverSixtyFourPropertiesKeepTheSchemasOrder) {
+  json schema = {{"type", "object"}, {"additionalProperties", false}};
+  for (int i = 0; i < 65; ++i) {
+    schema["properties"][fmt::format("p{}", i)] = {{"type", "integer"}};
+  }
+  schema["required"] = {"p0", "p64"};
+  Result<Grammar> g = CompileSchema(schema);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(FullMatch(*g, R"({"p0":1,"p3":2,"p64":3})"));
+  EXPECT_FALSE(FullMatch(*g, R"({"p0":1,"p64":3,"p3":2})"));
+  EXPECT_FALSE(FullMatch(*g, R"({"p64":3,"p0":1})"));
+  EXPECT_FALSE(FullMatch(*g, R"({"p0":1})"));
+  // 64 go into a set: any order.
+  schema["properties"].erase("p64");
+  schema["required"] = {"p0", "p63"};
+  g = CompileSchema(schema);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(FullMatch(*g, R"({"p63":3,"p5":2,"p0":1})"));
+  EXPECT_FALSE(FullMatch(*g, R"({"p63":3,"p5":2,"p0":1,"p5":2})"));
 }
 
 TEST(JsonSchemaTest, AdditionalProperties) {
@@ -406,9 +487,9 @@ TEST(JsonSchemaTest, RefsAndRecursion) {
       "additionalProperties":false}}})";
   ExpectLanguage(tree,
                  {R"({"value":1})", R"({"value":1,"children":[]})",
-                  R"({"value":1,"children":[{"value":2},{"value":3,"children":[{"value":4}]}]})"},
-                 {R"({"value":1,"children":[{}]})", R"({"value":1,"children":[1]})",
-                  R"({"children":[],"value":1})"});
+                  R"({"value":1,"children":[{"value":2},{"value":3,"children":[{"value":4}]}]})",
+                  R"({"children":[],"value":1})"},
+                 {R"({"value":1,"children":[{}]})", R"({"value":1,"children":[1]})"});
   const char* list = R"({"type":"object","properties":{"head":{"type":"integer"},
       "tail":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["head","tail"],
       "additionalProperties":false})";
