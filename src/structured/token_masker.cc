@@ -14,6 +14,16 @@ namespace {
 // A state's masks are kept until this many are cached, then the cache starts over (a bound on
 // memory: vocab / 8 bytes each, 19 KiB at 152k tokens).
 constexpr size_t kMaxCachedMasks = 4096;
+// Interned states are kept until this many, then the tables start over before the next walk
+// (a bound on memory: 1 KiB per state walked from, at most 16 MiB of transition rows).
+constexpr size_t kMaxInternedStates = 16384;
+// A walk takes its state's loop wholesale (TokenVocab::CoverFor) from this many looping bytes
+// on; a smaller loop saves too little of the walk to pay for its cover.
+constexpr int kMinLoopBytes = 8;
+
+void SetTokenBit(TokenBits* bits, TokenId t) {
+  (*bits)[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (static_cast<uint32_t>(t) & 63);
+}
 
 }  // namespace
 
@@ -132,6 +142,36 @@ void TokenVocab::BuildTrie(const std::vector<uint8_t>& excluded) {
   }
 }
 
+size_t TokenVocab::ByteSetHash::operator()(const ByteSet& s) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull;
+  for (uint64_t w : s.bits) h = (h ^ w) * 0x100000001B3ull;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+std::shared_ptr<const TokenVocab::LoopCover> TokenVocab::CoverFor(const ByteSet& loop) const {
+  {
+    std::lock_guard<std::mutex> lock(covers_mu_);
+    if (auto it = covers_.find(loop); it != covers_.end()) return it->second;
+    if (covers_.size() >= kMaxLoopCovers) return nullptr;
+  }
+  // One preorder pass over the part of the trie inside `loop`: a node whose byte is outside is
+  // an exit and its subtree is not entered.
+  auto cover = std::make_shared<LoopCover>();
+  cover->tokens.assign((pieces_.size() + 63) / 64, 0);
+  for (size_t i = 1; i < nodes_.size();) {
+    const Node& n = nodes_[i];
+    if (!loop.Has(n.byte)) {
+      cover->exits.push_back(static_cast<int32_t>(i));
+      i = static_cast<size_t>(n.end);
+      continue;
+    }
+    for (TokenId t : node_tokens(n)) SetTokenBit(&cover->tokens, t);
+    ++i;
+  }
+  std::lock_guard<std::mutex> lock(covers_mu_);
+  return covers_.try_emplace(loop, std::move(cover)).first->second;
+}
+
 size_t TokenMasker::StateHash::operator()(const State& s) const {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
   for (int32_t v : s) h = (h ^ static_cast<uint32_t>(v)) * 0x100000001B3ull;
@@ -143,7 +183,8 @@ TokenMasker::TokenMasker(Grammar grammar, std::shared_ptr<const TokenVocab> voca
       vocab_(std::move(vocab)),
       trigger_(std::move(trigger)),
       arena_(&grammar_) {
-  levels_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
+  ids_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
+  ResetStatesLocked();
 }
 
 State TokenMasker::Initial() {
@@ -174,30 +215,111 @@ bool TokenMasker::AcceptBytes(State* state, std::string_view bytes) {
   return arena_.AdvanceBytes(state, bytes);
 }
 
+void TokenMasker::ResetStatesLocked() {
+  state_ids_.clear();
+  states_.clear();
+  row_of_.clear();
+  next_.clear();
+  loops_.clear();
+  InternLocked(State{});  // kDeadState
+}
+
+int32_t TokenMasker::InternLocked(const State& state) {
+  auto [it, inserted] = state_ids_.try_emplace(state, static_cast<int32_t>(states_.size()));
+  if (inserted) {
+    states_.push_back(&it->first);
+    row_of_.push_back(-1);
+    loops_.emplace_back();
+  }
+  return it->second;
+}
+
+int32_t TokenMasker::RowLocked(int32_t id) {
+  int32_t& row = row_of_[static_cast<size_t>(id)];
+  if (row < 0) {
+    row = static_cast<int32_t>(next_.size() / 256);
+    next_.resize(next_.size() + 256, kUnknownState);
+  }
+  return row;
+}
+
+int32_t TokenMasker::NextLocked(int32_t id, uint8_t byte) {
+  const size_t slot = static_cast<size_t>(RowLocked(id)) * 256 + byte;
+  if (next_[slot] == kUnknownState) {
+    arena_.Advance(*states_[static_cast<size_t>(id)], byte, &scratch_);
+    next_[slot] = scratch_.empty() ? kDeadState : InternLocked(scratch_);
+  }
+  return next_[slot];
+}
+
+const TokenMasker::LoopInfo& TokenMasker::LoopLocked(int32_t id) {
+  if (!loops_[static_cast<size_t>(id)].known) {
+    ByteSet loop;
+    int num_loop_bytes = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (NextLocked(id, static_cast<uint8_t>(b)) == id) {
+        loop.Add(static_cast<uint8_t>(b), static_cast<uint8_t>(b));
+        ++num_loop_bytes;
+      }
+    }
+    LoopInfo info;
+    info.known = true;
+    if (num_loop_bytes >= kMinLoopBytes) info.cover = vocab_->CoverFor(loop);
+    loops_[static_cast<size_t>(id)] = std::move(info);
+  }
+  return loops_[static_cast<size_t>(id)];
+}
+
+int64_t TokenMasker::WalkLocked(int32_t begin, int32_t end, TokenBits* out) {
+  const std::span<const TokenVocab::Node> nodes = vocab_->nodes();
+  int64_t visited = 0;
+  for (int32_t i = begin; i < end;) {
+    const TokenVocab::Node& n = nodes[static_cast<size_t>(i)];
+    const int32_t parent = ids_[n.depth - 1u];
+    const int32_t row = row_of_[static_cast<size_t>(parent)];
+    int32_t id = row >= 0 ? next_[static_cast<size_t>(row) * 256 + n.byte] : kUnknownState;
+    if (id == kUnknownState) id = NextLocked(parent, n.byte);
+    ++visited;
+    if (id == kDeadState) {
+      i = n.end;
+      continue;
+    }
+    ids_[n.depth] = id;
+    for (TokenId t : vocab_->node_tokens(n)) SetTokenBit(out, t);
+    ++i;
+  }
+  return visited;
+}
+
+// NOTE: the walk is the plain preorder walk of the trie with two shortcuts that cannot change
+// its result. (1) A node's state is its parent's interned id advanced through the memoised row,
+// so only the first time a (state, byte) pair is met does the matcher run. (2) With L the bytes
+// on which the root state S steps back to S, every node on a path of L bytes has state S
+// (non-empty): its tokens are exactly the cover's token set, taken in one OR. Every other node
+// lies below one exit of the cover, whose parent's state is S: walking each exit's subtree
+// from S visits the rest of the trie as the plain walk would.
 void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {
   const size_t words = (static_cast<size_t>(vocab_->size()) + 63) / 64;
   out->assign(words, 0);
-  auto set = [&](TokenId t) {
-    (*out)[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (static_cast<uint32_t>(t) & 63);
-  };
   if (StackArena::CanEnd(state) || state.empty()) {
-    for (TokenId t : vocab_->eog()) set(t);
+    for (TokenId t : vocab_->eog()) SetTokenBit(out, t);
   }
   if (state.empty()) return;
+  if (states_.size() >= kMaxInternedStates) ResetStatesLocked();
+  const int32_t root = InternLocked(state);
+  ids_[0] = root;
   const std::span<const TokenVocab::Node> nodes = vocab_->nodes();
-  levels_[0] = state;
+  const LoopInfo& loop = LoopLocked(root);
+  if (loop.cover == nullptr) {
+    stats_.trie_nodes_visited += WalkLocked(1, static_cast<int32_t>(nodes.size()), out);
+    return;
+  }
+  const std::shared_ptr<const TokenVocab::LoopCover> cover = loop.cover;  // loops_ may grow
+  for (size_t w = 0; w < words; ++w) (*out)[w] |= cover->tokens[w];
   int64_t visited = 0;
-  for (size_t i = 1; i < nodes.size();) {
-    const TokenVocab::Node& n = nodes[i];
-    State& here = levels_[n.depth];
-    arena_.Advance(levels_[n.depth - 1u], n.byte, &here);
-    ++visited;
-    if (here.empty()) {
-      i = static_cast<size_t>(n.end);
-      continue;
-    }
-    for (TokenId t : vocab_->node_tokens(n)) set(t);
-    ++i;
+  for (int32_t exit : cover->exits) {
+    ids_[nodes[static_cast<size_t>(exit)].depth - 1u] = root;
+    visited += WalkLocked(exit, nodes[static_cast<size_t>(exit)].end, out);
   }
   stats_.trie_nodes_visited += visited;
 }
@@ -217,12 +339,18 @@ void TokenMasker::Apply(const State& state, std::span<float> logits) {
   const TokenBits& bits = MaskLocked(state);
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   const size_t n = std::min(logits.size(), bits.size() * 64);
+  // Word by word over the refused tokens: a word refusing all 64 is one fill, a mixed one
+  // costs its refused bits, an allowing one nothing.
   for (size_t w = 0; w * 64 < n; ++w) {
-    const uint64_t word = bits[w];
-    if (word == ~uint64_t{0}) continue;
-    const size_t end = std::min(n, w * 64 + 64);
-    for (size_t i = w * 64; i < end; ++i) {
-      if (!((word >> (i & 63)) & 1)) logits[i] = kMasked;
+    const size_t base = w * 64;
+    uint64_t refused = ~bits[w];
+    if (n - base < 64) refused &= (uint64_t{1} << (n - base)) - 1;
+    if (refused == ~uint64_t{0}) {
+      std::fill_n(logits.begin() + static_cast<std::ptrdiff_t>(base), 64, kMasked);
+      continue;
+    }
+    for (; refused != 0; refused &= refused - 1) {
+      logits[base + static_cast<size_t>(std::countr_zero(refused))] = kMasked;
     }
   }
   for (size_t i = n; i < logits.size(); ++i) logits[i] = kMasked;

@@ -10,12 +10,18 @@
 // Masks are cached per state, by content. Stacks are hash-consed (matcher.h), so the state
 // inside a JSON string, a number or a free-text field is the same ints from one character to
 // the next and across requests: after the first token there, a mask is one cache lookup. The
-// first visit of a state walks the trie (the miss cost, reported by the benchmarks).
+// first visit of a state walks the trie (the miss cost, reported by the benchmarks). Two things
+// keep that walk short (details in token_masker.cc): states are interned to small ids with a
+// memoised transition table, so a trie node costs an array lookup rather than a matcher step;
+// and a state that loops on many bytes (inside a string) takes the vocabulary's precomputed
+// tokens made only of those bytes wholesale and walks only below the bytes that leave the loop.
+// The masks are exactly those of the plain walk (tests/structured/token_masker_test.cc).
 //
 // Contract: one TokenMasker per compiled constraint, shared by every sequence using it;
-// thread-safe (a mutex serialises the arena and the cache). Token bytes come from
+// thread-safe (a mutex serialises the arena and the caches). Token bytes come from
 // Tokenizer::TokenToPiece, so byte-fallback <0xXX> tokens and byte-level BPE pieces are the raw
-// bytes they stand for.
+// bytes they stand for. TokenVocab is immutable but for its cache of loop covers (a mutex of
+// its own): share one between threads and maskers.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,9 @@ class Tokenizer;
 }
 
 namespace kvserve::structured {
+
+// A bitset over the vocabulary: bit t set = token t allowed.
+using TokenBits = std::vector<uint64_t>;
 
 class TokenVocab {
  public:
@@ -68,7 +77,22 @@ class TokenVocab {
   // does not spell the bytes back (SentencePiece's leading space).
   std::vector<TokenId> LongestMatch(std::string_view bytes, int max_tokens) const;
 
+  // For a set of bytes `loop`: the tokens made only of its bytes, and the trie nodes where a
+  // path first leaves it (the node's byte is outside `loop`, every byte above it inside).
+  // Every trie node is either on a path inside `loop` or below exactly one exit.
+  struct LoopCover {
+    TokenBits tokens;            // [words]: bit t set = every byte of token t is in `loop`
+    std::vector<int32_t> exits;  // node indices, in preorder
+  };
+  // Cached per set (thread-safe); computed on first use by one pass over the part of the trie
+  // inside `loop`. Null once kMaxLoopCovers sets are cached (the caller walks the plain way).
+  static constexpr size_t kMaxLoopCovers = 256;
+  std::shared_ptr<const LoopCover> CoverFor(const ByteSet& loop) const;
+
  private:
+  struct ByteSetHash {
+    size_t operator()(const ByteSet& s) const;
+  };
   void BuildTrie(const std::vector<uint8_t>& excluded);
   std::vector<std::string> pieces_;
   std::vector<TokenId> eog_;
@@ -76,10 +100,10 @@ class TokenVocab {
   std::vector<Node> nodes_;
   std::vector<TokenId> token_ids_;
   int max_depth_ = 0;
+  mutable std::mutex covers_mu_;
+  mutable std::unordered_map<ByteSet, std::shared_ptr<const LoopCover>, ByteSetHash>
+      covers_;  // guarded by covers_mu_
 };
-
-// A bitset over the vocabulary: bit t set = token t allowed.
-using TokenBits = std::vector<uint64_t>;
 
 struct MaskStats {
   int64_t lookups = 0;
@@ -124,12 +148,28 @@ class TokenMasker {
   int64_t cached_masks() const;
 
  private:
-  const TokenBits& MaskLocked(const State& state);
-  void ComputeLocked(const State& state, TokenBits* out);
-
+  // Interned states: ids index states_, row_of_ and loops_; kDeadState is the empty state. A
+  // state walked from gets a row of next_: its successor per byte, kUnknownState until taken.
+  static constexpr int32_t kDeadState = 0;
+  static constexpr int32_t kUnknownState = -1;
   struct StateHash {
     size_t operator()(const State& s) const;
   };
+  struct LoopInfo {
+    bool known = false;
+    std::shared_ptr<const TokenVocab::LoopCover> cover;  // null: walk the whole trie
+  };
+
+  const TokenBits& MaskLocked(const State& state);
+  void ComputeLocked(const State& state, TokenBits* out);
+  void ResetStatesLocked();
+  int32_t InternLocked(const State& state);
+  int32_t RowLocked(int32_t id);  // the row of next_ for `id`, made on first use
+  int32_t NextLocked(int32_t id, uint8_t byte);
+  const LoopInfo& LoopLocked(int32_t id);
+  // Walks trie nodes [begin, end) in preorder, setting the allowed tokens in *out. REQUIRES:
+  // ids_[depth(begin) - 1] holds the state of begin's parent; [begin, end) whole subtrees.
+  int64_t WalkLocked(int32_t begin, int32_t end, TokenBits* out);
 
   Grammar grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
@@ -137,8 +177,16 @@ class TokenMasker {
   mutable std::mutex mu_;
   StackArena arena_;                                       // guarded by mu_
   std::unordered_map<State, TokenBits, StateHash> cache_;  // guarded by mu_
-  std::vector<State> levels_;                              // guarded by mu_: DFS scratch per depth
   MaskStats stats_;                                        // guarded by mu_
+
+  // Guarded by mu_: the interned states and their transitions (see above).
+  std::unordered_map<State, int32_t, StateHash> state_ids_;
+  std::vector<const State*> states_;  // [num_states] keys of state_ids_
+  std::vector<int32_t> row_of_;       // [num_states] row of next_, -1 before the first walk
+  std::vector<int32_t> next_;         // [num_rows, 256] successor state id per byte
+  std::vector<LoopInfo> loops_;       // [num_states] filled for states a walk started from
+  std::vector<int32_t> ids_;          // [max_depth + 1] walk scratch: state id per depth
+  State scratch_;
 };
 
 }  // namespace kvserve::structured
