@@ -1,6 +1,7 @@
 #include "structured/token_masker.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <limits>
 #include <numeric>
@@ -15,11 +16,13 @@ namespace {
 // memory: vocab / 8 bytes each, 19 KiB at 152k tokens).
 constexpr size_t kMaxCachedMasks = 4096;
 // Interned states are kept until this many, then the tables start over before the next walk
-// (a bound on memory: 1 KiB per state walked from, at most 16 MiB of transition rows).
-constexpr size_t kMaxInternedStates = 16384;
-// A walk takes its state's loop wholesale (TokenVocab::CoverFor) from this many looping bytes
-// on; a smaller loop saves too little of the walk to pay for its cover.
+// (a bound on memory: a 1 KiB row of transitions per state, 8 MiB).
+constexpr size_t kMaxInternedStates = 8192;
+// A walk takes a cover (TokenVocab::CoverFor) where at least this many bytes lead from its
+// state to the same state (itself or the next); fewer save too little of the walk to pay for
+// the cover. And a cover holds at most kMaxCoverStates states.
 constexpr int kMinLoopBytes = 8;
+constexpr size_t kMaxCoverStates = 200;
 
 void SetTokenBit(TokenBits* bits, TokenId t) {
   (*bits)[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (static_cast<uint32_t>(t) & 63);
@@ -142,34 +145,47 @@ void TokenVocab::BuildTrie(const std::vector<uint8_t>& excluded) {
   }
 }
 
-size_t TokenVocab::ByteSetHash::operator()(const ByteSet& s) const {
-  uint64_t h = 0x9E3779B97F4A7C15ull;
-  for (uint64_t w : s.bits) h = (h ^ w) * 0x100000001B3ull;
+size_t TokenVocab::CoverKeyHash::operator()(const std::vector<int16_t>& next) const {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ next.size();
+  for (int16_t v : next) h = (h ^ static_cast<uint16_t>(v)) * 0x100000001B3ull;
   return static_cast<size_t>(h ^ (h >> 29));
 }
 
-std::shared_ptr<const TokenVocab::LoopCover> TokenVocab::CoverFor(const ByteSet& loop) const {
+std::shared_ptr<const TokenVocab::LoopCover> TokenVocab::CoverFor(
+    std::span<const int16_t> next) const {
+  std::vector<int16_t> key(next.begin(), next.end());
   {
     std::lock_guard<std::mutex> lock(covers_mu_);
-    if (auto it = covers_.find(loop); it != covers_.end()) return it->second;
-    if (covers_.size() >= kMaxLoopCovers) return nullptr;
+    if (auto it = covers_.find(key); it != covers_.end()) return it->second;
+    if (cover_bytes_ >= kMaxCoverBytes) return nullptr;
   }
-  // One preorder pass over the part of the trie inside `loop`: a node whose byte is outside is
-  // an exit and its subtree is not entered.
+  // One preorder pass over the part of the trie inside the set: `at` holds the set state of
+  // each depth on the current path; an exit or a refused byte is not entered.
   auto cover = std::make_shared<LoopCover>();
   cover->tokens.assign((pieces_.size() + 63) / 64, 0);
+  std::vector<int16_t> at(static_cast<size_t>(max_depth_) + 1, 0);
   for (size_t i = 1; i < nodes_.size();) {
     const Node& n = nodes_[i];
-    if (!loop.Has(n.byte)) {
-      cover->exits.push_back(static_cast<int32_t>(i));
+    const int16_t from = at[n.depth - 1u];
+    const int16_t to = next[static_cast<size_t>(from) * 256 + n.byte];
+    if (to < 0) {
+      if (to == kCoverExit) {
+        cover->exits.push_back(static_cast<int32_t>(i));
+        cover->exit_from.push_back(from);
+      }
       i = static_cast<size_t>(n.end);
       continue;
     }
+    at[n.depth] = to;
     for (TokenId t : node_tokens(n)) SetTokenBit(&cover->tokens, t);
     ++i;
   }
+  const size_t bytes = key.size() * sizeof(int16_t) + cover->tokens.size() * sizeof(uint64_t) +
+                       cover->exits.size() * (sizeof(int32_t) + sizeof(int16_t));
   std::lock_guard<std::mutex> lock(covers_mu_);
-  return covers_.try_emplace(loop, std::move(cover)).first->second;
+  auto [it, inserted] = covers_.try_emplace(std::move(key), std::move(cover));
+  if (inserted) cover_bytes_ += bytes;
+  return it->second;
 }
 
 size_t TokenMasker::StateHash::operator()(const State& s) const {
@@ -218,9 +234,9 @@ bool TokenMasker::AcceptBytes(State* state, std::string_view bytes) {
 void TokenMasker::ResetStatesLocked() {
   state_ids_.clear();
   states_.clear();
-  row_of_.clear();
   next_.clear();
   loops_.clear();
+  member_of_.clear();
   InternLocked(State{});  // kDeadState
 }
 
@@ -228,43 +244,88 @@ int32_t TokenMasker::InternLocked(const State& state) {
   auto [it, inserted] = state_ids_.try_emplace(state, static_cast<int32_t>(states_.size()));
   if (inserted) {
     states_.push_back(&it->first);
-    row_of_.push_back(-1);
+    next_.resize(next_.size() + 256, kUnknownState);
     loops_.emplace_back();
   }
   return it->second;
 }
 
-int32_t TokenMasker::RowLocked(int32_t id) {
-  int32_t& row = row_of_[static_cast<size_t>(id)];
-  if (row < 0) {
-    row = static_cast<int32_t>(next_.size() / 256);
-    next_.resize(next_.size() + 256, kUnknownState);
-  }
-  return row;
-}
-
 int32_t TokenMasker::NextLocked(int32_t id, uint8_t byte) {
-  const size_t slot = static_cast<size_t>(RowLocked(id)) * 256 + byte;
+  const size_t slot = static_cast<size_t>(id) * 256 + byte;
   if (next_[slot] == kUnknownState) {
     arena_.Advance(*states_[static_cast<size_t>(id)], byte, &scratch_);
-    next_[slot] = scratch_.empty() ? kDeadState : InternLocked(scratch_);
+    const int32_t to = scratch_.empty() ? kDeadState : InternLocked(scratch_);
+    next_[slot] = to;  // after InternLocked, which may have moved next_
   }
   return next_[slot];
 }
 
+std::pair<int32_t, int> TokenMasker::MajorityLocked(int32_t id) {
+  std::array<int32_t, 256> succ;
+  for (int b = 0; b < 256; ++b)
+    succ[static_cast<size_t>(b)] = NextLocked(id, static_cast<uint8_t>(b));
+  std::sort(succ.begin(), succ.end());
+  std::pair<int32_t, int> best{kDeadState, 0};
+  for (size_t i = 0; i < succ.size();) {
+    size_t j = i;
+    while (j < succ.size() && succ[j] == succ[i]) ++j;
+    if (succ[i] != kDeadState && static_cast<int>(j - i) > best.second) {
+      best = {succ[i], static_cast<int>(j - i)};
+    }
+    i = j;
+  }
+  return best;
+}
+
+// NOTE: a walk's cover is the set of states grown from its start by two kinds of step: the
+// majority successor of a member when it takes at least kMinLoopBytes bytes (a string's
+// characters lead from its start into the loop of its body, and the body back to itself), and
+// any successor over a byte >= 0x80 (the states inside a UTF-8 character, which lead back into
+// the loop). Its table, numbered in the order members were found, depends only on how these
+// states step, so grammars with the same strings share one cover per vocabulary.
 const TokenMasker::LoopInfo& TokenMasker::LoopLocked(int32_t id) {
   if (!loops_[static_cast<size_t>(id)].known) {
-    ByteSet loop;
-    int num_loop_bytes = 0;
-    for (int b = 0; b < 256; ++b) {
-      if (NextLocked(id, static_cast<uint8_t>(b)) == id) {
-        loop.Add(static_cast<uint8_t>(b), static_cast<uint8_t>(b));
-        ++num_loop_bytes;
-      }
-    }
     LoopInfo info;
     info.known = true;
-    if (num_loop_bytes >= kMinLoopBytes) info.cover = vocab_->CoverFor(loop);
+    std::vector<uint8_t> chained;  // [members] found as a start or a majority successor
+    auto add = [&](int32_t state, bool chain) {
+      if (member_of_.size() <= static_cast<size_t>(state)) member_of_.resize(states_.size(), -1);
+      member_of_[static_cast<size_t>(state)] = static_cast<int16_t>(info.members.size());
+      info.members.push_back(state);
+      chained.push_back(chain ? 1 : 0);
+    };
+    auto member = [&](int32_t state) -> int16_t {
+      return static_cast<size_t>(state) < member_of_.size() ? member_of_[static_cast<size_t>(state)]
+                                                            : int16_t{-1};
+    };
+    add(id, true);
+    std::vector<int16_t> table;  // [members, 256]
+    for (size_t k = 0; k < info.members.size(); ++k) {
+      const int32_t from = info.members[k];
+      const auto [major, count] =
+          chained[k] ? MajorityLocked(from) : std::pair<int32_t, int>{kDeadState, 0};
+      table.resize(table.size() + 256, TokenVocab::kCoverExit);
+      for (int b = 0; b < 256; ++b) {
+        const int32_t to = NextLocked(from, static_cast<uint8_t>(b));
+        int16_t& slot = table[k * 256 + static_cast<size_t>(b)];
+        if (to == kDeadState) {
+          slot = TokenVocab::kCoverDead;
+        } else if (member(to) >= 0) {
+          slot = member(to);
+        } else if (info.members.size() < kMaxCoverStates) {
+          const bool chain = to == major && count >= kMinLoopBytes;
+          if (chain || b >= 0x80) {
+            slot = static_cast<int16_t>(info.members.size());
+            add(to, chain);
+          }
+        }
+      }
+    }
+    for (int32_t m : info.members) member_of_[static_cast<size_t>(m)] = -1;
+    // Worth it only where many bytes stay inside from the start.
+    int inside = 0;
+    for (int b = 0; b < 256; ++b) inside += table[static_cast<size_t>(b)] >= 0;
+    if (inside >= kMinLoopBytes) info.cover = vocab_->CoverFor(table);
     loops_[static_cast<size_t>(id)] = std::move(info);
   }
   return loops_[static_cast<size_t>(id)];
@@ -272,19 +333,23 @@ const TokenMasker::LoopInfo& TokenMasker::LoopLocked(int32_t id) {
 
 int64_t TokenMasker::WalkLocked(int32_t begin, int32_t end, TokenBits* out) {
   const std::span<const TokenVocab::Node> nodes = vocab_->nodes();
+  int32_t* const ids = ids_.data();  // ids_ keeps its size during a walk; next_ may grow
+  const int32_t* next = next_.data();
   int64_t visited = 0;
   for (int32_t i = begin; i < end;) {
     const TokenVocab::Node& n = nodes[static_cast<size_t>(i)];
-    const int32_t parent = ids_[n.depth - 1u];
-    const int32_t row = row_of_[static_cast<size_t>(parent)];
-    int32_t id = row >= 0 ? next_[static_cast<size_t>(row) * 256 + n.byte] : kUnknownState;
-    if (id == kUnknownState) id = NextLocked(parent, n.byte);
+    const int32_t parent = ids[n.depth - 1u];
+    int32_t id = next[static_cast<size_t>(parent) * 256 + n.byte];
+    if (id == kUnknownState) {
+      id = NextLocked(parent, n.byte);
+      next = next_.data();
+    }
     ++visited;
     if (id == kDeadState) {
       i = n.end;
       continue;
     }
-    ids_[n.depth] = id;
+    ids[n.depth] = id;
     for (TokenId t : vocab_->node_tokens(n)) SetTokenBit(out, t);
     ++i;
   }
@@ -293,11 +358,12 @@ int64_t TokenMasker::WalkLocked(int32_t begin, int32_t end, TokenBits* out) {
 
 // NOTE: the walk is the plain preorder walk of the trie with two shortcuts that cannot change
 // its result. (1) A node's state is its parent's interned id advanced through the memoised row,
-// so only the first time a (state, byte) pair is met does the matcher run. (2) With L the bytes
-// on which the root state S steps back to S, every node on a path of L bytes has state S
-// (non-empty): its tokens are exactly the cover's token set, taken in one OR. Every other node
-// lies below one exit of the cover, whose parent's state is S: walking each exit's subtree
-// from S visits the rest of the trie as the plain walk would.
+// so only the first time a (state, byte) pair is met does the matcher run. (2) The start's
+// cover (LoopLocked) names the state of every node on a path inside its set of states, all
+// non-empty: their tokens are the cover's token set, taken in one OR. Every other node lies
+// below a refused byte (not allowed, as in the plain walk) or below one exit of the cover,
+// whose parent's state the cover names: walking each exit's subtree from there visits the rest
+// of the trie as the plain walk would.
 void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {
   const size_t words = (static_cast<size_t>(vocab_->size()) + 63) / 64;
   out->assign(words, 0);
@@ -314,12 +380,15 @@ void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {
     stats_.trie_nodes_visited += WalkLocked(1, static_cast<int32_t>(nodes.size()), out);
     return;
   }
-  const std::shared_ptr<const TokenVocab::LoopCover> cover = loop.cover;  // loops_ may grow
+  // loops_ may grow during the walk: hold the cover and the members by value.
+  const std::shared_ptr<const TokenVocab::LoopCover> cover = loop.cover;
+  const std::vector<int32_t> members = loop.members;
   for (size_t w = 0; w < words; ++w) (*out)[w] |= cover->tokens[w];
   int64_t visited = 0;
-  for (int32_t exit : cover->exits) {
-    ids_[nodes[static_cast<size_t>(exit)].depth - 1u] = root;
-    visited += WalkLocked(exit, nodes[static_cast<size_t>(exit)].end, out);
+  for (size_t e = 0; e < cover->exits.size(); ++e) {
+    const TokenVocab::Node& n = nodes[static_cast<size_t>(cover->exits[e])];
+    ids_[n.depth - 1u] = members[static_cast<size_t>(cover->exit_from[e])];
+    visited += WalkLocked(cover->exits[e], n.end, out);
   }
   stats_.trie_nodes_visited += visited;
 }

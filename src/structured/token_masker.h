@@ -13,15 +13,16 @@
 // first visit of a state walks the trie (the miss cost, reported by the benchmarks). Two things
 // keep that walk short (details in token_masker.cc): states are interned to small ids with a
 // memoised transition table, so a trie node costs an array lookup rather than a matcher step;
-// and a state that loops on many bytes (inside a string) takes the vocabulary's precomputed
-// tokens made only of those bytes wholesale and walks only below the bytes that leave the loop.
+// and a state from which most bytes lead into a loop (inside a string) takes the vocabulary's
+// precomputed tokens that stay inside that loop wholesale and walks only below the bytes that
+// leave it.
 // The masks are exactly those of the plain walk (tests/structured/token_masker_test.cc).
 //
 // Contract: one TokenMasker per compiled constraint, shared by every sequence using it;
 // thread-safe (a mutex serialises the arena and the caches). Token bytes come from
 // Tokenizer::TokenToPiece, so byte-fallback <0xXX> tokens and byte-level BPE pieces are the raw
-// bytes they stand for. TokenVocab is immutable but for its cache of loop covers (a mutex of
-// its own): share one between threads and maskers.
+// bytes they stand for. TokenVocab is immutable but for its cache of covers (a mutex of its
+// own): share one between threads and maskers.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "structured/grammar.h"
@@ -77,21 +79,29 @@ class TokenVocab {
   // does not spell the bytes back (SentencePiece's leading space).
   std::vector<TokenId> LongestMatch(std::string_view bytes, int max_tokens) const;
 
-  // For a set of bytes `loop`: the tokens made only of its bytes, and the trie nodes where a
-  // path first leaves it (the node's byte is outside `loop`, every byte above it inside).
-  // Every trie node is either on a path inside `loop` or below exactly one exit.
+  // A cover: a small closed set of parse states, numbered from 0 (the state a walk starts
+  // from), given by its table `next` [num_states, 256]: the number of the state each byte
+  // leads to, kCoverExit where the path leaves the set, kCoverDead where it is refused. The
+  // cover is what that table says of the trie: the tokens whose path stays inside the set
+  // (allowed: every state of the set is non-empty) and the nodes where a path first leaves it,
+  // with the set state of their parent. Every trie node is on a path inside the set, below
+  // exactly one exit, or below a refused byte.
+  static constexpr int16_t kCoverExit = -1;
+  static constexpr int16_t kCoverDead = -2;
   struct LoopCover {
-    TokenBits tokens;            // [words]: bit t set = every byte of token t is in `loop`
-    std::vector<int32_t> exits;  // node indices, in preorder
+    TokenBits tokens;                // [words]: bit t set = token t's path stays in the set
+    std::vector<int32_t> exits;      // [num_exits] node indices, in preorder
+    std::vector<int16_t> exit_from;  // [num_exits] set state of the exit's parent
   };
-  // Cached per set (thread-safe); computed on first use by one pass over the part of the trie
-  // inside `loop`. Null once kMaxLoopCovers sets are cached (the caller walks the plain way).
-  static constexpr size_t kMaxLoopCovers = 256;
-  std::shared_ptr<const LoopCover> CoverFor(const ByteSet& loop) const;
+  // Cached per table (thread-safe); computed on first use by one pass over the part of the
+  // trie inside the set. Null once the cached covers hold kMaxCoverBytes (the caller walks the
+  // plain way). REQUIRES: next.size() is a multiple of 256, entries < next.size() / 256.
+  static constexpr size_t kMaxCoverBytes = size_t{64} << 20;
+  std::shared_ptr<const LoopCover> CoverFor(std::span<const int16_t> next) const;
 
  private:
-  struct ByteSetHash {
-    size_t operator()(const ByteSet& s) const;
+  struct CoverKeyHash {
+    size_t operator()(const std::vector<int16_t>& next) const;
   };
   void BuildTrie(const std::vector<uint8_t>& excluded);
   std::vector<std::string> pieces_;
@@ -101,8 +111,9 @@ class TokenVocab {
   std::vector<TokenId> token_ids_;
   int max_depth_ = 0;
   mutable std::mutex covers_mu_;
-  mutable std::unordered_map<ByteSet, std::shared_ptr<const LoopCover>, ByteSetHash>
-      covers_;  // guarded by covers_mu_
+  mutable std::unordered_map<std::vector<int16_t>, std::shared_ptr<const LoopCover>, CoverKeyHash>
+      covers_;                      // guarded by covers_mu_
+  mutable size_t cover_bytes_ = 0;  // guarded by covers_mu_
 };
 
 struct MaskStats {
@@ -148,15 +159,17 @@ class TokenMasker {
   int64_t cached_masks() const;
 
  private:
-  // Interned states: ids index states_, row_of_ and loops_; kDeadState is the empty state. A
-  // state walked from gets a row of next_: its successor per byte, kUnknownState until taken.
+  // Interned states: ids index states_, the rows of next_ (the successor per byte,
+  // kUnknownState until first taken) and loops_; kDeadState is the empty state.
   static constexpr int32_t kDeadState = 0;
   static constexpr int32_t kUnknownState = -1;
   struct StateHash {
     size_t operator()(const State& s) const;
   };
+  // A walk's start: the states of its cover (members[0] is the start) and the cover.
   struct LoopInfo {
     bool known = false;
+    std::vector<int32_t> members;                        // [cover states] state ids
     std::shared_ptr<const TokenVocab::LoopCover> cover;  // null: walk the whole trie
   };
 
@@ -164,9 +177,10 @@ class TokenMasker {
   void ComputeLocked(const State& state, TokenBits* out);
   void ResetStatesLocked();
   int32_t InternLocked(const State& state);
-  int32_t RowLocked(int32_t id);  // the row of next_ for `id`, made on first use
   int32_t NextLocked(int32_t id, uint8_t byte);
   const LoopInfo& LoopLocked(int32_t id);
+  // The most frequent non-empty successor of `id` over the 256 bytes, and on how many bytes.
+  std::pair<int32_t, int> MajorityLocked(int32_t id);
   // Walks trie nodes [begin, end) in preorder, setting the allowed tokens in *out. REQUIRES:
   // ids_[depth(begin) - 1] holds the state of begin's parent; [begin, end) whole subtrees.
   int64_t WalkLocked(int32_t begin, int32_t end, TokenBits* out);
@@ -182,9 +196,9 @@ class TokenMasker {
   // Guarded by mu_: the interned states and their transitions (see above).
   std::unordered_map<State, int32_t, StateHash> state_ids_;
   std::vector<const State*> states_;  // [num_states] keys of state_ids_
-  std::vector<int32_t> row_of_;       // [num_states] row of next_, -1 before the first walk
-  std::vector<int32_t> next_;         // [num_rows, 256] successor state id per byte
+  std::vector<int32_t> next_;         // [num_states, 256] successor state id per byte
   std::vector<LoopInfo> loops_;       // [num_states] filled for states a walk started from
+  std::vector<int16_t> member_of_;    // [num_states] LoopLocked scratch: cover number or -1
   std::vector<int32_t> ids_;          // [max_depth + 1] walk scratch: state id per depth
   State scratch_;
 };

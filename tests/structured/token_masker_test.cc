@@ -216,22 +216,31 @@ TEST(TokenMaskerTest, MasksEqualTheReferenceWalkOnLlama3) {
   ExpectMasksMatchReference(TokenVocab::FromTokenizer(*tok), /*num_walks=*/4, /*max_steps=*/12);
 }
 
-TEST(TokenMaskerTest, LoopCoverSplitsTheTrieIntoTokensInsideAndExits) {
-  auto vocab = TokenVocab::FromPieces({"ab", "a\"", "\"", "b", "ba", "xa", "a"}, {}, {});
-  ByteSet loop;
-  loop.Add('a', 'b');
-  auto cover = vocab->CoverFor(loop);
+TEST(TokenMaskerTest, CoverSplitsTheTrieIntoTokensInsideExitsAndRefusedBytes) {
+  auto vocab =
+      TokenVocab::FromPieces({"ab", "a\"", "\"", "b", "ba", "xa", "a", "aa", "zz"}, {}, {});
+  // Two states: 0 goes to 1 on 'a' and stays on 'b'; 1 goes back to 0 on 'b' and refuses 'a';
+  // '"' leaves from both, 'x' from 0; every other byte is refused.
+  std::vector<int16_t> next(2 * 256, TokenVocab::kCoverDead);
+  next['a'] = 1;
+  next['b'] = 0;
+  next['"'] = TokenVocab::kCoverExit;
+  next['x'] = TokenVocab::kCoverExit;
+  next[256 + 'b'] = 0;
+  next[256 + '"'] = TokenVocab::kCoverExit;
+  auto cover = vocab->CoverFor(next);
   ASSERT_NE(cover, nullptr);
-  // Tokens of a and b only: "ab" 0, "b" 3, "ba" 4, "a" 6.
+  // Inside: "ab" 0, "b" 3, "ba" 4, "a" 6 (not "aa" 7: refused; not "zz" 8).
   EXPECT_EQ(cover->tokens[0], (1u << 0) | (1u << 3) | (1u << 4) | (1u << 6));
-  // Exits, in preorder: '"' at the root, '"' under 'a', 'x' at the root.
+  // Exits in preorder as byte, depth and the state they leave from.
   std::vector<std::string> exits;
-  for (int32_t e : cover->exits) {
-    const auto& n = vocab->nodes()[static_cast<size_t>(e)];
-    exits.push_back(std::string(1, static_cast<char>(n.byte)) + std::to_string(n.depth));
+  for (size_t e = 0; e < cover->exits.size(); ++e) {
+    const auto& n = vocab->nodes()[static_cast<size_t>(cover->exits[e])];
+    exits.push_back(std::string(1, static_cast<char>(n.byte)) + std::to_string(n.depth) + "/" +
+                    std::to_string(cover->exit_from[e]));
   }
-  EXPECT_EQ(exits, (std::vector<std::string>{"\"1", "\"2", "x1"}));
-  EXPECT_EQ(vocab->CoverFor(loop), cover);  // cached
+  EXPECT_EQ(exits, (std::vector<std::string>{"\"1/0", "\"2/1", "x1/0"}));
+  EXPECT_EQ(vocab->CoverFor(next), cover);  // cached
 }
 
 TEST(TokenMaskerTest, ApplySetsExactlyTheRefusedLogitsToMinusInfinity) {
