@@ -28,6 +28,10 @@ void SetTokenBit(TokenBits* bits, TokenId t) {
   (*bits)[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (static_cast<uint32_t>(t) & 63);
 }
 
+void ClearTokenBit(TokenBits* bits, TokenId t) {
+  (*bits)[static_cast<size_t>(t) >> 6] &= ~(uint64_t{1} << (static_cast<uint32_t>(t) & 63));
+}
+
 }  // namespace
 
 std::shared_ptr<const TokenVocab> TokenVocab::FromTokenizer(const Tokenizer& tok) {
@@ -128,12 +132,12 @@ void TokenVocab::BuildTrie(const std::vector<uint8_t>& excluded) {
       Node n;
       n.byte = static_cast<uint8_t>(p[d]);
       n.depth = static_cast<uint16_t>(d + 1);
+      n.tokens_begin = n.tokens_end = static_cast<int32_t>(token_ids_.size());
       nodes_.push_back(n);
       open.push_back(static_cast<int32_t>(nodes_.size()) - 1);
     }
     Node& leaf = nodes_[static_cast<size_t>(open.back())];
     // Tokens with the same bytes are adjacent in `order`, so a node's tokens are contiguous.
-    if (leaf.tokens_end == 0) leaf.tokens_begin = static_cast<int32_t>(token_ids_.size());
     token_ids_.push_back(id);
     leaf.tokens_end = static_cast<int32_t>(token_ids_.size());
     max_depth_ = std::max(max_depth_, static_cast<int>(p.size()));
@@ -356,14 +360,18 @@ int64_t TokenMasker::WalkLocked(int32_t begin, int32_t end, TokenBits* out) {
   return visited;
 }
 
-// NOTE: the walk is the plain preorder walk of the trie with two shortcuts that cannot change
-// its result. (1) A node's state is its parent's interned id advanced through the memoised row,
-// so only the first time a (state, byte) pair is met does the matcher run. (2) The start's
-// cover (LoopLocked) names the state of every node on a path inside its set of states, all
+// NOTE: the walk is the plain preorder walk of the trie with shortcuts that cannot change its
+// result. (1) A node's state is its parent's interned id advanced through the memoised row, so
+// only the first time a (state, byte) pair is met does the matcher run. (2) A cover
+// (LoopLocked) names the state of every node on a path inside its set of states, all
 // non-empty: their tokens are the cover's token set, taken in one OR. Every other node lies
 // below a refused byte (not allowed, as in the plain walk) or below one exit of the cover,
 // whose parent's state the cover names: walking each exit's subtree from there visits the rest
-// of the trie as the plain walk would.
+// of the trie as the plain walk would. (3) A start that is no loop itself but leads into one on
+// most bytes (a string's opening quote behind it, a key that must not spell a listed name)
+// borrows the loop's cover: below a first byte on which the start and the loop step to the
+// same state the two walks agree; below any other first byte the cover's tokens are cleared
+// and the subtree is walked from the start.
 void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {
   const size_t words = (static_cast<size_t>(vocab_->size()) + 63) / 64;
   out->assign(words, 0);
@@ -374,23 +382,42 @@ void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {
   if (states_.size() >= kMaxInternedStates) ResetStatesLocked();
   const int32_t root = InternLocked(state);
   ids_[0] = root;
-  const std::span<const TokenVocab::Node> nodes = vocab_->nodes();
-  const LoopInfo& loop = LoopLocked(root);
-  if (loop.cover == nullptr) {
-    stats_.trie_nodes_visited += WalkLocked(1, static_cast<int32_t>(nodes.size()), out);
-    return;
-  }
+  const auto [major, count] = MajorityLocked(root);
+  const bool into_loop =
+      major != root && count >= kMinLoopBytes && MajorityLocked(major).first == major;
+  if (CoverWalkLocked(root, into_loop ? major : root, out)) return;
+  ids_[0] = root;
+  stats_.trie_nodes_visited += WalkLocked(1, static_cast<int32_t>(vocab_->nodes().size()), out);
+}
+
+bool TokenMasker::CoverWalkLocked(int32_t root, int32_t from, TokenBits* out) {
+  const LoopInfo& loop = LoopLocked(from);
+  if (loop.cover == nullptr) return false;
   // loops_ may grow during the walk: hold the cover and the members by value.
   const std::shared_ptr<const TokenVocab::LoopCover> cover = loop.cover;
   const std::vector<int32_t> members = loop.members;
-  for (size_t w = 0; w < words; ++w) (*out)[w] |= cover->tokens[w];
+  for (size_t w = 0; w < out->size(); ++w) (*out)[w] |= cover->tokens[w];
+  const std::span<const TokenVocab::Node> nodes = vocab_->nodes();
   int64_t visited = 0;
-  for (size_t e = 0; e < cover->exits.size(); ++e) {
-    const TokenVocab::Node& n = nodes[static_cast<size_t>(cover->exits[e])];
-    ids_[n.depth - 1u] = members[static_cast<size_t>(cover->exit_from[e])];
-    visited += WalkLocked(cover->exits[e], n.end, out);
+  size_t e = 0;  // the next exit, in preorder like the root's children
+  for (int32_t child = 1; child < static_cast<int32_t>(nodes.size());
+       child = nodes[static_cast<size_t>(child)].end) {
+    const TokenVocab::Node& c = nodes[static_cast<size_t>(child)];
+    const bool agree = from == root || NextLocked(root, c.byte) == NextLocked(from, c.byte);
+    for (; e < cover->exits.size() && cover->exits[e] < c.end; ++e) {
+      if (!agree) continue;
+      const TokenVocab::Node& n = nodes[static_cast<size_t>(cover->exits[e])];
+      ids_[n.depth - 1u] = members[static_cast<size_t>(cover->exit_from[e])];
+      visited += WalkLocked(cover->exits[e], n.end, out);
+    }
+    if (!agree) {
+      for (TokenId t : vocab_->subtree_tokens(child)) ClearTokenBit(out, t);
+      ids_[0] = root;
+      visited += WalkLocked(child, c.end, out);
+    }
   }
   stats_.trie_nodes_visited += visited;
+  return true;
 }
 
 const TokenBits& TokenMasker::MaskLocked(const State& state) {

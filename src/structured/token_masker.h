@@ -64,7 +64,9 @@ class TokenVocab {
     uint8_t byte = 0;
     uint16_t depth = 0;        // root: 0
     int32_t end = 0;           // index after the last node of the subtree
-    int32_t tokens_begin = 0;  // tokens ending here: token_ids_[tokens_begin, tokens_end)
+    // Tokens ending here: token_ids_[tokens_begin, tokens_end). Preorder makes a subtree's
+    // tokens contiguous too: they start at its first node's tokens_begin (see subtree_tokens).
+    int32_t tokens_begin = 0;
     int32_t tokens_end = 0;
   };
   std::span<const Node> nodes() const { return nodes_; }
@@ -72,6 +74,15 @@ class TokenVocab {
     return std::span<const TokenId>(token_ids_)
         .subspan(static_cast<size_t>(n.tokens_begin),
                  static_cast<size_t>(n.tokens_end - n.tokens_begin));
+  }
+  // The tokens of the subtree of nodes()[node] (the node's own included).
+  std::span<const TokenId> subtree_tokens(int32_t node) const {
+    const Node& n = nodes_[static_cast<size_t>(node)];
+    const size_t end = static_cast<size_t>(n.end) < nodes_.size()
+                           ? static_cast<size_t>(nodes_[static_cast<size_t>(n.end)].tokens_begin)
+                           : token_ids_.size();
+    return std::span<const TokenId>(token_ids_)
+        .subspan(static_cast<size_t>(n.tokens_begin), end - static_cast<size_t>(n.tokens_begin));
   }
   int max_depth() const { return max_depth_; }
   // `bytes` cut into the longest tokens of the trie, left to right (at most max_tokens; it
@@ -181,6 +192,9 @@ class TokenMasker {
   const LoopInfo& LoopLocked(int32_t id);
   // The most frequent non-empty successor of `id` over the 256 bytes, and on how many bytes.
   std::pair<int32_t, int> MajorityLocked(int32_t id);
+  // The walk from `root` with the cover of `from` (root, or the loop root leads into); false,
+  // having done nothing, where `from` has no cover.
+  bool CoverWalkLocked(int32_t root, int32_t from, TokenBits* out);
   // Walks trie nodes [begin, end) in preorder, setting the allowed tokens in *out. REQUIRES:
   // ids_[depth(begin) - 1] holds the state of begin's parent; [begin, end) whole subtrees.
   int64_t WalkLocked(int32_t begin, int32_t end, TokenBits* out);

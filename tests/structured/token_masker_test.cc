@@ -241,6 +241,11 @@ TEST(TokenMaskerTest, CoverSplitsTheTrieIntoTokensInsideExitsAndRefusedBytes) {
   }
   EXPECT_EQ(exits, (std::vector<std::string>{"\"1/0", "\"2/1", "x1/0"}));
   EXPECT_EQ(vocab->CoverFor(next), cover);  // cached
+  // The subtree of the root's child 'a' (node 2, after '"'): its tokens in piece order.
+  ASSERT_EQ(vocab->nodes()[2].byte, 'a');
+  const auto under_a = vocab->subtree_tokens(2);
+  EXPECT_EQ(std::vector<TokenId>(under_a.begin(), under_a.end()),
+            (std::vector<TokenId>{6, 1, 7, 0}));
 }
 
 TEST(TokenMaskerTest, ApplySetsExactlyTheRefusedLogitsToMinusInfinity) {
