@@ -50,7 +50,9 @@ except ImportError:
 # cases; its BFCL files have no split prefix).
 SPLITS = ["Github_easy", "Github_medium", "Github_hard", "Glaiveai2K", "JsonSchemaStore",
           "Kubernetes", "Snowplow", "WashingtonPost"]
-PROMPT = "Answer in JSON."
+# The user turn: it says what to write. (A bare "Answer in JSON." leads kvserve-tiny, which has
+# seen that phrase after questions, to copy it into string values until max_tokens.)
+PROMPT = "Write an example record as JSON."
 OUTCOMES = ["refused", "finished", "unfinished", "error"]
 
 
