@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <functional>
+#include <limits>
 
 namespace kvserve::structured {
 
@@ -189,6 +190,41 @@ int GrammarBuilder::Repeat(std::string name, const Sequence& seq, int64_t min, i
   return Alternatives(std::move(name), {std::move(body)});
 }
 
+bool MemberSetSpec::CanFinish(uint64_t taken, int64_t count) const {
+  const auto k = static_cast<int>(members.size());
+  const uint64_t all = k >= 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
+  // t further members: every missing required one, enough for the minimum, within the maximum
+  // and, without an extra member, within the members left.
+  const int64_t t_lo = std::max<int64_t>(std::popcount(required & ~taken), min_count - count);
+  int64_t t_hi = max_count < 0 ? std::numeric_limits<int64_t>::max() : max_count - count;
+  if (extra < 0) t_hi = std::min<int64_t>(t_hi, std::popcount(all & ~taken));
+  return (required & ~all) == 0 && t_lo <= t_hi;
+}
+
+Symbol GrammarBuilder::Set(std::string name, MemberSetSpec spec) {
+  MemberSet set;
+  for (int m : spec.members) {
+    if (spec.separator.empty()) {
+      set.after_separator.push_back(m);
+      continue;
+    }
+    Sequence seq = spec.separator;
+    seq.push_back(Ref(m));
+    set.after_separator.push_back(Alternatives(name + " ," + rule_name(m), {std::move(seq)}));
+  }
+  set.extra_after_separator = spec.extra;
+  if (spec.extra >= 0 && !spec.separator.empty()) {
+    Sequence seq = spec.separator;
+    seq.push_back(Ref(spec.extra));
+    set.extra_after_separator = Alternatives(name + " ," + rule_name(spec.extra), {std::move(seq)});
+  }
+  set.name = std::move(name);
+  set.spec = std::move(spec);
+  num_symbols_ += static_cast<int64_t>(set.spec.members.size() + set.spec.separator.size());
+  sets_.push_back(std::move(set));
+  return Symbol{Symbol::Kind::kSet, static_cast<int32_t>(sets_.size() - 1)};
+}
+
 int GrammarBuilder::CodepointClass(std::vector<CodepointRange> ranges, bool negated) {
   std::vector<CodepointRange> norm = NormalizeCodepoints(std::move(ranges), negated);
   std::string key;
@@ -239,6 +275,7 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
         fmt::format("grammar too large: over {} symbols (lower the repetition counts or lengths)",
                     kMaxSymbols));
   }
+  const auto valid_rule = [n](int r) { return r >= 0 && static_cast<size_t>(r) < n; };
   for (size_t r = 0; r < n; ++r) {
     if (rules_[r].alts.empty()) {
       return InvalidArgument(
@@ -246,16 +283,50 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
     }
     for (const Sequence& s : rules_[r].alts) {
       for (const Symbol& sym : s) {
-        if (sym.kind == Symbol::Kind::kRule &&
-            (sym.index < 0 || static_cast<size_t>(sym.index) >= n)) {
+        if ((sym.kind == Symbol::Kind::kRule && !valid_rule(sym.index)) ||
+            (sym.kind == Symbol::Kind::kSet &&
+             (sym.index < 0 || static_cast<size_t>(sym.index) >= sets_.size()))) {
           return InvalidArgument(
               fmt::format("rule '{}' refers to an unknown rule", rules_[r].name));
         }
       }
     }
   }
+  for (const MemberSet& set : sets_) {
+    const MemberSetSpec& spec = set.spec;
+    const auto k = static_cast<int64_t>(spec.members.size());
+    if (k > MemberSetSpec::kMaxMembers ||
+        !std::all_of(spec.members.begin(), spec.members.end(), valid_rule) ||
+        (spec.extra >= 0 && !valid_rule(spec.extra))) {
+      return InvalidArgument(fmt::format("member set '{}' has over {} members or an unknown one",
+                                         set.name, MemberSetSpec::kMaxMembers));
+    }
+    if (!spec.CanFinish(0, 0)) {
+      return InvalidArgument(fmt::format(
+          "member set '{}': no list of its members meets its required members and count bounds",
+          set.name));
+    }
+  }
   // Nullable and productive rules (fixpoints).
   std::vector<uint8_t> nullable(n, 0), productive(n, 0);
+  // A set is productive when the members that are (members are never nullable) can finish it.
+  const auto set_productive = [&productive](const MemberSet& set) {
+    const auto prod = [&productive](int r) { return r >= 0 && productive[static_cast<size_t>(r)]; };
+    MemberSetSpec usable = set.spec;
+    usable.members.clear();
+    usable.required = 0;
+    for (size_t i = 0; i < set.spec.members.size(); ++i) {
+      const bool required = (set.spec.required >> i) & 1;
+      if (!prod(set.spec.members[i]) || !prod(set.after_separator[i])) {
+        if (required) return false;
+        continue;
+      }
+      if (required) usable.required |= uint64_t{1} << usable.members.size();
+      usable.members.push_back(set.spec.members[i]);
+    }
+    if (!prod(set.spec.extra) || !prod(set.extra_after_separator)) usable.extra = -1;
+    return usable.CanFinish(0, 0);
+  };
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t r = 0; r < n; ++r) {
@@ -264,6 +335,10 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
         for (const Symbol& sym : s) {
           if (sym.kind == Symbol::Kind::kBytes) {
             all_null = false;
+          } else if (sym.kind == Symbol::Kind::kSet) {
+            const MemberSet& set = sets_[static_cast<size_t>(sym.index)];
+            all_null = all_null && set.nullable();
+            all_prod = all_prod && set_productive(set);
           } else {
             all_null = all_null && nullable[static_cast<size_t>(sym.index)];
             all_prod = all_prod && productive[static_cast<size_t>(sym.index)];
@@ -280,12 +355,32 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
           "rule '{}' can never finish (every alternative recurses forever)", rules_[r].name));
     }
   }
+  for (const MemberSet& set : sets_) {
+    for (int m : set.spec.members) {
+      if (nullable[static_cast<size_t>(m)]) {
+        return InvalidArgument(fmt::format("member '{}' of set '{}' can match nothing",
+                                           rules_[static_cast<size_t>(m)].name, set.name));
+      }
+    }
+    if (set.spec.extra >= 0 && nullable[static_cast<size_t>(set.spec.extra)]) {
+      return InvalidArgument(
+          fmt::format("the extra member of set '{}' can match nothing", set.name));
+    }
+  }
   // Left recursion: a cycle in "r can start with s".
   std::vector<std::vector<int>> first(n);
   for (size_t r = 0; r < n; ++r) {
     for (const Sequence& s : rules_[r].alts) {
       for (const Symbol& sym : s) {
         if (sym.kind == Symbol::Kind::kBytes) break;
+        if (sym.kind == Symbol::Kind::kSet) {
+          // Its first member comes without a separator; later ones follow a byte.
+          const MemberSet& set = sets_[static_cast<size_t>(sym.index)];
+          first[r].insert(first[r].end(), set.spec.members.begin(), set.spec.members.end());
+          if (set.spec.extra >= 0) first[r].push_back(set.spec.extra);
+          if (!set.nullable()) break;
+          continue;
+        }
         first[r].push_back(sym.index);
         if (!nullable[static_cast<size_t>(sym.index)]) break;
       }
@@ -313,6 +408,7 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
   }
   Grammar g;
   g.byte_sets_ = byte_sets_;
+  g.sets_ = sets_;
   g.nullable_ = nullable;
   g.start_ = start_rule;
   g.rule_alts_.resize(n);
@@ -360,6 +456,36 @@ std::string ByteSetString(const ByteSet& s) {
 
 }  // namespace
 
+std::string Grammar::SymbolString(const Symbol& s) const {
+  const auto rule = [this](int r) {
+    return fmt::format("{}#{}", rule_names_[static_cast<size_t>(r)], r);
+  };
+  switch (s.kind) {
+    case Symbol::Kind::kBytes:
+      return ByteSetString(byte_set(s.index));
+    case Symbol::Kind::kRule:
+      return rule(s.index);
+    case Symbol::Kind::kEnd:
+      return "\"\"";
+    case Symbol::Kind::kSet:
+      break;
+  }
+  // set{a#1! b#2 extra#3* / "," / 1..*}: members (! required, * the repeatable extra), the
+  // separator, the count bounds.
+  const MemberSetSpec& spec = member_set(s.index).spec;
+  std::string out = "set{";
+  for (size_t i = 0; i < spec.members.size(); ++i) {
+    out += fmt::format("{}{}{}", i == 0 ? "" : " ", rule(spec.members[i]),
+                       (spec.required >> i) & 1 ? "!" : "");
+  }
+  if (spec.extra >= 0) out += fmt::format(" {}*", rule(spec.extra));
+  out += " /";
+  for (const Symbol& sep : spec.separator) out += " " + SymbolString(sep);
+  out += fmt::format(" / {}..", spec.min_count);
+  out += spec.max_count < 0 ? "*}" : fmt::format("{}}}", spec.max_count);
+  return out;
+}
+
 std::string Grammar::ToString() const {
   std::string out;
   for (int r = 0; r < num_rules(); ++r) {
@@ -369,11 +495,7 @@ std::string Grammar::ToString() const {
       if (!first_alt) out += " |";
       first_alt = false;
       for (int32_t p = pos; symbol(p).kind != Symbol::Kind::kEnd; ++p) {
-        const Symbol& s = symbol(p);
-        out += " ";
-        out += s.kind == Symbol::Kind::kBytes
-                   ? ByteSetString(byte_set(s.index))
-                   : fmt::format("{}#{}", rule_names_[static_cast<size_t>(s.index)], s.index);
+        out += " " + SymbolString(symbol(p));
       }
       if (symbol(pos).kind == Symbol::Kind::kEnd) out += " \"\"";
     }

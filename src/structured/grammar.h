@@ -2,14 +2,22 @@
 // Schema, regex, choice, GBNF). The matcher (matcher.h) walks it as a pushdown automaton.
 //
 // A rule is a list of alternatives; an alternative is a sequence of symbols, each either a set
-// of bytes (one input byte from the set) or a reference to a rule. Text is bytes: a code point
+// of bytes (one input byte from the set), a reference to a rule, or a member set (below). Text
+// is bytes: a code point
 // class such as [^"\\] becomes a rule of UTF-8 byte sequences (GrammarBuilder::CodepointClass),
 // so the matcher never decodes UTF-8 and tokens that end inside a character are handled for free.
+//
+// A member set (GrammarBuilder::Set, the members of a JSON object) matches its members in any
+// order, each at most once, with an optional repeatable extra member, a separator between two
+// members, some members required and the count (extras included) within bounds. A plain CFG
+// would need a rule per subset of members taken; the matcher instead carries the subset on the
+// set's stack frame (matcher.h).
 //
 // Contract: GrammarBuilder collects rules and Build() validates them into an immutable Grammar
 // (thread-safe to read). Build() refuses a grammar the matcher could not walk: an empty rule, a
 // rule that derives itself without consuming a byte first (left recursion, which would expand
-// forever), a rule that can never finish, and a grammar over kMaxSymbols symbols.
+// forever), a rule that can never finish, a member set no member list satisfies, and a grammar
+// over kMaxSymbols symbols.
 //
 // Layout: the alternatives are flattened into one symbol array, each alternative a run of
 // symbols closed by an kEnd symbol, so a parse position is one index (see matcher.h).
@@ -43,12 +51,44 @@ struct ByteSet {
 };
 
 struct Symbol {
-  enum class Kind : uint8_t { kBytes, kRule, kEnd };
+  enum class Kind : uint8_t { kBytes, kRule, kSet, kEnd };
   Kind kind = Kind::kEnd;
-  int32_t index = 0;  // kBytes: byte set id; kRule: rule id; kEnd: the rule it closes
+  int32_t index = 0;  // kBytes: byte set id; kRule: rule id; kSet: member set id; kEnd: the rule
+                      // it closes
 };
 
 using Sequence = std::vector<Symbol>;
+
+// What a kSet symbol matches: members[i] at most once each, in any order; `extra` (-1: none) any
+// number of times; `separator` between two members; every member whose bit is in `required`;
+// min_count..max_count members in all, extras included (max_count -1: unbounded).
+struct MemberSetSpec {
+  static constexpr int kMaxMembers = 64;  // the taken members are one 64-bit mask
+
+  std::vector<int> members;  // rules, none nullable; at most kMaxMembers
+  int extra = -1;            // a rule, not nullable
+  Sequence separator;
+  uint64_t required = 0;
+  int64_t min_count = 0;
+  int64_t max_count = -1;
+
+  // Whether, with the members in `taken` written and `count` members in all, some list of
+  // further members meets the required members and the count bounds (the matcher offers no
+  // member after which none does, so every prefix it accepts can still finish).
+  bool CanFinish(uint64_t taken, int64_t count) const;
+};
+
+// A member set as the matcher walks it: the spec, plus for each member (and the extra) the rule
+// "separator member" used once a member was written.
+struct MemberSet {
+  std::string name;
+  MemberSetSpec spec;
+  std::vector<int> after_separator;  // [members.size()] rules
+  int extra_after_separator = -1;
+
+  // Whether the set can match nothing: no member required and none needed by the count.
+  bool nullable() const { return spec.required == 0 && spec.min_count == 0; }
+};
 
 // A code point range [lo, hi], for CodepointClass.
 struct CodepointRange {
@@ -71,6 +111,7 @@ class Grammar {
   const Symbol& symbol(int32_t pos) const { return symbols_[static_cast<size_t>(pos)]; }
   int32_t num_symbols() const { return static_cast<int32_t>(symbols_.size()); }
   const ByteSet& byte_set(int32_t id) const { return byte_sets_[static_cast<size_t>(id)]; }
+  const MemberSet& member_set(int32_t id) const { return sets_[static_cast<size_t>(id)]; }
   // Whether the rule can derive the empty string.
   bool nullable(int rule) const { return nullable_[static_cast<size_t>(rule)] != 0; }
 
@@ -78,11 +119,14 @@ class Grammar {
   std::string ToString() const;
 
  private:
+  std::string SymbolString(const Symbol& s) const;
+
   friend class GrammarBuilder;
   std::vector<Symbol> symbols_;
   std::vector<std::vector<int32_t>> rule_alts_;
   std::vector<std::string> rule_names_;
   std::vector<ByteSet> byte_sets_;
+  std::vector<MemberSet> sets_;
   std::vector<uint8_t> nullable_;
   int start_ = 0;
 };
@@ -112,6 +156,9 @@ class GrammarBuilder {
   int Plus(std::string name, Sequence seq);      // seq (seq)*
   // seq repeated min..max times (max < 0: unbounded). Sizes are O(max) symbols.
   int Repeat(std::string name, const Sequence& seq, int64_t min, int64_t max);
+  // A kSet symbol matching spec's members in any order (see MemberSetSpec); Build() checks the
+  // spec (member count, nullable members, bounds no member list meets).
+  Symbol Set(std::string name, MemberSetSpec spec);
   // One code point from the union of `ranges` (or its complement in [0, 0x10FFFF] minus
   // surrogates when negated), as UTF-8. Cached by content.
   int CodepointClass(std::vector<CodepointRange> ranges, bool negated);
@@ -132,6 +179,7 @@ class GrammarBuilder {
   };
   std::vector<RuleDef> rules_;
   std::vector<ByteSet> byte_sets_;
+  std::vector<MemberSet> sets_;
   std::unordered_map<std::string, int> class_cache_;
   int64_t num_symbols_ = 0;
   bool too_large_ = false;  // a Repeat was refused before it built over kMaxSymbols

@@ -119,6 +119,8 @@ class Compiler {
   Result<int> ObjectRule(const json& s, const std::string& path);
   Result<std::vector<Prop>> CollectProperties(const json& s, const json& additional,
                                               const std::string& path);
+  MemberSetSpec ObjectSet(const std::vector<Prop>& props, const std::vector<int>& values,
+                          int extra_pair, int64_t min_props, int64_t max_props);
   int ObjectChain(const std::vector<Prop>& props, const std::vector<int>& values, int extra_pair,
                   int64_t min_props, int64_t max_props);
   Result<int> ArrayRule(const json& s, const std::string& path);
@@ -504,6 +506,32 @@ Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
   return props;
 }
 
+// The members of an object in any order, as JSON Schema allows: a member set (grammar.h) of the
+// listed properties, each at most once and the required ones always, with extra_pair (-1: none)
+// anywhere among them and min_props..max_props members in all (-1: unbounded).
+// REQUIRES: props.size() <= MemberSetSpec::kMaxMembers.
+MemberSetSpec Compiler::ObjectSet(const std::vector<Prop>& props, const std::vector<int>& values,
+                                  int extra_pair, int64_t min_props, int64_t max_props) {
+  MemberSetSpec spec;
+  for (size_t i = 0; i < props.size(); ++i) {
+    Sequence pair = b_->Literal(json(props[i].name).dump());
+    Ws(&pair);
+    pair.push_back(Byte(':'));
+    Ws(&pair);
+    pair.push_back(Sym::Ref(values[i]));
+    Ws(&pair);
+    spec.members.push_back(b_->Alternatives("member " + props[i].name, {std::move(pair)}));
+    if (props[i].required) spec.required |= uint64_t{1} << i;
+  }
+  spec.extra = extra_pair;
+  spec.separator = {Byte(',')};
+  Ws(&spec.separator);
+  spec.min_count = std::max<int64_t>(min_props, 0);
+  spec.max_count = max_props;
+  return spec;
+}
+
+// The fallback beyond MemberSetSpec::kMaxMembers listed properties, in the schema's order.
 // The members of an object as a chain of states (i, c): properties i.. still to come, c members
 // written so far (c = 0: the next one has no comma before it). A required property has no
 // skipping alternative. extra_pair (-1: none) may follow the listed ones. c counts up to
@@ -685,15 +713,25 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     Ws(&pair);
     extra_pair = b_->Alternatives("extra-member", {std::move(pair)});
   }
-  const int members = ObjectChain(props, values, extra_pair, min_props, max_props);
-  if (members < 0) {
+  Symbol members;
+  bool feasible = false;
+  if (props.size() <= static_cast<size_t>(MemberSetSpec::kMaxMembers)) {
+    MemberSetSpec spec = ObjectSet(props, values, extra_pair, min_props, max_props);
+    feasible = spec.CanFinish(0, 0);
+    if (feasible) members = b_->Set("members", std::move(spec));
+  } else {
+    const int chain = ObjectChain(props, values, extra_pair, min_props, max_props);
+    feasible = chain >= 0;
+    members = Sym::Ref(chain);
+  }
+  if (!feasible) {
     return InvalidArgument(fmt::format(
         "no object at {} satisfies 'minProperties'/'maxProperties' with the properties it allows",
         Where(path)));
   }
   Sequence obj = {Byte('{')};
   Ws(&obj);
-  obj.insert(obj.end(), {Sym::Ref(members), Byte('}')});
+  obj.insert(obj.end(), {members, Byte('}')});
   return b_->Alternatives("object", {std::move(obj)});
 }
 

@@ -340,6 +340,9 @@ void CopyRestricted(const Grammar& g, const ByteSet& allowed, GrammarBuilder* b,
       bool ok = true;
       for (int32_t p = pos; g.symbol(p).kind != Symbol::Kind::kEnd && ok; ++p) {
         Symbol sym = g.symbol(p);
+        // Patterns compile to plain rules; a member set (never made by regex.cc) is not copied.
+        ok = sym.kind != Symbol::Kind::kSet;
+        if (!ok) break;
         if (sym.kind == Symbol::Kind::kBytes) {
           ByteSet set = g.byte_set(sym.index);
           for (size_t w = 0; w < 4; ++w) set.bits[w] &= allowed.bits[w];

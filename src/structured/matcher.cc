@@ -1,6 +1,7 @@
 #include "structured/matcher.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace kvserve::structured {
 
@@ -15,16 +16,62 @@ void SortUnique(State* s) {
 
 StackArena::StackArena(const Grammar* grammar) : grammar_(grammar) {}
 
+int32_t StackArena::AddNode(Node node) {
+  nodes_.push_back(node);
+  step_.emplace_back();
+  stepped_.push_back(0);
+  return static_cast<int32_t>(nodes_.size()) - 1;
+}
+
 int32_t StackArena::NodeFor(int32_t pos, int32_t parent) {
   const uint64_t key =
       (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
   auto [it, inserted] = index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
+  if (inserted) AddNode(Node{pos, parent, -1});
+  return it->second;
+}
+
+size_t StackArena::SetFrameKeyHash::operator()(const SetFrameKey& k) const {
+  uint64_t h =
+      (static_cast<uint64_t>(static_cast<uint32_t>(k.pos)) << 32) | static_cast<uint32_t>(k.parent);
+  h ^= (k.taken + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
+  h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.count)) * 0xFF51AFD7ED558CCDull) + (h << 6) +
+       (h >> 2);
+  return std::hash<uint64_t>{}(h);
+}
+
+int32_t StackArena::SetNodeFor(int32_t pos, int32_t parent, SetProgress progress) {
+  const SetFrameKey key{pos, parent, progress.taken, progress.count};
+  auto [it, inserted] = set_index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
   if (inserted) {
-    nodes_.push_back(Node{pos, parent});
-    step_.emplace_back();
-    stepped_.push_back(0);
+    progress_.push_back(progress);
+    AddNode(Node{pos, parent, static_cast<int32_t>(progress_.size()) - 1});
   }
   return it->second;
+}
+
+void StackArena::ExpandSet(int32_t pos, int32_t parent, SetProgress progress, State* out) {
+  const Grammar& g = *grammar_;
+  const MemberSet& set = g.member_set(g.symbol(pos).index);
+  const MemberSetSpec& spec = set.spec;
+  if ((progress.taken & spec.required) == spec.required && progress.count >= spec.min_count) {
+    Expand(pos + 1, parent, out);
+  }
+  if (spec.max_count >= 0 && progress.count >= spec.max_count) return;
+  const int64_t cap = spec.max_count >= 0 ? spec.max_count : std::max<int64_t>(spec.min_count, 1);
+  const auto count = static_cast<int32_t>(std::min<int64_t>(progress.count + 1, cap));
+  const bool first = progress.count == 0;
+  const auto offer = [&](int rule, uint64_t taken) {
+    if (!spec.CanFinish(taken, count)) return;  // a dead end: never let a prefix into it
+    const int32_t ret = SetNodeFor(pos, parent, SetProgress{taken, count});
+    for (int32_t alt : g.alternatives(rule)) Expand(alt, ret, out);
+  };
+  for (size_t i = 0; i < spec.members.size(); ++i) {
+    const uint64_t bit = uint64_t{1} << i;
+    if (progress.taken & bit) continue;
+    offer(first ? spec.members[i] : set.after_separator[i], progress.taken | bit);
+  }
+  if (spec.extra >= 0) offer(first ? spec.extra : set.extra_after_separator, progress.taken);
 }
 
 void StackArena::Expand(int32_t pos, int32_t parent, State* out) {
@@ -42,14 +89,23 @@ void StackArena::Expand(int32_t pos, int32_t parent, State* out) {
         for (int32_t alt : g.alternatives(s.index)) Expand(alt, ret, out);
         return;
       }
-      case Symbol::Kind::kEnd:
+      case Symbol::Kind::kSet:
+        ExpandSet(pos, parent, SetProgress{}, out);
+        return;
+      case Symbol::Kind::kEnd: {
         if (parent < 0) {
           out->push_back(kAcceptStack);
           return;
         }
-        pos = nodes_[static_cast<size_t>(parent)].pos;
-        parent = nodes_[static_cast<size_t>(parent)].parent;
+        const Node up = nodes_[static_cast<size_t>(parent)];
+        if (up.progress >= 0) {  // back in a set: its progress now counts the member just ended
+          ExpandSet(up.pos, up.parent, progress_[static_cast<size_t>(up.progress)], out);
+          return;
+        }
+        pos = up.pos;
+        parent = up.parent;
         break;
+      }
     }
   }
 }

@@ -9,6 +9,16 @@
 // repetition such as `x*` keeps a constant stack depth however long the match runs. Build()
 // refused left recursion, so expansion always ends.
 //
+// NOTE: a member set (grammar.h) is walked with a frame that carries its progress: the members
+// taken (a 64-bit mask) and how many members were written (extras included), so a node is
+// (position, parent, progress), hash-consed on all three. Expanding a set frame offers each
+// member not yet taken (after the separator once one was written), whose return frame is the
+// same set with the member's bit added and the count one higher; the extra member (count one
+// higher, no bit); and leaving the set once every required member is taken and the count reached
+// the minimum. The count never passes the maximum and, without one, saturates at
+// max(minimum, 1), the most any test reads, so an unbounded set reaches finitely many frames.
+// Members never match the empty string (Build() checks), so expansion still ends.
+//
 // Contract: a StackArena belongs to one compiled constraint and grows as new stacks appear
 // (bounded by the distinct stacks the inputs reach); it is not thread-safe: callers serialise
 // (TokenMasker holds a mutex). States are plain values.
@@ -47,17 +57,38 @@ class StackArena {
  private:
   struct Node {
     int32_t pos;
-    int32_t parent;  // -1: the bottom
+    int32_t parent;    // -1: the bottom
+    int32_t progress;  // a set frame: index into progress_; -1: a plain frame
+  };
+  // A set frame's progress: the members taken and the count written (see the NOTE above).
+  struct SetProgress {
+    uint64_t taken = 0;
+    int32_t count = 0;
+  };
+  struct SetFrameKey {
+    int32_t pos, parent;
+    uint64_t taken;
+    int32_t count;
+    bool operator==(const SetFrameKey&) const = default;
+  };
+  struct SetFrameKeyHash {
+    size_t operator()(const SetFrameKey& k) const;
   };
   int32_t NodeFor(int32_t pos, int32_t parent);
+  int32_t SetNodeFor(int32_t pos, int32_t parent, SetProgress progress);
+  int32_t AddNode(Node node);
   // Pushes onto *out every stack reached from `pos` over parent without matching a byte.
   void Expand(int32_t pos, int32_t parent, State* out);
+  // Expand for a set frame: the kSet symbol at `pos` with `progress` made.
+  void ExpandSet(int32_t pos, int32_t parent, SetProgress progress, State* out);
   // The stacks after the top frame of `stack` matched one byte (memoised per stack).
   const State& Step(int32_t stack);
 
   const Grammar* grammar_;
   std::vector<Node> nodes_;
-  std::unordered_map<uint64_t, int32_t> index_;  // (pos, parent) -> node
+  std::unordered_map<uint64_t, int32_t> index_;  // (pos, parent) -> plain node
+  std::unordered_map<SetFrameKey, int32_t, SetFrameKeyHash> set_index_;  // -> set frame node
+  std::vector<SetProgress> progress_;                                    // [set frame nodes]
   std::vector<State> step_;                      // [node] successors, valid where stepped_
   std::vector<uint8_t> stepped_;
 };
