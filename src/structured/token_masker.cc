@@ -18,9 +18,10 @@ constexpr size_t kMaxCachedMasks = 4096;
 // Interned states are kept until this many, then the tables start over before the next walk
 // (a bound on memory: a 1 KiB row of transitions per state, 8 MiB).
 constexpr size_t kMaxInternedStates = 8192;
-// A walk takes a cover (TokenVocab::CoverFor) where at least this many bytes lead from its
-// state to the same state (itself or the next); fewer save too little of the walk to pay for
-// the cover. And a cover holds at most kMaxCoverStates states.
+// A cover (TokenVocab::CoverFor) grows along a majority successor taking at least this many
+// bytes, and a walk takes one only where this many bytes stay inside it from the start: fewer
+// save too little of the walk to pay for the cover. A cover holds at most kMaxCoverStates
+// states (a counted string's chain of states is cut there; the rest are exits).
 constexpr int kMinLoopBytes = 8;
 constexpr size_t kMaxCoverStates = 200;
 
@@ -161,11 +162,11 @@ std::shared_ptr<const TokenVocab::LoopCover> TokenVocab::CoverFor(
   {
     std::lock_guard<std::mutex> lock(covers_mu_);
     if (auto it = covers_.find(key); it != covers_.end()) return it->second;
-    if (cover_bytes_ >= kMaxCoverBytes) return nullptr;
   }
   // One preorder pass over the part of the trie inside the set: `at` holds the set state of
   // each depth on the current path; an exit or a refused byte is not entered.
   auto cover = std::make_shared<LoopCover>();
+  cover->next = key;
   cover->tokens.assign((pieces_.size() + 63) / 64, 0);
   std::vector<int16_t> at(static_cast<size_t>(max_depth_) + 1, 0);
   for (size_t i = 1; i < nodes_.size();) {
@@ -184,9 +185,13 @@ std::shared_ptr<const TokenVocab::LoopCover> TokenVocab::CoverFor(
     for (TokenId t : node_tokens(n)) SetTokenBit(&cover->tokens, t);
     ++i;
   }
-  const size_t bytes = key.size() * sizeof(int16_t) + cover->tokens.size() * sizeof(uint64_t) +
+  const size_t bytes = 2 * key.size() * sizeof(int16_t) + cover->tokens.size() * sizeof(uint64_t) +
                        cover->exits.size() * (sizeof(int32_t) + sizeof(int16_t));
   std::lock_guard<std::mutex> lock(covers_mu_);
+  if (cover_bytes_ + bytes > kMaxCoverBytes) {  // start over (maskers keep the covers they hold)
+    covers_.clear();
+    cover_bytes_ = 0;
+  }
   auto [it, inserted] = covers_.try_emplace(std::move(key), std::move(cover));
   if (inserted) cover_bytes_ += bytes;
   return it->second;
@@ -398,22 +403,52 @@ bool TokenMasker::CoverWalkLocked(int32_t root, int32_t from, TokenBits* out) {
   const std::vector<int32_t> members = loop.members;
   for (size_t w = 0; w < out->size(); ++w) (*out)[w] |= cover->tokens[w];
   const std::span<const TokenVocab::Node> nodes = vocab_->nodes();
+  const std::vector<int16_t>& table = cover->next;
   int64_t visited = 0;
-  size_t e = 0;  // the next exit, in preorder like the root's children
-  for (int32_t child = 1; child < static_cast<int32_t>(nodes.size());
-       child = nodes[static_cast<size_t>(child)].end) {
-    const TokenVocab::Node& c = nodes[static_cast<size_t>(child)];
-    const bool agree = from == root || NextLocked(root, c.byte) == NextLocked(from, c.byte);
-    for (; e < cover->exits.size() && cover->exits[e] < c.end; ++e) {
-      if (!agree) continue;
+  size_t e = 0;  // the next exit, in preorder like the nodes
+  // Walks the cover's exits before node `end` from the states the cover names, or skips them.
+  auto exits_before = [&](int32_t end, bool walk) {
+    for (; e < cover->exits.size() && cover->exits[e] < end; ++e) {
+      if (!walk) continue;
       const TokenVocab::Node& n = nodes[static_cast<size_t>(cover->exits[e])];
       ids_[n.depth - 1u] = members[static_cast<size_t>(cover->exit_from[e])];
       visited += WalkLocked(cover->exits[e], n.end, out);
     }
-    if (!agree) {
-      for (TokenId t : vocab_->subtree_tokens(child)) ClearTokenBit(out, t);
-      ids_[0] = root;
-      visited += WalkLocked(child, c.end, out);
+  };
+  // Where the cover's view of a subtree is not ours: clear what it set there and walk it.
+  auto redo = [&](int32_t node, bool cover_set, int32_t parent_state) {
+    const TokenVocab::Node& n = nodes[static_cast<size_t>(node)];
+    if (cover_set) {
+      for (TokenId t : vocab_->subtree_tokens(node)) ClearTokenBit(out, t);
+    }
+    ids_[n.depth - 1u] = parent_state;
+    visited += WalkLocked(node, n.end, out);
+  };
+  for (int32_t child = 1; child < static_cast<int32_t>(nodes.size());
+       child = nodes[static_cast<size_t>(child)].end) {
+    const TokenVocab::Node& c = nodes[static_cast<size_t>(child)];
+    const int32_t s1 = NextLocked(root, c.byte);
+    const int16_t m1 = table[c.byte];
+    if (from == root || (m1 >= 0 && members[static_cast<size_t>(m1)] == s1)) {
+      exits_before(c.end, true);
+      continue;
+    }
+    if (m1 < 0 || s1 == kDeadState) {
+      exits_before(c.end, false);
+      redo(child, m1 >= 0, root);
+      continue;
+    }
+    // Both go on from c (whose tokens the cover set, rightly) but to different states; one byte
+    // further down they often meet again (a key that left every listed name's spelling).
+    ++visited;
+    ids_[c.depth] = s1;
+    for (int32_t g = child + 1; g < c.end; g = nodes[static_cast<size_t>(g)].end) {
+      const uint8_t byte = nodes[static_cast<size_t>(g)].byte;
+      const int32_t s2 = NextLocked(s1, byte);
+      const int16_t m2 = table[static_cast<size_t>(m1) * 256 + byte];
+      const bool agree = m2 >= 0 && members[static_cast<size_t>(m2)] == s2;
+      exits_before(nodes[static_cast<size_t>(g)].end, agree);
+      if (!agree) redo(g, m2 >= 0, s1);
     }
   }
   stats_.trie_nodes_visited += visited;

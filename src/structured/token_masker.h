@@ -100,13 +100,14 @@ class TokenVocab {
   static constexpr int16_t kCoverExit = -1;
   static constexpr int16_t kCoverDead = -2;
   struct LoopCover {
+    std::vector<int16_t> next;       // [num_states, 256] the table it was made from
     TokenBits tokens;                // [words]: bit t set = token t's path stays in the set
     std::vector<int32_t> exits;      // [num_exits] node indices, in preorder
     std::vector<int16_t> exit_from;  // [num_exits] set state of the exit's parent
   };
   // Cached per table (thread-safe); computed on first use by one pass over the part of the
-  // trie inside the set. Null once the cached covers hold kMaxCoverBytes (the caller walks the
-  // plain way). REQUIRES: next.size() is a multiple of 256, entries < next.size() / 256.
+  // trie inside the set. The cache starts over past kMaxCoverBytes (a cover lives on while a
+  // masker holds it). REQUIRES: next.size() is a multiple of 256, entries < next.size() / 256.
   static constexpr size_t kMaxCoverBytes = size_t{64} << 20;
   std::shared_ptr<const LoopCover> CoverFor(std::span<const int16_t> next) const;
 
