@@ -375,8 +375,10 @@ int64_t TokenMasker::WalkLocked(int32_t begin, int32_t end, TokenBits* out) {
 // of the trie as the plain walk would. (3) A start that is no loop itself but leads into one on
 // most bytes (a string's opening quote behind it, a key that must not spell a listed name)
 // borrows the loop's cover: below a first byte on which the start and the loop step to the
-// same state the two walks agree; below any other first byte the cover's tokens are cleared
-// and the subtree is walked from the start.
+// same state the two walks agree. Below any other first byte on which both go on, they are
+// compared again one byte further down (a key that left every listed name's spelling is back
+// in the string loop); where they still disagree, the cover's tokens are cleared from the
+// subtree and it is walked from our own state.
 void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {
   const size_t words = (static_cast<size_t>(vocab_->size()) + 63) / 64;
   out->assign(words, 0);
