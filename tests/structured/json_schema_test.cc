@@ -379,6 +379,19 @@ TEST(JsonSchemaTest, PropertyCountsHoldInAnyOrder) {
   EXPECT_FALSE(PrefixMatch(*g, R"({"a":1,"b")"));
 }
 
+TEST(JsonSchemaTest, RewrittenObjectsTakeAnyOrderToo) {
+  // dependentRequired (a → b) becomes branches; each branch is an object in any order.
+  ExpectLanguage(R"({"properties":{"a":{"type":"integer"},"b":{"type":"integer"},
+      "c":{"type":"string"}},"additionalProperties":false,"dependentRequired":{"a":["b"]}})",
+                 {R"({"b":2,"a":1})", R"({"c":"x","b":2,"a":1})", R"({"c":"x"})"},
+                 {R"({"c":"x","a":1})", R"({"b":2,"a":1,"b":3})"});
+  // allOf merges the properties and the required names of both.
+  ExpectLanguage(R"({"allOf":[{"properties":{"a":{"type":"integer"}},"required":["a"]},
+      {"properties":{"b":{"type":"integer"}},"required":["b"]}]})",
+                 {R"({"b":2,"a":1})", R"({"a":1,"b":2})", R"({"x":0,"b":2,"a":1})"},
+                 {R"({"b":2})", R"({"a":1})", R"({"b":2,"a":1,"a":1})"});
+}
+
 TEST(JsonSchemaTest, OverSixtyFourPropertiesKeepTheSchemasOrder) {
   json schema = {{"type", "object"}, {"additionalProperties", false}};
   for (int i = 0; i < 65; ++i) {
