@@ -122,6 +122,8 @@ def run_one(url, data_dir, split, file_name, args):
             "max_tokens": args.max_tokens,
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": name, "schema": schema}}}
+    if args.strict:
+        body["response_format"]["json_schema"]["strict"] = True
     status, resp = post(url, body)
     r = {"split": split, "file": file_name}
     if status == 400:
@@ -161,6 +163,8 @@ def main():
     ap.add_argument("--splits", default=",".join(SPLITS))
     ap.add_argument("--max-tokens", type=int, default=400)
     ap.add_argument("--prompt", default=PROMPT)
+    ap.add_argument("--strict", action="store_true",
+                    help="json_schema.strict: additionalProperties defaults to false")
     ap.add_argument("--threads", type=int, default=2, help="the server's --threads")
     ap.add_argument("--workers", type=int, default=4, help="requests in flight")
     ap.add_argument("--json", action="store_true")
