@@ -1,7 +1,6 @@
 #include "structured/matcher.h"
 
 #include <algorithm>
-#include <functional>
 
 namespace kvserve::structured {
 
@@ -16,38 +15,64 @@ void SortUnique(State* s) {
 
 StackArena::StackArena(const Grammar* grammar) : grammar_(grammar) {}
 
-int32_t StackArena::AddNode(Node node) {
-  nodes_.push_back(node);
+namespace {
+
+uint64_t NodeHash(int32_t pos, int32_t parent, uint64_t taken, int32_t count) {
+  uint64_t h =
+      (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
+  h = (h ^ taken) * 0x9E3779B97F4A7C15ull;
+  h = (h ^ static_cast<uint32_t>(count) ^ (h >> 29)) * 0xBF58476D1CE4E5B9ull;
+  return h ^ (h >> 32);
+}
+
+}  // namespace
+
+void StackArena::GrowIndex() {
+  const size_t size = std::max<size_t>(64, index_.size() * 2);
+  index_.assign(size, -1);
+  const size_t mask = size - 1;
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    const SetProgress p =
+        n.progress >= 0 ? progress_[static_cast<size_t>(n.progress)] : SetProgress{0, -1};
+    size_t slot = NodeHash(n.pos, n.parent, p.taken, p.count) & mask;
+    while (index_[slot] >= 0) slot = (slot + 1) & mask;
+    index_[slot] = static_cast<int32_t>(id);
+  }
+}
+
+int32_t StackArena::FindOrAdd(int32_t pos, int32_t parent, const SetProgress* progress) {
+  // A plain frame hashes as progress {0, -1}, which no set frame has (counts are >= 0).
+  const SetProgress p = progress != nullptr ? *progress : SetProgress{0, -1};
+  if ((nodes_.size() + 1) * 2 > index_.size()) GrowIndex();
+  const size_t mask = index_.size() - 1;
+  size_t slot = NodeHash(pos, parent, p.taken, p.count) & mask;
+  for (;; slot = (slot + 1) & mask) {
+    const int32_t id = index_[slot];
+    if (id < 0) break;
+    const Node& n = nodes_[static_cast<size_t>(id)];
+    if (n.pos != pos || n.parent != parent || (n.progress >= 0) != (progress != nullptr)) continue;
+    if (progress == nullptr) return id;
+    const SetProgress& q = progress_[static_cast<size_t>(n.progress)];
+    if (q.taken == p.taken && q.count == p.count) return id;
+  }
+  int32_t progress_index = -1;
+  if (progress != nullptr) {
+    progress_.push_back(*progress);
+    progress_index = static_cast<int32_t>(progress_.size()) - 1;
+  }
+  const auto id = static_cast<int32_t>(nodes_.size());
+  nodes_.push_back(Node{pos, parent, progress_index});
   step_.emplace_back();
   stepped_.push_back(0);
-  return static_cast<int32_t>(nodes_.size()) - 1;
+  index_[slot] = id;
+  return id;
 }
 
-int32_t StackArena::NodeFor(int32_t pos, int32_t parent) {
-  const uint64_t key =
-      (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
-  auto [it, inserted] = index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
-  if (inserted) AddNode(Node{pos, parent, -1});
-  return it->second;
-}
-
-size_t StackArena::SetFrameKeyHash::operator()(const SetFrameKey& k) const {
-  uint64_t h =
-      (static_cast<uint64_t>(static_cast<uint32_t>(k.pos)) << 32) | static_cast<uint32_t>(k.parent);
-  h ^= (k.taken + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
-  h ^= (static_cast<uint64_t>(static_cast<uint32_t>(k.count)) * 0xFF51AFD7ED558CCDull) + (h << 6) +
-       (h >> 2);
-  return std::hash<uint64_t>{}(h);
-}
+int32_t StackArena::NodeFor(int32_t pos, int32_t parent) { return FindOrAdd(pos, parent, nullptr); }
 
 int32_t StackArena::SetNodeFor(int32_t pos, int32_t parent, SetProgress progress) {
-  const SetFrameKey key{pos, parent, progress.taken, progress.count};
-  auto [it, inserted] = set_index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
-  if (inserted) {
-    progress_.push_back(progress);
-    AddNode(Node{pos, parent, static_cast<int32_t>(progress_.size()) - 1});
-  }
-  return it->second;
+  return FindOrAdd(pos, parent, &progress);
 }
 
 void StackArena::ExpandSet(int32_t pos, int32_t parent, SetProgress progress, State* out) {

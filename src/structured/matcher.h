@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "structured/grammar.h"
@@ -65,18 +64,11 @@ class StackArena {
     uint64_t taken = 0;
     int32_t count = 0;
   };
-  struct SetFrameKey {
-    int32_t pos, parent;
-    uint64_t taken;
-    int32_t count;
-    bool operator==(const SetFrameKey&) const = default;
-  };
-  struct SetFrameKeyHash {
-    size_t operator()(const SetFrameKey& k) const;
-  };
   int32_t NodeFor(int32_t pos, int32_t parent);
   int32_t SetNodeFor(int32_t pos, int32_t parent, SetProgress progress);
-  int32_t AddNode(Node node);
+  // The node (pos, parent, progress) where it exists, else a new one.
+  int32_t FindOrAdd(int32_t pos, int32_t parent, const SetProgress* progress);
+  void GrowIndex();
   // Pushes onto *out every stack reached from `pos` over parent without matching a byte.
   void Expand(int32_t pos, int32_t parent, State* out);
   // Expand for a set frame: the kSet symbol at `pos` with `progress` made.
@@ -86,9 +78,10 @@ class StackArena {
 
   const Grammar* grammar_;
   std::vector<Node> nodes_;
-  std::unordered_map<uint64_t, int32_t> index_;  // (pos, parent) -> plain node
-  std::unordered_map<SetFrameKey, int32_t, SetFrameKeyHash> set_index_;  // -> set frame node
-  std::vector<SetProgress> progress_;                                    // [set frame nodes]
+  // Open addressing over node ids (-1: an empty slot), hashed by (pos, parent, progress);
+  // a power of two in size, at most half full. Node lookups are the matcher's hottest path.
+  std::vector<int32_t> index_;
+  std::vector<SetProgress> progress_;            // [set frame nodes]
   std::vector<State> step_;                      // [node] successors, valid where stepped_
   std::vector<uint8_t> stepped_;
 };
