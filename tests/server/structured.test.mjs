@@ -79,7 +79,8 @@ test("response_format json_schema: the content parses and matches, streamed the 
   const res = await client.chat.completions.create(req);
   assert.equal(res.choices[0].finish_reason, "stop");
   const value = JSON.parse(res.choices[0].message.content);
-  assert.deepEqual(Object.keys(value), ["name", "age", "tags"]);  // the schema's order
+  // Every required property once, in the order the model chose (the grammar allows any).
+  assert.deepEqual(Object.keys(value).sort(), ["age", "name", "tags"]);
   assert.ok(Number.isInteger(value.age) && value.age >= 0 && value.age <= 120);
   assert.ok(value.tags.length <= 3 && value.tags.every((t) => t === "a" || t === "b"));
   const streamed = assemble(await collectStream(await client.chat.completions.create({ ...req, stream: true })));
@@ -139,7 +140,7 @@ test("two turns with tool_choice auto: the call and its result render back throu
   const client = chatml.client();
   const tools = [WEATHER];
   const first = await client.chat.completions.create({
-    model: chatml.model, messages: ASK, tools, tool_choice: "auto", max_tokens: 60, temperature: 0 });
+    model: chatml.model, messages: ASK, tools, tool_choice: "auto", max_tokens: 200, temperature: 0 });
   const msg = first.choices[0].message;
   // The tiny model may answer in text or call; either way the reply is well-formed.
   if (msg.tool_calls?.length) {

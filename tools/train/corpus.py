@@ -467,11 +467,9 @@ def json_dialogue(r):
             f"You are a helpful assistant. Your answer must follow this JSON schema:\n{schema}"])))
     for i, ((q, _), obj) in enumerate(zip(facts, objs)):
         if how >= 0.55 and (i == 0 or r.random() < 0.5):
-            # Asked by the user in the question (or, 15% of the time, not asked at all: a
-            # server's json_schema constraint starts the answer with "{" and nothing in the
-            # prompt says why).
-            if how < 0.85:
-                q += r.choice(JSON_ASKS)
+            # Asked by the user in the question. Never unasked: a plain question keeps its plain
+            # answer (a server's json_schema constraint starts a JSON answer by itself).
+            q += r.choice(JSON_ASKS)
         out.append(turn("user", q))
         out.append(turn("assistant", compact(obj) if r.random() < 0.85 else jdumps(obj)))
     return "".join(out).rstrip("\n")
