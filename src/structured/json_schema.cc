@@ -673,11 +673,12 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     KV_ASSIGN_OR_RETURN(const int v, Nested(p.schema, where));
     values.push_back(v);
   }
-  // Extra members: with patterns, keys of the patterns with their schema, unless
-  // additionalProperties gives every other key the same schema or a pattern matches every key
-  // (then any key but the listed names, as without patterns). Keys that match no pattern are not
-  // generated beside a different additionalProperties, nor pattern keys where a listed name matches
-  // a pattern (a generated key could repeat it): a subset of what the schema allows.
+  // Extra members: with patterns, keys of the patterns but the listed names, with the patterns'
+  // schema, unless additionalProperties gives every other key the same schema or a pattern
+  // matches every key (then any key but the listed names, as without patterns). Keys that match
+  // no pattern are not generated beside a different additionalProperties, nor any pattern keys
+  // where leaving out the names is past CompileRegexExcept's bounds or a pattern that a name
+  // matches is one keys cannot take: a subset of what the schema allows.
   json extra_value = additional;
   int extra_key = -1;
   if (!patterns.empty()) {
@@ -688,17 +689,28 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     });
     if (additional == pattern_schema || (additional == true && trivial) || every_key) {
       extra_value = pattern_schema;
-    } else if (!pattern_names) {
+    } else {
       std::vector<Sequence> keys;
+      bool exact = true;
       for (const std::string& pattern : patterns) {
         const std::string where = Child(Child(path, "patternProperties"), pattern);
-        KV_ASSIGN_OR_RETURN(const int k, PatternKeyRule(pattern, Where(where), b_));
-        keys.push_back({Sym::Ref(k)});
+        Result<int> k = PatternKeyRule(pattern, names, Where(where), b_);
+        if (!k.ok() && k.status().code() == StatusCode::kNotFound) continue;  // names only
+        // Past the bounds, or a pattern the key grammar cannot take beside names it matches:
+        // no pattern keys (the names keep their places).
+        if (!k.ok() && (k.status().code() == StatusCode::kResourceExhausted || pattern_names)) {
+          exact = false;
+          break;
+        }
+        KV_RETURN_IF_ERROR(k.status());
+        keys.push_back({Sym::Ref(*k)});
       }
-      extra_key = b_->Alternatives("pattern-keys", std::move(keys));
-      extra_value = pattern_schema;
-    } else {
-      extra_value = false;
+      if (exact && !keys.empty()) {
+        extra_key = b_->Alternatives("pattern-keys", std::move(keys));
+        extra_value = pattern_schema;
+      } else {
+        extra_value = false;
+      }
     }
   }
   int extra_pair = -1;

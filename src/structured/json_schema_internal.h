@@ -55,7 +55,8 @@ void AppendFractionalRange(const NumberBound& lower, const NumberBound& upper,
 
 // json_schema_strings.cc: strings, formats, patterns, object keys.
 bool IsDefinedFormat(const std::string& format);
-Result<int> PatternKeyRule(const std::string& pattern, const std::string& path, GrammarBuilder* b);
+Result<int> PatternKeyRule(const std::string& pattern, const std::vector<std::string>& excluded,
+                           const std::string& path, GrammarBuilder* b);
 int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b);
 Result<int> StringRule(const nlohmann::ordered_json& schema, int json_char, const std::string& path,
                        GrammarBuilder* b);

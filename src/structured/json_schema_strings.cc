@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -228,7 +229,8 @@ bool IsDefinedFormat(const std::string& format) {
 
 namespace {
 
-Result<Body> PatternBody(const std::string& pattern, const std::string& path, GrammarBuilder* b);
+Result<Body> PatternBody(const std::string& pattern, const std::string& path, GrammarBuilder* b,
+                         std::span<const std::string> excluded = {});
 
 Result<Body> FormatBody(const std::string& format, const std::string& path, GrammarBuilder* b) {
   if (format == "date") return Body{DateRule(b), 10, 10};
@@ -402,11 +404,14 @@ void CopyRestricted(const Grammar& g, const ByteSet& allowed, GrammarBuilder* b,
 
 // The pattern's full matches restricted to characters that need no JSON escaping (no '"',
 // '\\' or control characters; ASCII only where NeedsAsciiOnly), so the JSON text between the
-// quotes is the decoded string itself.
-Result<Body> PatternBody(const std::string& pattern, const std::string& path, GrammarBuilder* b) {
+// quotes is the decoded string itself; none of the `excluded` strings. NotFound when the
+// excluded strings are all the pattern's, ResourceExhausted past CompileRegexExcept's bounds.
+Result<Body> PatternBody(const std::string& pattern, const std::string& path, GrammarBuilder* b,
+                         std::span<const std::string> excluded) {
   GrammarBuilder scratch;
-  Result<int> root = CompileRegex(pattern, &scratch);
+  Result<int> root = CompileRegexExcept(pattern, excluded, &scratch);
   if (!root.ok()) {
+    if (root.status().code() != StatusCode::kInvalidArgument) return root.status();
     return InvalidArgument(fmt::format("'pattern' at {}: {}", path, root.status().message()));
   }
   Result<Grammar> g = scratch.Build(*root);
@@ -418,6 +423,9 @@ Result<Body> PatternBody(const std::string& pattern, const std::string& path, Gr
   allowed.bits[1] &= ~(uint64_t{1} << ('\\' - 64));
   Body body;
   CopyRestricted(*g, allowed, b, &body);
+  if (body.rule < 0 && !excluded.empty()) {
+    return NotFound("regex: the strings left after the excluded ones all need JSON escaping");
+  }
   if (body.rule < 0) {
     return InvalidArgument(fmt::format(
         "'pattern' at {}: '{}' only matches strings that need JSON escaping (quotes, backslashes "
@@ -568,9 +576,13 @@ std::string SearchPattern(const std::string& pattern) {
 
 // '"' key '"' for the keys of a patternProperties entry: strings of characters that need no
 // JSON escaping that contain a match of `pattern` (JSON Schema's search semantics) where the
-// pattern has no anchors, and that fully match it otherwise (a subset of the keys it matches).
-Result<int> PatternKeyRule(const std::string& pattern, const std::string& path, GrammarBuilder* b) {
-  KV_ASSIGN_OR_RETURN(const Body body, PatternBody(SearchPattern(pattern), path, b));
+// pattern has no anchors, and that fully match it otherwise (a subset of the keys it matches),
+// other than the `excluded` names. A key has no escapes at all, so it cannot spell an excluded
+// name differently. NotFound when no key is left; ResourceExhausted past the bounds of
+// CompileRegexExcept (regex.h).
+Result<int> PatternKeyRule(const std::string& pattern, const std::vector<std::string>& excluded,
+                           const std::string& path, GrammarBuilder* b) {
+  KV_ASSIGN_OR_RETURN(const Body body, PatternBody(SearchPattern(pattern), path, b, excluded));
   Sequence s = b->Literal("\"");
   s.push_back(Sym::Ref(body.rule));
   s.push_back(Lit('"', b));

@@ -1,6 +1,7 @@
 #include "structured/regex.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -598,6 +599,271 @@ class Compiler {
   GrammarBuilder* b_;
 };
 
+// ---- Phase 4: the pattern minus a finite set of strings -----------------------------------
+// NOTE: L(P) minus a finite set N is regular; it is built with Brzozowski derivatives along a
+// trie of N. At trie node t (the prefix w) with residual R = D_w(P) (the rest of the strings
+// of P after w): the string may end where R is nullable and t ends no name; it may go on with a
+// child's code point c into the child with D_c(R); and with any other code point it leaves the
+// trie, after which nothing is excluded: those code points are split into classes on which
+// R's first-position atoms agree (so D is the same for the whole class), each class followed
+// by its derivative compiled as an ordinary pattern. Derivatives are built on the tree with
+// alternatives flattened and de-duplicated, and their total size is bounded (kMaxExceptWork).
+
+// Nodes in the tree (the derivative work's unit).
+int64_t NodeSize(const Node& n) {
+  int64_t size = 1;
+  for (const Node& c : n.children) size += NodeSize(c);
+  return size;
+}
+
+// A canonical spelling of the tree, for de-duplicating alternatives.
+void AppendKey(const Node& n, std::string* out) {
+  *out += fmt::format("{}", static_cast<int>(n.kind));
+  switch (n.kind) {
+    case Node::Kind::kLiteral:
+      *out += fmt::format(":{}", n.codepoint);
+      break;
+    case Node::Kind::kClass:
+      *out += n.negated ? "^" : "";
+      for (const CodepointRange& r : n.ranges) *out += fmt::format("{}-{},", r.lo, r.hi);
+      break;
+    case Node::Kind::kRepeat:
+      *out += fmt::format("{{{},{}}}", n.min, n.max);
+      break;
+    default:
+      break;
+  }
+  *out += '(';
+  for (const Node& c : n.children) AppendKey(c, out);
+  *out += ')';
+}
+
+// The code points an atom (kLiteral or kClass) matches: sorted, merged, no surrogates.
+std::vector<CodepointRange> AtomRanges(const Node& n) {
+  if (n.kind == Node::Kind::kLiteral) return {{n.codepoint, n.codepoint}};
+  return NormalizeCodepoints(n.ranges, n.negated);
+}
+
+bool AtomMatches(const Node& n, uint32_t cp) {
+  if (n.kind == Node::Kind::kLiteral) return n.codepoint == cp;
+  if (cp >= kSurrogateLo && cp <= kSurrogateHi) return false;
+  const bool in = std::any_of(n.ranges.begin(), n.ranges.end(),
+                              [&](const CodepointRange& r) { return r.lo <= cp && cp <= r.hi; });
+  return in != n.negated;
+}
+
+// A concatenation of `items`, nested concatenations spliced in and empty strings left out.
+Node MakeConcat(std::vector<Node> items) {
+  std::vector<Node> flat;
+  for (Node& item : items) {
+    if (item.kind == Node::Kind::kEmpty) continue;
+    if (item.kind == Node::Kind::kConcat) {
+      for (Node& c : item.children) flat.push_back(std::move(c));
+    } else {
+      flat.push_back(std::move(item));
+    }
+  }
+  return Node::List(Node::Kind::kConcat, std::move(flat));
+}
+
+// The union of `alts` (nested unions spliced in, duplicates dropped); nullopt when none.
+std::optional<Node> MakeAlt(std::vector<Node> alts) {
+  std::vector<Node> flat;
+  std::set<std::string> seen;
+  auto add = [&](Node n) {
+    std::string key;
+    AppendKey(n, &key);
+    if (seen.insert(std::move(key)).second) flat.push_back(std::move(n));
+  };
+  for (Node& a : alts) {
+    if (a.kind == Node::Kind::kAlt) {
+      for (Node& c : a.children) add(std::move(c));
+    } else {
+      add(std::move(a));
+    }
+  }
+  if (flat.empty()) return std::nullopt;
+  return Node::List(Node::Kind::kAlt, std::move(flat));
+}
+
+// D_c(n): the strings s with c s in n's language; nullopt when there are none. Every node in a
+// result matches something, so nullopt is the only empty language.
+std::optional<Node> Derive(const Node& n, uint32_t c) {
+  switch (n.kind) {
+    case Node::Kind::kEmpty:
+      return std::nullopt;
+    case Node::Kind::kLiteral:
+    case Node::Kind::kClass:
+      if (!AtomMatches(n, c)) return std::nullopt;
+      return Node();
+    case Node::Kind::kConcat: {
+      // D(x1 x2..xn) = D(x1) x2..xn, and D(x2..xn) too where x1 is nullable.
+      std::vector<Node> alts;
+      for (size_t i = 0; i < n.children.size(); ++i) {
+        if (std::optional<Node> d = Derive(n.children[i], c)) {
+          std::vector<Node> seq{std::move(*d)};
+          seq.insert(seq.end(), n.children.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                     n.children.end());
+          alts.push_back(MakeConcat(std::move(seq)));
+        }
+        if (!Nullable(n.children[i])) break;
+      }
+      return MakeAlt(std::move(alts));
+    }
+    case Node::Kind::kAlt: {
+      std::vector<Node> alts;
+      for (const Node& child : n.children) {
+        if (std::optional<Node> d = Derive(child, c)) alts.push_back(std::move(*d));
+      }
+      return MakeAlt(std::move(alts));
+    }
+    case Node::Kind::kRepeat: {
+      // x{min,max} with x nullable is (x minus "") {0,max}; otherwise the first code point
+      // starts the first copy: D(x{min,max}) = D(x) x{min-1,max-1}.
+      std::optional<Node> body = n.children[0];
+      int64_t min = n.min;
+      if (Nullable(*body)) {
+        body = NonEmpty(*body);
+        min = 0;
+      }
+      if (!body || n.max == 0) return std::nullopt;
+      std::optional<Node> d = Derive(*body, c);
+      if (!d) return std::nullopt;
+      std::vector<Node> seq{std::move(*d)};
+      const int64_t max = n.max < 0 ? -1 : n.max - 1;
+      if (max != 0) {
+        seq.push_back(Node::Repeat(std::move(*body), std::max<int64_t>(min - 1, 0), max));
+      }
+      return MakeConcat(std::move(seq));
+    }
+  }
+  return std::nullopt;
+}
+
+// The atoms that can match a string's first code point.
+void FirstAtoms(const Node& n, std::vector<const Node*>* out) {
+  switch (n.kind) {
+    case Node::Kind::kLiteral:
+    case Node::Kind::kClass:
+      out->push_back(&n);
+      return;
+    case Node::Kind::kConcat:
+      for (const Node& c : n.children) {
+        FirstAtoms(c, out);
+        if (!Nullable(c)) return;
+      }
+      return;
+    case Node::Kind::kAlt:
+      for (const Node& c : n.children) FirstAtoms(c, out);
+      return;
+    case Node::Kind::kRepeat:
+      if (n.max != 0) FirstAtoms(n.children[0], out);
+      return;
+    default:
+      return;
+  }
+}
+
+// Code points of well-formed UTF-8 (a malformed byte stands for itself).
+std::vector<uint32_t> DecodeUtf8(std::string_view s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const auto b0 = static_cast<uint8_t>(s[i]);
+    const int len = b0 < 0x80             ? 1
+                    : (b0 & 0xE0) == 0xC0 ? 2
+                    : (b0 & 0xF0) == 0xE0 ? 3
+                    : (b0 & 0xF8) == 0xF0 ? 4
+                                          : 1;
+    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
+    for (int k = 1; k < len && i + static_cast<size_t>(k) < s.size(); ++k) {
+      cp = (cp << 6) | (static_cast<uint8_t>(s[i + static_cast<size_t>(k)]) & 0x3F);
+    }
+    out.push_back(cp);
+    i += static_cast<size_t>(len);
+  }
+  return out;
+}
+
+class ExceptCompiler {
+ public:
+  struct TrieNode {
+    std::map<uint32_t, int> next;
+    bool terminal = false;  // a name ends here
+  };
+
+  ExceptCompiler(std::vector<TrieNode> trie, GrammarBuilder* builder)
+      : trie_(std::move(trie)), b_(builder) {}
+
+  bool over_budget() const { return work_ > kMaxExceptWork; }
+
+  // The rule for the strings w s (w: trie node t's prefix, s in r's language) that are not
+  // names; -1 when there are none.
+  int Build(size_t t, const Node& r) {
+    if (over_budget()) return -1;
+    std::vector<Sequence> alts;
+    if (!trie_[t].terminal && Nullable(r)) alts.push_back({});
+    for (const auto& [cp, child] : trie_[t].next) {
+      std::optional<Node> d = Derive(r, cp);
+      if (!d) continue;
+      work_ += NodeSize(*d);
+      const int rest = Build(static_cast<size_t>(child), *d);
+      if (rest < 0) continue;
+      Sequence seq;
+      std::string utf8;
+      AppendUtf8(cp, &utf8);
+      b_->AppendLiteral(utf8, &seq);
+      seq.push_back(GrammarBuilder::Ref(rest));
+      alts.push_back(std::move(seq));
+    }
+    LeaveTrie(t, r, &alts);
+    if (alts.empty() || over_budget()) return -1;
+    return b_->Alternatives("regex-except", std::move(alts));
+  }
+
+ private:
+  // Alternatives for the code points that are no child of t: one per class of code points on
+  // which r's first atoms agree, followed by the class's derivative.
+  void LeaveTrie(size_t t, const Node& r, std::vector<Sequence>* alts) {
+    std::vector<const Node*> atoms;
+    FirstAtoms(r, &atoms);
+    std::vector<std::vector<CodepointRange>> atom_ranges;
+    std::set<uint32_t> cuts;  // starts of elementary intervals
+    for (const Node* a : atoms) {
+      atom_ranges.push_back(AtomRanges(*a));
+      for (const CodepointRange& x : atom_ranges.back()) cuts.insert({x.lo, x.hi + 1});
+    }
+    for (const auto& [cp, child] : trie_[t].next) cuts.insert({cp, cp + 1});
+    // Each elementary interval [lo, next cut) lies wholly inside or outside every atom.
+    std::map<std::vector<bool>, std::vector<CodepointRange>> classes;
+    for (auto it = cuts.begin(); it != cuts.end() && *it <= kMaxCodepoint; ++it) {
+      const uint32_t lo = *it;
+      const uint32_t hi = std::next(it) == cuts.end() ? kMaxCodepoint : *std::next(it) - 1;
+      if (trie_[t].next.count(lo) != 0) continue;
+      std::vector<bool> in(atoms.size());
+      bool any = false;
+      for (size_t i = 0; i < atoms.size(); ++i) {
+        in[i] = std::any_of(atom_ranges[i].begin(), atom_ranges[i].end(),
+                            [&](const CodepointRange& x) { return x.lo <= lo && lo <= x.hi; });
+        any = any || in[i];
+      }
+      if (any) classes[std::move(in)].push_back({lo, hi});
+    }
+    for (auto& [in, ranges] : classes) {
+      std::optional<Node> d = Derive(r, ranges[0].lo);
+      if (!d) continue;  // unreachable: some first atom matches the class
+      work_ += NodeSize(*d);
+      if (over_budget()) return;
+      Sequence seq = {GrammarBuilder::Ref(b_->CodepointClass(ranges, false))};
+      Compiler(b_).Compile(*d, &seq);
+      alts->push_back(std::move(seq));
+    }
+  }
+
+  std::vector<TrieNode> trie_;
+  GrammarBuilder* b_;
+  int64_t work_ = 0;
+};
+
 }  // namespace
 
 Result<int> CompileRegex(std::string_view pattern, GrammarBuilder* builder) {
@@ -605,6 +871,57 @@ Result<int> CompileRegex(std::string_view pattern, GrammarBuilder* builder) {
   Sequence seq;
   Compiler(builder).Compile(root, &seq);
   return builder->Alternatives("regex", {std::move(seq)});
+}
+
+}  // namespace kvserve::structured
+
+namespace kvserve::structured {
+
+Result<int> CompileRegexExcept(std::string_view pattern, std::span<const std::string> excluded,
+                               GrammarBuilder* builder) {
+  if (excluded.empty()) return CompileRegex(pattern, builder);
+  KV_ASSIGN_OR_RETURN(Node root, Parser(pattern).Parse());
+  // Only the pattern's own strings need excluding; the others would only grow the trie.
+  std::vector<std::vector<uint32_t>> names;
+  int64_t work = 0;
+  for (const std::string& name : excluded) {
+    std::vector<uint32_t> cps = DecodeUtf8(name);
+    std::optional<Node> rest = root;
+    for (size_t i = 0; i < cps.size() && rest; ++i) {
+      rest = Derive(*rest, cps[i]);
+      if (rest) work += NodeSize(*rest);
+      if (work > kMaxExceptWork) {
+        return ResourceExhausted(
+            fmt::format("regex: excluding strings takes over {} units of work", kMaxExceptWork));
+      }
+    }
+    if (rest && Nullable(*rest)) names.push_back(std::move(cps));
+  }
+  if (names.empty()) return CompileRegex(pattern, builder);
+  std::vector<ExceptCompiler::TrieNode> trie(1);
+  int64_t num_codepoints = 0;
+  for (const std::vector<uint32_t>& name : names) {
+    size_t at = 0;
+    for (uint32_t cp : name) {
+      if (++num_codepoints > kMaxExceptCodepoints) {
+        return ResourceExhausted(fmt::format("regex: the excluded strings are over {} code points",
+                                             kMaxExceptCodepoints));
+      }
+      auto [it, added] = trie[at].next.emplace(cp, static_cast<int>(trie.size()));
+      const auto next = static_cast<size_t>(it->second);
+      if (added) trie.emplace_back();
+      at = next;
+    }
+    trie[at].terminal = true;
+  }
+  ExceptCompiler compiler(std::move(trie), builder);
+  const int rule = compiler.Build(0, root);
+  if (compiler.over_budget()) {
+    return ResourceExhausted(
+        fmt::format("regex: excluding strings takes over {} units of work", kMaxExceptWork));
+  }
+  if (rule < 0) return NotFound("regex: every string of the pattern is excluded");
+  return builder->Alternatives("regex", {{GrammarBuilder::Ref(rule)}});
 }
 
 }  // namespace kvserve::structured

@@ -18,6 +18,8 @@
 // escapes, invalid UTF-8, and groups nested over 256 deep.
 #pragma once
 
+#include <span>
+#include <string>
 #include <string_view>
 
 #include "kvserve/status.h"
@@ -29,5 +31,17 @@ inline constexpr int64_t kMaxRepeat = 100000;
 
 // Adds rules matching exactly the strings of `pattern` (as UTF-8 bytes) and returns the rule.
 Result<int> CompileRegex(std::string_view pattern, GrammarBuilder* builder);
+
+// Work bounds of CompileRegexExcept: code points in the excluded strings together, and pattern
+// nodes summed over the derivatives it takes (about trie nodes x pattern size).
+inline constexpr int64_t kMaxExceptCodepoints = 1024;
+inline constexpr int64_t kMaxExceptWork = 200000;
+
+// Adds rules matching exactly the strings of `pattern` other than those in `excluded` (UTF-8)
+// and returns the rule. NotFound when every string of the pattern is excluded;
+// ResourceExhausted past kMaxExceptCodepoints / kMaxExceptWork (the caller picks a fallback);
+// InvalidArgument for a pattern CompileRegex refuses.
+Result<int> CompileRegexExcept(std::string_view pattern, std::span<const std::string> excluded,
+                               GrammarBuilder* builder);
 
 }  // namespace kvserve::structured

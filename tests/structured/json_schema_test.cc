@@ -719,7 +719,7 @@ TEST(JsonSchemaTest, APropertyWhoseSchemaIsFalseIsNeverAnExtraMember) {
   ExpectLanguage(R"({"properties":{"a":false,"b":{"type":"integer"}}})", {R"({"b":1,"c":2})"},
                  {R"({"b":1,"a":2})"});
   ExpectLanguage(R"({"properties":{"x_a":false},"patternProperties":{"^x_":{"type":"integer"}}})",
-                 {"{}"}, {R"({"x_a":1})"});
+                 {"{}", R"({"x_b":1})", R"({"x_ab":1})"}, {R"({"x_a":1})", R"({"x_b":"s"})"});
 }
 
 TEST(JsonSchemaTest, DependenciesAsBranches) {
@@ -813,11 +813,11 @@ TEST(JsonSchemaTest, PatternProperties) {
   // pattern are not generated beside additionalProperties true (a subset).
   ExpectLanguage(R"({"patternProperties":{"_id":{"type":"string"}}})",
                  {R"({"user_id":"u"})", R"({"_id":""})"}, {R"({"user_id":1})", R"({"name":"x"})"});
-  // Listed names that match a pattern take both schemas; then pattern keys are not generated.
+  // Listed names that match a pattern take both schemas; other keys of the pattern its own.
   ExpectLanguage(R"({"properties":{"x_n":{"type":"number","maximum":5},"y":{"type":"string"}},
       "patternProperties":{"^x_":{"type":"integer"}},"additionalProperties":false})",
-                 {R"({"x_n":3,"y":"a"})", "{}"},
-                 {R"({"x_n":3.5})", R"({"x_n":6})", R"({"x_a":1})"});
+                 {R"({"x_n":3,"y":"a"})", "{}", R"({"x_a":1,"x_n":3})", R"({"x_n2":7})"},
+                 {R"({"x_n":3.5})", R"({"x_n":6})", R"({"x_a":"s"})", R"({"x_n":3,"x_n":4})"});
   // The same schema for pattern keys and additional ones: any key.
   ExpectLanguage(R"({"patternProperties":{"^a":{"type":"string"}},
       "additionalProperties":{"type":"string"}})",
@@ -830,10 +830,11 @@ TEST(JsonSchemaTest, PatternProperties) {
                  {R"({"basic":"a","other":"b"})", R"({"basic":"a","b":"c","bas":"d"})"},
                  {R"({"basic":"a","other":1})", R"({"basic":"a","basic":"b"})", R"({"basic":1})",
                   R"({"other":"b"})"});
-  // A required name that only a pattern admits (other pattern keys are then not generated).
+  // A required name that only a pattern admits, beside other keys of the pattern.
   ExpectLanguage(R"({"required":["k1"],"patternProperties":{"^k[0-9]$":{"type":"boolean"}},
       "additionalProperties":false})",
-                 {R"({"k1":true})"}, {"{}", R"({"k1":1})", R"({"k1":true,"k2":false})"});
+                 {R"({"k1":true})", R"({"k1":true,"k2":false})", R"({"k2":false,"k1":true})"},
+                 {"{}", R"({"k1":1})", R"({"k1":true,"k1":false})", R"({"k1":true,"k10":false})"});
   EXPECT_NE(ErrorOf(R"({"patternProperties":{"^a":{"type":"string"},"^b":{"type":"integer"}}})")
                 .find("different schemas"),
             std::string::npos);
@@ -841,6 +842,35 @@ TEST(JsonSchemaTest, PatternProperties) {
       "additionalProperties":false})")
                 .find("'z'"),
             std::string::npos);
+}
+
+TEST(JsonSchemaTest, PatternKeysOtherThanTheListedNames) {
+  // Keys of the pattern but the listed name, which keeps its own place (once).
+  const char* lines = R"({"type":"object","patternProperties":{"^line[1-3]$":{"type":"string"}},
+      "required":["line1"],"additionalProperties":false})";
+  ExpectLanguage(lines,
+                 {R"({"line1":"a"})", R"({"line1":"a","line2":"b"})",
+                  R"({"line3":"c","line1":"a","line2":"b"})"},
+                 {R"({"line2":"b"})", R"({"line1":"a","line1":"b"})",
+                  R"({"line1":"a","line4":"d"})", R"({"line1":"a","line2":1})",
+                  // The listed name spelt with escapes is the same key: never an extra one.
+                  R"({"line1":"a","\u006cine1":"b"})", R"({"line1":"a","line\u0031":"b"})"});
+  // Unanchored: keys containing a match, the listed names (prefixes of others) left out.
+  ExpectLanguage(
+      R"({"properties":{"id":{"type":"integer"},"user_id":{"type":"integer"}},
+      "patternProperties":{"id":{"type":"integer"}},"additionalProperties":false})",
+      {R"({"id":1,"user_id":2,"ids":3,"xid":4,"user_idx":5})"},
+      {R"({"id":1,"id":2})", R"({"user_id":1,"user_id":2})", R"({"name":1})", R"({"ids":"s"})"});
+  // Several patterns with one schema: keys of either, each minus the names.
+  ExpectLanguage(R"({"properties":{"a1":{"type":"integer"},"b1":{"type":"integer"}},
+      "patternProperties":{"^a[0-9]$":{"type":"integer"},"^b[0-9]$":{"type":"integer"}},
+      "additionalProperties":false})",
+                 {R"({"a1":1,"a2":2,"b1":3,"b2":4})"},
+                 {R"({"a1":1,"a1":2})", R"({"b1":1,"b1":2})", R"({"c1":1})"});
+  // A pattern whose only strings are listed names generates no other keys.
+  ExpectLanguage(R"({"properties":{"a":{"type":"integer"}},"patternProperties":{"^a$":{
+      "type":"integer"}},"additionalProperties":false})",
+                 {R"({"a":1})", "{}"}, {R"({"a":1,"a":2})", R"({"b":1})"});
 }
 
 TEST(JsonSchemaTest, TupleItemsOfTheOlderDrafts) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -332,6 +333,116 @@ TEST(RegexTest, SharesABuilderWithOtherRules) {
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_TRUE(FullMatch(*g, "42:abc"));
   EXPECT_FALSE(FullMatch(*g, "abc:42"));
+}
+
+Result<Grammar> CompileExceptToGrammar(std::string_view pattern,
+                                       const std::vector<std::string>& excluded) {
+  GrammarBuilder b;
+  KV_ASSIGN_OR_RETURN(int root, CompileRegexExcept(pattern, excluded, &b));
+  return b.Build(root);
+}
+
+struct ExceptCase {
+  const char* pattern;
+  std::vector<std::string> excluded;
+  std::vector<std::string> accept;
+  std::vector<std::string> reject;
+};
+
+void ExpectExceptCases(const std::vector<ExceptCase>& cases) {
+  for (const ExceptCase& c : cases) {
+    auto g = CompileExceptToGrammar(c.pattern, c.excluded);
+    ASSERT_TRUE(g.ok()) << c.pattern << ": " << g.status().ToString();
+    for (const std::string& s : c.accept) {
+      EXPECT_TRUE(FullMatch(*g, s))
+          << "/" << c.pattern << "/ minus names should match \"" << s << "\"";
+    }
+    for (const std::string& s : c.reject) {
+      EXPECT_FALSE(FullMatch(*g, s))
+          << "/" << c.pattern << "/ minus names should not match \"" << s << "\"";
+    }
+  }
+}
+
+TEST(RegexExceptTest, ExcludesNamesAndKeepsPrefixesAndExtensions) {
+  ExpectExceptCases({
+      {"line[1-3]", {"line1"}, {"line2", "line3"}, {"line1", "line", "line4", "line12"}},
+      {"line[0-9]*", {"line1", "line"}, {"line2", "line12", "line11", "line10"}, {"line1", "line"}},
+      {"[a-z]+", {"ab"}, {"a", "abc", "b", "abb", "aa", "ba"}, {"ab", "", "a1"}},
+      {"a|ab|abc", {"ab"}, {"a", "abc"}, {"ab", "abcd", ""}},
+      {"x*", {""}, {"x", "xx"}, {""}},
+      {"(ab)*", {"ab", "abab"}, {"", "ababab"}, {"ab", "abab", "aba"}},
+      {"\\d{2,3}", {"10", "999"}, {"11", "100", "998"}, {"10", "999", "1", "1000"}},
+      {"^a.c$", {"abc"}, {"aac", "a-c", "aéc"}, {"abc", "ac"}},
+      {"é+|[^a-z]", {"é", "1"}, {"éé", "2", "É"}, {"é", "1", "a"}},
+  });
+}
+
+TEST(RegexExceptTest, UnanchoredSearchPatterns) {
+  // The form JSON Schema's search semantics give "line" (any prefix and suffix).
+  ExpectExceptCases({
+      {".*(?:line).*",
+       {"line", "aline", "line1"},
+       {"xline", "lines", "line2", "line11", "alinea"},
+       {"line", "aline", "line1", "lin", "ine"}},
+  });
+}
+
+TEST(RegexExceptTest, NamesOutsideThePatternChangeNothing) {
+  ExpectExceptCases({
+      {"[0-9]+", {"abc", "1a"}, {"1", "123"}, {"abc", "1a", ""}},
+  });
+}
+
+TEST(RegexExceptTest, EverythingExcludedIsNotFound) {
+  GrammarBuilder b;
+  auto r = CompileRegexExcept("a|b", std::vector<std::string>{"a", "b", "c"}, &b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+}
+
+TEST(RegexExceptTest, PastTheBoundsIsResourceExhausted) {
+  GrammarBuilder b;
+  const std::vector<std::string> names = {std::string(kMaxExceptCodepoints + 1, 'a')};
+  auto r = CompileRegexExcept("a*", names, &b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(RegexExceptTest, InvalidPatternIsInvalidArgument) {
+  GrammarBuilder b;
+  auto r = CompileRegexExcept("(a", std::vector<std::string>{"a"}, &b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Every string up to length 4 over a small alphabet: in the pattern minus the names exactly
+// when CompileRegex matches it and it is no name.
+TEST(RegexExceptTest, AgreesWithPatternMinusNamesOnAllShortStrings) {
+  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
+      {"[ab]*", {"", "a", "ab", "ba", "abab"}},
+      {"(a|ab)(c|bcd)?", {"a", "abc", "abcd"}},
+      {"a{1,3}b?|c", {"aa", "ab", "c"}},
+      {"(a*b*)*c", {"c", "abc"}},
+      {".*(?:ab).*", {"ab", "cab", "abc"}},
+      {"((a?){2,3})*b", {"b", "aab"}},
+      {"[^b]+", {"a", "ac", "ca"}},
+  };
+  std::vector<std::string> strings = {""};
+  for (size_t i = 0; i < strings.size(); ++i) {
+    if (strings[i].size() == 4) continue;
+    for (char c : std::string("abc")) strings.push_back(strings[i] + c);
+  }
+  for (const auto& [pattern, names] : cases) {
+    auto whole = CompileToGrammar(pattern);
+    auto except = CompileExceptToGrammar(pattern, names);
+    ASSERT_TRUE(whole.ok() && except.ok()) << pattern;
+    for (const std::string& s : strings) {
+      const bool named = std::find(names.begin(), names.end(), s) != names.end();
+      EXPECT_EQ(FullMatch(*except, s), FullMatch(*whole, s) && !named)
+          << "/" << pattern << "/ on \"" << s << "\"";
+    }
+  }
 }
 
 }  // namespace
