@@ -203,6 +203,7 @@ bool MemberSetSpec::CanFinish(uint64_t taken, int64_t count) const {
 
 Symbol GrammarBuilder::Set(std::string name, MemberSetSpec spec) {
   MemberSet set;
+  const auto after = [&](int rule) { return fmt::format("{} ,{}", name, rule_name(rule)); };
   for (int m : spec.members) {
     if (spec.separator.empty()) {
       set.after_separator.push_back(m);
@@ -210,13 +211,13 @@ Symbol GrammarBuilder::Set(std::string name, MemberSetSpec spec) {
     }
     Sequence seq = spec.separator;
     seq.push_back(Ref(m));
-    set.after_separator.push_back(Alternatives(name + " ," + rule_name(m), {std::move(seq)}));
+    set.after_separator.push_back(Alternatives(after(m), {std::move(seq)}));
   }
   set.extra_after_separator = spec.extra;
   if (spec.extra >= 0 && !spec.separator.empty()) {
     Sequence seq = spec.separator;
     seq.push_back(Ref(spec.extra));
-    set.extra_after_separator = Alternatives(name + " ," + rule_name(spec.extra), {std::move(seq)});
+    set.extra_after_separator = Alternatives(after(spec.extra), {std::move(seq)});
   }
   set.name = std::move(name);
   set.spec = std::move(spec);
@@ -480,7 +481,7 @@ std::string Grammar::SymbolString(const Symbol& s) const {
   }
   if (spec.extra >= 0) out += fmt::format(" {}*", rule(spec.extra));
   out += " /";
-  for (const Symbol& sep : spec.separator) out += " " + SymbolString(sep);
+  for (const Symbol& sep : spec.separator) out += fmt::format(" {}", SymbolString(sep));
   out += fmt::format(" / {}..", spec.min_count);
   out += spec.max_count < 0 ? "*}" : fmt::format("{}}}", spec.max_count);
   return out;
@@ -495,7 +496,7 @@ std::string Grammar::ToString() const {
       if (!first_alt) out += " |";
       first_alt = false;
       for (int32_t p = pos; symbol(p).kind != Symbol::Kind::kEnd; ++p) {
-        out += " " + SymbolString(symbol(p));
+        out += fmt::format(" {}", SymbolString(symbol(p)));
       }
       if (symbol(pos).kind == Symbol::Kind::kEnd) out += " \"\"";
     }

@@ -60,8 +60,10 @@ struct Symbol {
 using Sequence = std::vector<Symbol>;
 
 // What a kSet symbol matches: members[i] at most once each, in any order; `extra` (-1: none) any
-// number of times; `separator` between two members; every member whose bit is in `required`;
-// min_count..max_count members in all, extras included (max_count -1: unbounded).
+// number of times once every required member is written; `separator` between two members;
+// every member whose bit is in `required`; min_count..max_count members in all, extras included
+// (max_count -1: unbounded). Extras wait for the required members so that a model cannot put
+// them off forever behind extras (a loop of extra keys is how small models fail to end objects).
 struct MemberSetSpec {
   static constexpr int kMaxMembers = 64;  // the taken members are one 64-bit mask
 

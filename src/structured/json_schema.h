@@ -23,8 +23,9 @@
 // pointer, never silently dropped, except in a form that constrains nothing (then/else without if,
 // if alone, minContains/ maxContains without contains, propertyNames/unevaluated* true or {}).
 // Object members may come in any order, each listed property at most once, required ones
-// always, extra keys anywhere among them; over 64 listed properties, in the order the schema
-// lists them (schemas are read as nlohmann::ordered_json) with extra keys after them.
+// always, extra keys anywhere among them once the required ones are written; over 64 listed
+// properties, in the order the schema lists them (schemas are read as nlohmann::ordered_json) with
+// extra keys after them.
 //
 // Every text the grammar matches is valid against the schema; some valid texts are never
 // generated. The details:

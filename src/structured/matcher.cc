@@ -96,7 +96,9 @@ void StackArena::ExpandSet(int32_t pos, int32_t parent, SetProgress progress, St
     if (progress.taken & bit) continue;
     offer(first ? spec.members[i] : set.after_separator[i], progress.taken | bit);
   }
-  if (spec.extra >= 0) offer(first ? spec.extra : set.extra_after_separator, progress.taken);
+  const bool extras_open = (progress.taken & spec.required) == spec.required;
+  if (spec.extra >= 0 && extras_open)
+    offer(first ? spec.extra : set.extra_after_separator, progress.taken);
 }
 
 void StackArena::Expand(int32_t pos, int32_t parent, State* out) {

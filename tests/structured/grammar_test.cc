@@ -167,6 +167,21 @@ TEST(GrammarTest, MemberSetExtrasComeAnywhereWithinTheCounts) {
   EXPECT_FALSE(PrefixMatch(*g, "x,x,x,"));  // no fourth member
 }
 
+TEST(GrammarTest, MemberSetExtrasWaitForTheRequiredMembers) {
+  GrammarBuilder b;
+  // set{a b! x*}: x only once b is written; a any time.
+  MemberSetSpec spec;
+  spec.extra = b.Alternatives("x", {b.Literal("x")});
+  spec.required = 0b10;
+  auto g = b.Build(b.Alternatives("root", {{LiteralSet(&b, {"a", "b"}, spec)}}));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (const char* ok : {"b", "a,b", "b,x", "a,b,x,x", "b,x,a"}) {
+    EXPECT_TRUE(FullMatch(*g, ok)) << ok;
+  }
+  for (const char* bad : {"x", "x,b", "a,x", "a,x,b"}) EXPECT_FALSE(FullMatch(*g, bad)) << bad;
+  EXPECT_FALSE(PrefixMatch(*g, "a,x"));
+}
+
 TEST(GrammarTest, MemberSetNeverOffersAMemberAfterWhichItCannotFinish) {
   GrammarBuilder b;
   // set{a b! c} with at most two members: once a or c is taken, only b may follow.

@@ -346,18 +346,25 @@ TEST(JsonSchemaTest, PropertiesComeInAnyOrderEachAtMostOnce) {
                  flex);
 }
 
-TEST(JsonSchemaTest, ExtraPropertiesComeAnywhere) {
+TEST(JsonSchemaTest, ExtraPropertiesComeAfterTheRequiredOnes) {
+  // Extras anywhere once every required property is written (listed ones in any order); not
+  // before (a model must not put the required ones off behind extra keys).
   ExpectLanguage(R"({"type":"object","properties":{"id":{"type":"integer"},
       "name":{"type":"string"}},"required":["id"],"additionalProperties":{"type":"boolean"}})",
-                 {R"({"x":true,"id":1})", R"({"name":"n","x":true,"id":1,"y":false})",
+                 {R"({"id":1,"x":true})", R"({"name":"n","id":1,"x":true,"y":false})",
                   R"({"id":1,"x":true,"name":"n"})"},
-                 {R"({"x":true})", R"({"x":1,"id":1})", R"({"id":1,"x":true,"id":2})",
-                  R"({"name":"n","x":true,"name":"m","id":1})"});
+                 {R"({"x":true})", R"({"id":1,"x":1})", R"({"id":1,"x":true,"id":2})",
+                  R"({"name":"n","id":1,"name":"m"})", R"({"x":true,"id":1})",
+                  R"({"name":"n","x":true,"id":1})"});
+  // Without required properties, extras come anywhere.
+  ExpectLanguage(R"({"properties":{"id":{"type":"integer"}},"additionalProperties":true})",
+                 {R"({"x":1,"id":1,"y":2})", R"({"x":1})"}, {R"({"id":1,"x":1,"id":2})"});
   // Pattern keys too.
-  ExpectLanguage(R"({"properties":{"id":{"type":"integer"}},"required":["id"],
+  ExpectLanguage(
+      R"({"properties":{"id":{"type":"integer"}},"required":["id"],
       "patternProperties":{"^x-":{"type":"string"}},"additionalProperties":false})",
-                 {R"({"x-a":"s","id":1})", R"({"x-a":"s","id":1,"x-b":"t"})"},
-                 {R"({"x-a":"s"})", R"({"y":"s","id":1})", R"({"x-a":1,"id":1})"});
+      {R"({"id":1,"x-a":"s"})", R"({"id":1,"x-a":"s","x-b":"t"})"},
+      {R"({"x-a":"s"})", R"({"y":"s","id":1})", R"({"id":1,"x-a":1})", R"({"x-a":"s","id":1})"});
 }
 
 TEST(JsonSchemaTest, PropertyCountsHoldInAnyOrder) {
@@ -369,8 +376,8 @@ TEST(JsonSchemaTest, PropertyCountsHoldInAnyOrder) {
                  {R"({"c":1})", R"({"c":1,"b":2,"a":3})", "{}"});
   // Extras count too, wherever they come.
   ExpectLanguage(std::string("{") + abc + R"(,"required":["c"],"maxProperties":2})",
-                 {R"({"x":1,"c":2})", R"({"c":2,"x":[]})", R"({"b":1,"c":2})"},
-                 {R"({"x":1,"y":2,"c":3})", R"({"x":1,"c":2,"a":3})"});
+                 {R"({"c":2,"x":1})", R"({"c":2,"x":[]})", R"({"b":1,"c":2})"},
+                 {R"({"c":3,"x":1,"y":2})", R"({"c":2,"x":1,"a":3})"});
   // Once the count is full only the missing required property may come.
   Result<Grammar> g = CompileText(std::string("{") + abc + R"(,"required":["c"],
       "maxProperties":2,"additionalProperties":false})");
@@ -388,7 +395,7 @@ TEST(JsonSchemaTest, RewrittenObjectsTakeAnyOrderToo) {
   // allOf merges the properties and the required names of both.
   ExpectLanguage(R"({"allOf":[{"properties":{"a":{"type":"integer"}},"required":["a"]},
       {"properties":{"b":{"type":"integer"}},"required":["b"]}]})",
-                 {R"({"b":2,"a":1})", R"({"a":1,"b":2})", R"({"x":0,"b":2,"a":1})"},
+                 {R"({"b":2,"a":1})", R"({"a":1,"b":2})", R"({"b":2,"a":1,"x":0})"},
                  {R"({"b":2})", R"({"a":1})", R"({"b":2,"a":1,"a":1})"});
 }
 
@@ -833,8 +840,9 @@ TEST(JsonSchemaTest, PatternProperties) {
   // A required name that only a pattern admits, beside other keys of the pattern.
   ExpectLanguage(R"({"required":["k1"],"patternProperties":{"^k[0-9]$":{"type":"boolean"}},
       "additionalProperties":false})",
-                 {R"({"k1":true})", R"({"k1":true,"k2":false})", R"({"k2":false,"k1":true})"},
-                 {"{}", R"({"k1":1})", R"({"k1":true,"k1":false})", R"({"k1":true,"k10":false})"});
+                 {R"({"k1":true})", R"({"k1":true,"k2":false})"},
+                 {"{}", R"({"k1":1})", R"({"k2":false,"k1":true})", R"({"k1":true,"k1":false})",
+                  R"({"k1":true,"k10":false})"});
   EXPECT_NE(ErrorOf(R"({"patternProperties":{"^a":{"type":"string"},"^b":{"type":"integer"}}})")
                 .find("different schemas"),
             std::string::npos);
@@ -850,7 +858,7 @@ TEST(JsonSchemaTest, PatternKeysOtherThanTheListedNames) {
       "required":["line1"],"additionalProperties":false})";
   ExpectLanguage(lines,
                  {R"({"line1":"a"})", R"({"line1":"a","line2":"b"})",
-                  R"({"line3":"c","line1":"a","line2":"b"})"},
+                  R"({"line1":"a","line3":"c","line2":"b"})"},
                  {R"({"line2":"b"})", R"({"line1":"a","line1":"b"})",
                   R"({"line1":"a","line4":"d"})", R"({"line1":"a","line2":1})",
                   // The listed name spelt with escapes is the same key: never an extra one.
