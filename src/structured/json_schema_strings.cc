@@ -436,21 +436,6 @@ Result<Body> PatternBody(const std::string& pattern, const std::string& path, Gr
 }
 
 // The code points of a UTF-8 string (input from the JSON parser, so well formed).
-std::vector<uint32_t> Codepoints(std::string_view s) {
-  std::vector<uint32_t> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    uint32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
-    for (int k = 1; k < n && i + static_cast<size_t>(k) < s.size(); ++k) {
-      cp = (cp << 6) | (static_cast<uint8_t>(s[i + static_cast<size_t>(k)]) & 0x3F);
-    }
-    out.push_back(cp);
-    i += static_cast<size_t>(n);
-  }
-  return out;
-}
-
 bool NeedsEscape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
 
 Result<int64_t> LengthKeyword(const json& schema, const char* key, const std::string& path) {
@@ -634,7 +619,7 @@ int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b) {
   std::vector<Node> trie(1);
   for (const std::string& name : names) {
     int at = 0;
-    for (uint32_t cp : Codepoints(name)) {
+    for (const char32_t cp : DecodeUtf8(name)) {
       auto it = trie[static_cast<size_t>(at)].next.find(cp);
       if (it == trie[static_cast<size_t>(at)].next.end()) {
         trie.emplace_back();

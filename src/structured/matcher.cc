@@ -11,12 +11,6 @@ void SortUnique(State* s) {
   s->erase(std::unique(s->begin(), s->end()), s->end());
 }
 
-}  // namespace
-
-StackArena::StackArena(const Grammar* grammar) : grammar_(grammar) {}
-
-namespace {
-
 uint64_t NodeHash(int32_t pos, int32_t parent, uint64_t taken, int32_t count) {
   uint64_t h =
       (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
@@ -26,6 +20,8 @@ uint64_t NodeHash(int32_t pos, int32_t parent, uint64_t taken, int32_t count) {
 }
 
 }  // namespace
+
+StackArena::StackArena(const Grammar* grammar) : grammar_(grammar) {}
 
 void StackArena::GrowIndex() {
   const size_t size = std::max<size_t>(64, index_.size() * 2);
@@ -79,7 +75,8 @@ void StackArena::ExpandSet(int32_t pos, int32_t parent, SetProgress progress, St
   const Grammar& g = *grammar_;
   const MemberSet& set = g.member_set(g.symbol(pos).index);
   const MemberSetSpec& spec = set.spec;
-  if ((progress.taken & spec.required) == spec.required && progress.count >= spec.min_count) {
+  const bool required_written = (progress.taken & spec.required) == spec.required;
+  if (required_written && progress.count >= spec.min_count) {
     Expand(pos + 1, parent, out);
   }
   if (spec.max_count >= 0 && progress.count >= spec.max_count) return;
@@ -96,8 +93,7 @@ void StackArena::ExpandSet(int32_t pos, int32_t parent, SetProgress progress, St
     if (progress.taken & bit) continue;
     offer(first ? spec.members[i] : set.after_separator[i], progress.taken | bit);
   }
-  const bool extras_open = (progress.taken & spec.required) == spec.required;
-  if (spec.extra >= 0 && extras_open)
+  if (spec.extra >= 0 && required_written)
     offer(first ? spec.extra : set.extra_after_separator, progress.taken);
 }
 

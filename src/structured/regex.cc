@@ -764,26 +764,6 @@ void FirstAtoms(const Node& n, std::vector<const Node*>* out) {
   }
 }
 
-// Code points of well-formed UTF-8 (a malformed byte stands for itself).
-std::vector<uint32_t> DecodeUtf8(std::string_view s) {
-  std::vector<uint32_t> out;
-  for (size_t i = 0; i < s.size();) {
-    const auto b0 = static_cast<uint8_t>(s[i]);
-    const int len = b0 < 0x80             ? 1
-                    : (b0 & 0xE0) == 0xC0 ? 2
-                    : (b0 & 0xF0) == 0xE0 ? 3
-                    : (b0 & 0xF8) == 0xF0 ? 4
-                                          : 1;
-    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
-    for (int k = 1; k < len && i + static_cast<size_t>(k) < s.size(); ++k) {
-      cp = (cp << 6) | (static_cast<uint8_t>(s[i + static_cast<size_t>(k)]) & 0x3F);
-    }
-    out.push_back(cp);
-    i += static_cast<size_t>(len);
-  }
-  return out;
-}
-
 class ExceptCompiler {
  public:
   struct TrieNode {
@@ -882,10 +862,10 @@ Result<int> CompileRegexExcept(std::string_view pattern, std::span<const std::st
   if (excluded.empty()) return CompileRegex(pattern, builder);
   KV_ASSIGN_OR_RETURN(Node root, Parser(pattern).Parse());
   // Only the pattern's own strings need excluding; the others would only grow the trie.
-  std::vector<std::vector<uint32_t>> names;
+  std::vector<std::vector<char32_t>> names;
   int64_t work = 0;
   for (const std::string& name : excluded) {
-    std::vector<uint32_t> cps = DecodeUtf8(name);
+    std::vector<char32_t> cps = DecodeUtf8(name);
     std::optional<Node> rest = root;
     for (size_t i = 0; i < cps.size() && rest; ++i) {
       rest = Derive(*rest, cps[i]);
@@ -900,7 +880,7 @@ Result<int> CompileRegexExcept(std::string_view pattern, std::span<const std::st
   if (names.empty()) return CompileRegex(pattern, builder);
   std::vector<ExceptCompiler::TrieNode> trie(1);
   int64_t num_codepoints = 0;
-  for (const std::vector<uint32_t>& name : names) {
+  for (const std::vector<char32_t>& name : names) {
     size_t at = 0;
     for (uint32_t cp : name) {
       if (++num_codepoints > kMaxExceptCodepoints) {

@@ -388,7 +388,6 @@ void TokenMasker::ComputeLocked(const State& state, TokenBits* out) {
   if (state.empty()) return;
   if (states_.size() >= kMaxInternedStates) ResetStatesLocked();
   const int32_t root = InternLocked(state);
-  ids_[0] = root;
   const auto [major, count] = MajorityLocked(root);
   const bool into_loop =
       major != root && count >= kMinLoopBytes && MajorityLocked(major).first == major;
