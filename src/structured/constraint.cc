@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <bit>
+#include <cmath>
+#include <limits>
+
 #include "structured/gbnf.h"
 #include "structured/regex.h"
 
@@ -196,7 +200,88 @@ CompileStats ConstraintCompiler::stats() const {
 ConstraintProcessor::ConstraintProcessor(std::shared_ptr<TokenMasker> masker)
     : masker_(std::move(masker)),
       state_(masker_->Initial()),
-      active_(masker_->trigger().text.empty()) {}
+      active_(masker_->trigger().text.empty()) {
+  if (masker_->grammar().has_unique_arrays()) unique_.emplace();
+}
+
+void ConstraintProcessor::AcceptBytes(std::string_view bytes) {
+  if (!unique_) {
+    masker_->AcceptBytes(&state_, bytes);
+    return;
+  }
+  // The grammar takes the bytes in runs; a run ends before each '[' outside a string, where
+  // the state says whether that '[' opens a unique array.
+  size_t run = 0;
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    const auto b = static_cast<uint8_t>(bytes[k]);
+    bool opens = false;
+    if (b == '[' && !unique_->InString()) {
+      if (!masker_->AcceptBytes(&state_, bytes.substr(run, k - run))) return;
+      run = k;
+      opens = masker_->OpensUniqueArray(state_);
+    }
+    if (!unique_->Feed(b, opens)) {
+      state_.clear();  // a duplicate item: only possible past the mask
+      return;
+    }
+  }
+  masker_->AcceptBytes(&state_, bytes.substr(run));
+}
+
+void ConstraintProcessor::MaskDuplicates(std::span<float> logits) {
+  const TokenVocab& vocab = masker_->vocab();
+  std::string ahead;
+  const auto check = [&](TokenId t) {
+    float& logit = logits[static_cast<size_t>(t)];
+    if (!std::isfinite(logit)) return;
+    const std::string& piece = vocab.piece(t);
+    UniqueItemsTracker::TrialOutcome outcome = unique_->Trial(piece);
+    if (outcome == UniqueItemsTracker::TrialOutcome::kAtRisk) {
+      // The token leaves an item that equals an earlier one if it ends now: a dead end unless
+      // the grammar allows a next byte that does not end it so (one byte of lookahead: a
+      // number of bounded digits, a string of bounded length).
+      State after = state_;
+      outcome = UniqueItemsTracker::TrialOutcome::kDuplicate;
+      if (masker_->AcceptBytes(&after, piece)) {
+        const ByteSet next = masker_->NextBytes(after);
+        for (int b = 0; b < 256; ++b) {
+          if (!next.Has(static_cast<uint8_t>(b))) continue;
+          ahead.assign(piece).push_back(static_cast<char>(b));
+          if (unique_->Trial(ahead) != UniqueItemsTracker::TrialOutcome::kDuplicate) {
+            outcome = UniqueItemsTracker::TrialOutcome::kFine;
+            break;
+          }
+        }
+      }
+    }
+    if (outcome == UniqueItemsTracker::TrialOutcome::kDuplicate) {
+      logit = -std::numeric_limits<float>::infinity();
+    }
+  };
+  // Candidates: in a unique array, inside a string only tokens with a '"' can complete the item,
+  // elsewhere any allowed token; inside an array or object item only tokens that close one;
+  // outside, only tokens that open an array and write an item.
+  std::span<const TokenId> candidates = vocab.open_list_tokens();
+  if (unique_->InUniqueArray()) {
+    if (!unique_->InString()) {
+      const TokenBits allowed = masker_->Allowed(state_);
+      for (size_t w = 0; w < allowed.size(); ++w) {
+        for (uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+          check(static_cast<TokenId>(w * 64 + static_cast<size_t>(std::countr_zero(bits))));
+        }
+      }
+      return;
+    }
+    for (const std::string& rest : unique_->StringRemainders()) {
+      const std::vector<TokenId> t = vocab.LongestMatch(rest, 1);
+      if (!t.empty() && vocab.piece(t[0]) == rest) check(t[0]);
+    }
+    candidates = vocab.quote_tokens();
+  } else if (unique_->InItem()) {
+    candidates = vocab.close_tokens();
+  }
+  for (const TokenId t : candidates) check(t);
+}
 
 void ConstraintProcessor::Advance(const TokenHistory& history) {
   const std::span<const TokenId> generated = history.generated();
@@ -212,7 +297,7 @@ void ConstraintProcessor::Advance(const TokenHistory& history) {
                                          : text_.find(trigger.text);
       if (at != std::string::npos) {
         active_ = true;
-        masker_->AcceptBytes(&state_, std::string_view(text_).substr(at));
+        AcceptBytes(std::string_view(text_).substr(at));
         text_.clear();
       } else if (text_.size() >= trigger.text.size()) {
         if (trigger.at_start) {
@@ -227,18 +312,27 @@ void ConstraintProcessor::Advance(const TokenHistory& history) {
   for (; consumed_ < generated.size(); ++consumed_) {
     // A refused token (only possible if something outside the mask chose it) leaves an empty
     // state, which allows only the end of generation.
-    if (!state_.empty()) masker_->Accept(&state_, generated[consumed_]);
+    if (state_.empty()) continue;
+    const TokenId t = generated[consumed_];
+    if (unique_ && t >= 0 && t < masker_->vocab().size() && !masker_->vocab().is_eog(t) &&
+        !masker_->vocab().piece(t).empty()) {
+      AcceptBytes(masker_->vocab().piece(t));
+    } else {
+      masker_->Accept(&state_, t);
+    }
   }
 }
 
 void ConstraintProcessor::Process(std::span<float> logits, const TokenHistory& history) {
   Advance(history);
-  if (active_) masker_->Apply(state_, logits);
+  if (!active_) return;
+  masker_->Apply(state_, logits);
+  if (unique_ && !state_.empty()) MaskDuplicates(logits);
 }
 
 std::string ConstraintProcessor::ForcedBytes(const TokenHistory& history, size_t max_bytes) {
   Advance(history);
-  if (!active_ || state_.empty()) return {};
+  if (!active_ || state_.empty() || (unique_ && unique_->InUniqueArray())) return {};
   return masker_->ForcedBytes(state_, max_bytes);
 }
 

@@ -9,7 +9,9 @@
 //     mask cache across requests;
 //   - with the start state's mask computed at compile time, off the engine thread.
 // ConstraintProcessor is the LogitsProcessor a sequence's Sampler runs first: it advances the
-// parse over the tokens the sequence generated since the last step and masks the logits.
+// parse over the tokens the sequence generated since the last step and masks the logits. Where
+// the grammar has unique arrays it also tracks their items (unique_items.h) and masks the
+// tokens that would complete a duplicate.
 //
 // Thread safety: ConstraintCompiler is thread-safe (server workers compile concurrently);
 // a ConstraintProcessor belongs to one Sampler.
@@ -19,15 +21,17 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "kvserve/status.h"
 #include "sample/logits_processor.h"
-#include "tokenizer/chat_template.h"
 #include "structured/json_schema.h"
 #include "structured/token_masker.h"
+#include "structured/unique_items.h"
+#include "tokenizer/chat_template.h"
 
 namespace kvserve::structured {
 
@@ -111,14 +115,19 @@ class ConstraintProcessor final : public LogitsProcessor {
   // A lazy constraint: whether its trigger has appeared (always true for others).
   bool active() const { return active_; }
   // The bytes every continuation must start with after the tokens in `history` (at most
-  // max_bytes; empty when there is a choice, the structure may end, or a lazy constraint has
-  // not triggered): jump-forward's input.
+  // max_bytes; empty when there is a choice, the structure may end, a lazy constraint has
+  // not triggered, or inside a unique array): jump-forward's input.
   std::string ForcedBytes(const TokenHistory& history, size_t max_bytes);
 
  private:
   void Advance(const TokenHistory& history);
+  // Advances the parse (and the unique items) over output bytes.
+  void AcceptBytes(std::string_view bytes);
+  // Masks the tokens the grammar allows that would complete a duplicate item.
+  void MaskDuplicates(std::span<float> logits);
 
   std::shared_ptr<TokenMasker> masker_;
+  std::optional<UniqueItemsTracker> unique_;  // where the grammar has unique arrays
   State state_;
   size_t consumed_ = 0;  // generated tokens already advanced over
   bool active_ = true;

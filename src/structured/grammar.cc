@@ -190,15 +190,14 @@ int GrammarBuilder::Repeat(std::string name, const Sequence& seq, int64_t min, i
   return Alternatives(std::move(name), {std::move(body)});
 }
 
-bool MemberSetSpec::CanFinish(uint64_t taken, int64_t count) const {
-  const auto k = static_cast<int>(members.size());
-  const uint64_t all = k >= 64 ? ~uint64_t{0} : (uint64_t{1} << k) - 1;
+bool MemberSetSpec::CanFinish(const MemberBits& taken, int64_t count) const {
+  const MemberBits all = MemberBits::FirstN(members.size());
   // t further members: every missing required one, enough for the minimum, within the maximum
   // and, without an extra member, within the members left.
-  const int64_t t_lo = std::max<int64_t>(std::popcount(required & ~taken), min_count - count);
+  const int64_t t_lo = std::max<int64_t>((required & ~taken).Count(), min_count - count);
   int64_t t_hi = max_count < 0 ? std::numeric_limits<int64_t>::max() : max_count - count;
-  if (extra < 0) t_hi = std::min<int64_t>(t_hi, std::popcount(all & ~taken));
-  return (required & ~all) == 0 && t_lo <= t_hi;
+  if (extra < 0) t_hi = std::min<int64_t>(t_hi, (all & ~taken).Count());
+  return (required & ~all).Empty() && t_lo <= t_hi;
 }
 
 Symbol GrammarBuilder::Set(std::string name, MemberSetSpec spec) {
@@ -302,7 +301,7 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
       return InvalidArgument(fmt::format("member set '{}' has over {} members or an unknown one",
                                          set.name, MemberSetSpec::kMaxMembers));
     }
-    if (!spec.CanFinish(0, 0)) {
+    if (!spec.CanFinish(MemberBits{}, 0)) {
       return InvalidArgument(fmt::format(
           "member set '{}': no list of its members meets its required members and count bounds",
           set.name));
@@ -315,18 +314,18 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
     const auto prod = [&productive](int r) { return r >= 0 && productive[static_cast<size_t>(r)]; };
     MemberSetSpec usable = set.spec;
     usable.members.clear();
-    usable.required = 0;
+    usable.required = MemberBits{};
     for (size_t i = 0; i < set.spec.members.size(); ++i) {
-      const bool required = (set.spec.required >> i) & 1;
+      const bool required = set.spec.required.Has(i);
       if (!prod(set.spec.members[i]) || !prod(set.after_separator[i])) {
         if (required) return false;
         continue;
       }
-      if (required) usable.required |= uint64_t{1} << usable.members.size();
+      if (required) usable.required |= MemberBits::Bit(usable.members.size());
       usable.members.push_back(set.spec.members[i]);
     }
     if (!prod(set.spec.extra) || !prod(set.extra_after_separator)) usable.extra = -1;
-    return usable.CanFinish(0, 0);
+    return usable.CanFinish(MemberBits{}, 0);
   };
   for (bool changed = true; changed;) {
     changed = false;
@@ -422,6 +421,19 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
       g.symbols_.push_back(Symbol{Symbol::Kind::kEnd, static_cast<int32_t>(r)});
     }
   }
+  for (int r : unique_rules_) {
+    if (!valid_rule(r)) return InvalidArgument("a unique array refers to an unknown rule");
+    g.unique_open_.resize(g.symbols_.size(), 0);
+    for (int32_t pos : g.rule_alts_[static_cast<size_t>(r)]) {
+      const Symbol& open = g.symbols_[static_cast<size_t>(pos)];
+      if (open.kind != Symbol::Kind::kBytes ||
+          g.byte_sets_[static_cast<size_t>(open.index)] != ByteSet::Single('[')) {
+        return InvalidArgument(fmt::format("unique array '{}' does not start with '['",
+                                           rules_[static_cast<size_t>(r)].name));
+      }
+      g.unique_open_[static_cast<size_t>(pos)] = 1;
+    }
+  }
   return g;
 }
 
@@ -477,7 +489,7 @@ std::string Grammar::SymbolString(const Symbol& s) const {
   std::string out = "set{";
   for (size_t i = 0; i < spec.members.size(); ++i) {
     out += fmt::format("{}{}{}", i == 0 ? "" : " ", rule(spec.members[i]),
-                       (spec.required >> i) & 1 ? "!" : "");
+                       spec.required.Has(i) ? "!" : "");
   }
   if (spec.extra >= 0) out += fmt::format(" {}*", rule(spec.extra));
   out += " /";

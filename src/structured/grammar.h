@@ -24,6 +24,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -60,24 +61,59 @@ struct Symbol {
 using Sequence = std::vector<Symbol>;
 
 // What a kSet symbol matches: members[i] at most once each, in any order; `extra` (-1: none) any
-// number of times once every required member is written; `separator` between two members;
-// every member whose bit is in `required`; min_count..max_count members in all, extras included
-// (max_count -1: unbounded). Extras wait for the required members so that a model cannot put
-// them off forever behind extras (a loop of extra keys is how small models fail to end objects).
+// number of times, but at most `early_extras` of them before every required member is written;
+// `separator` between two members; every member whose bit is in `required`; min_count..max_count
+// members in all, extras included (max_count -1: unbounded). The budget of early extras keeps a
+// model from putting the required members off forever behind extras (a loop of extra keys is
+// how small models fail to end objects) while still taking the usual leading extra ("$schema").
+// A set of members by index, up to MemberSetSpec::kMaxMembers.
+struct MemberBits {
+  std::array<uint64_t, 2> w{};
+
+  constexpr MemberBits() = default;
+  // Members 0..63 from a 64-bit mask (implicit: a plain mask reads as one).
+  constexpr MemberBits(uint64_t lo) : w{lo, 0} {}  // NOLINT(google-explicit-constructor)
+  constexpr MemberBits(uint64_t lo, uint64_t hi) : w{lo, hi} {}
+
+  static MemberBits Bit(size_t i) {
+    MemberBits b;
+    b.w[i >> 6] = uint64_t{1} << (i & 63);
+    return b;
+  }
+  // Members [0, n).
+  static MemberBits FirstN(size_t n) {
+    MemberBits b;
+    for (size_t i = 0; i < b.w.size(); ++i) {
+      const size_t lo = i * 64;
+      b.w[i] = n >= lo + 64 ? ~uint64_t{0} : n > lo ? (uint64_t{1} << (n - lo)) - 1 : 0;
+    }
+    return b;
+  }
+  bool Has(size_t i) const { return (w[i >> 6] >> (i & 63)) & 1; }
+  bool Empty() const { return (w[0] | w[1]) == 0; }
+  int Count() const { return std::popcount(w[0]) + std::popcount(w[1]); }
+  MemberBits operator|(const MemberBits& o) const { return {w[0] | o.w[0], w[1] | o.w[1]}; }
+  MemberBits operator&(const MemberBits& o) const { return {w[0] & o.w[0], w[1] & o.w[1]}; }
+  MemberBits operator~() const { return {~w[0], ~w[1]}; }
+  MemberBits& operator|=(const MemberBits& o) { return *this = *this | o; }
+  bool operator==(const MemberBits&) const = default;
+};
+
 struct MemberSetSpec {
-  static constexpr int kMaxMembers = 64;  // the taken members are one 64-bit mask
+  static constexpr int kMaxMembers = 128;  // the taken members are one MemberBits
 
   std::vector<int> members;  // rules, none nullable; at most kMaxMembers
   int extra = -1;            // a rule, not nullable
   Sequence separator;
-  uint64_t required = 0;
+  MemberBits required;
   int64_t min_count = 0;
   int64_t max_count = -1;
+  int early_extras = 0;
 
   // Whether, with the members in `taken` written and `count` members in all, some list of
   // further members meets the required members and the count bounds (the matcher offers no
   // member after which none does, so every prefix it accepts can still finish).
-  bool CanFinish(uint64_t taken, int64_t count) const;
+  bool CanFinish(const MemberBits& taken, int64_t count) const;
 };
 
 // A member set as the matcher walks it: the spec, plus for each member (and the extra) the rule
@@ -89,7 +125,7 @@ struct MemberSet {
   int extra_after_separator = -1;
 
   // Whether the set can match nothing: no member required and none needed by the count.
-  bool nullable() const { return spec.required == 0 && spec.min_count == 0; }
+  bool nullable() const { return spec.required.Empty() && spec.min_count == 0; }
 };
 
 // A code point range [lo, hi], for CodepointClass.
@@ -116,6 +152,13 @@ class Grammar {
   const MemberSet& member_set(int32_t id) const { return sets_[static_cast<size_t>(id)]; }
   // Whether the rule can derive the empty string.
   bool nullable(int rule) const { return nullable_[static_cast<size_t>(rule)] != 0; }
+  // Whether the kBytes symbol at `pos` is the '[' of an array whose items must be distinct
+  // (GrammarBuilder::MarkUniqueArray). The grammar itself does not compare items: the
+  // ConstraintProcessor does, with a UniqueItemsTracker (unique_items.h).
+  bool opens_unique_array(int32_t pos) const {
+    return !unique_open_.empty() && unique_open_[static_cast<size_t>(pos)] != 0;
+  }
+  bool has_unique_arrays() const { return !unique_open_.empty(); }
 
   // A readable dump in GBNF-like syntax (tests and --debug output).
   std::string ToString() const;
@@ -130,6 +173,7 @@ class Grammar {
   std::vector<ByteSet> byte_sets_;
   std::vector<MemberSet> sets_;
   std::vector<uint8_t> nullable_;
+  std::vector<uint8_t> unique_open_;  // [num_symbols] or empty: no unique array
   int start_ = 0;
 };
 
@@ -165,6 +209,12 @@ class GrammarBuilder {
   // surrogates when negated), as UTF-8. Cached by content.
   int CodepointClass(std::vector<CodepointRange> ranges, bool negated);
 
+  // Marks `rule` as an array whose items must be distinct JSON values: each alternative starts
+  // with its '[' byte. Its items must be scalars (strings, numbers, booleans, null), which is
+  // what UniqueItemsTracker compares; the rule should be a fresh AddRule, not one the
+  // combinators above may share with an unmarked array.
+  void MarkUniqueArray(int rule) { unique_rules_.push_back(rule); }
+
   // Validates and flattens. An InvalidArgument status naming the offending rule, or saying the
   // grammar is over kMaxSymbols symbols.
   Result<Grammar> Build(int start_rule) const;
@@ -183,6 +233,7 @@ class GrammarBuilder {
   std::vector<ByteSet> byte_sets_;
   std::vector<MemberSet> sets_;
   std::unordered_map<std::string, int> class_cache_;
+  std::vector<int> unique_rules_;
   int64_t num_symbols_ = 0;
   bool too_large_ = false;  // a Repeat was refused before it built over kMaxSymbols
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();

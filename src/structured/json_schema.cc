@@ -55,6 +55,9 @@ using Sym = GrammarBuilder;  // for Sym::Ref
 
 constexpr int kMaxCompiledSchemas = 20000;  // schema nodes compiled, refs and merges included
 constexpr int kMaxNesting = 64;             // objects and arrays inside one another while compiling
+// Extra keys an object may hold before its last required property ("$schema" and the like lead
+// real documents; more would let a small model put the required ones off forever).
+constexpr int kEarlyExtraKeys = 2;
 using enum json_schema_internal::TypeBits;
 
 // `patterns` (ECMA-262, as JSON Schema's patterns are) compiled for searching names.
@@ -508,7 +511,8 @@ Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
 
 // The members of an object in any order, as JSON Schema allows: a member set (grammar.h) of the
 // listed properties, each at most once and the required ones always, with extra_pair (-1: none)
-// anywhere among them and min_props..max_props members in all (-1: unbounded).
+// anywhere among them (at most kEarlyExtraKeys before the last required one) and
+// min_props..max_props members in all (-1: unbounded).
 // REQUIRES: props.size() <= MemberSetSpec::kMaxMembers.
 MemberSetSpec Compiler::ObjectSet(const std::vector<Prop>& props, const std::vector<int>& values,
                                   int extra_pair, int64_t min_props, int64_t max_props) {
@@ -521,9 +525,10 @@ MemberSetSpec Compiler::ObjectSet(const std::vector<Prop>& props, const std::vec
     pair.push_back(Sym::Ref(values[i]));
     Ws(&pair);
     spec.members.push_back(b_->Alternatives("member " + props[i].name, {std::move(pair)}));
-    if (props[i].required) spec.required |= uint64_t{1} << i;
+    if (props[i].required) spec.required |= MemberBits::Bit(i);
   }
   spec.extra = extra_pair;
+  spec.early_extras = kEarlyExtraKeys;
   spec.separator = {Byte(',')};
   Ws(&spec.separator);
   spec.min_count = std::max<int64_t>(min_props, 0);
@@ -804,23 +809,18 @@ Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
     return InvalidArgument(fmt::format("'prefixItems' at {} must be an array", Where(path)));
   }
   const auto k = static_cast<int64_t>(prefix.size());
+  bool unique = false;
   if (s.value("uniqueItems", false) == true) {
     // Exact where the items take a few known values (enum, const, boolean, null) and there is
-    // no prefix; otherwise at most one item, which is always unique (a grammar cannot compare
-    // items of an unbounded language).
+    // no prefix: a grammar rule per set of values used. Otherwise the array is marked and the
+    // ConstraintProcessor compares the items as they are written (unique_items.h).
     if (k == 0 && (items.is_object() || items.is_boolean())) {
       KV_ASSIGN_OR_RETURN(const json flat, FlattenSchema(root_, items, Child(path, "items"), 0));
       if (std::optional<json> domain = FiniteDomain(flat)) {
         return UniqueArrayRule(*domain, std::max<int64_t>(min_items, 0), max_items, path);
       }
     }
-    if (min_items > 1) {
-      return InvalidArgument(fmt::format(
-          "unsupported 'uniqueItems' at {}: with minItems over 1 it needs items from a few known "
-          "values (enum, const, boolean)",
-          Where(path)));
-    }
-    max_items = max_items < 0 ? 1 : std::min<int64_t>(max_items, 1);
+    unique = true;
   }
   if (items == false) max_items = max_items < 0 ? k : std::min(max_items, k);
   const int64_t lo = std::max<int64_t>(min_items, 0);
@@ -874,7 +874,11 @@ Result<int> Compiler::ArrayRule(const json& s, const std::string& path) {
   Sequence arr = {Byte('[')};
   Ws(&arr);
   arr.insert(arr.end(), {Sym::Ref(state), Byte(']')});
-  return b_->Alternatives("array", {std::move(arr)});
+  if (!unique) return b_->Alternatives("array", {std::move(arr)});
+  const int rule = b_->AddRule("unique-array");  // never shared with an unmarked array
+  b_->AddAlternative(rule, std::move(arr));
+  b_->MarkUniqueArray(rule);
+  return rule;
 }
 
 }  // namespace

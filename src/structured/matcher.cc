@@ -11,10 +11,11 @@ void SortUnique(State* s) {
   s->erase(std::unique(s->begin(), s->end()), s->end());
 }
 
-uint64_t NodeHash(int32_t pos, int32_t parent, uint64_t taken, int32_t count) {
+uint64_t NodeHash(int32_t pos, int32_t parent, const MemberBits& taken, int32_t count) {
   uint64_t h =
       (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
-  h = (h ^ taken) * 0x9E3779B97F4A7C15ull;
+  h = (h ^ taken.w[0]) * 0x9E3779B97F4A7C15ull;
+  h = (h ^ taken.w[1]) * 0x9E3779B97F4A7C15ull;
   h = (h ^ static_cast<uint32_t>(count) ^ (h >> 29)) * 0xBF58476D1CE4E5B9ull;
   return h ^ (h >> 32);
 }
@@ -29,9 +30,9 @@ void StackArena::GrowIndex() {
   const size_t mask = size - 1;
   for (size_t id = 0; id < nodes_.size(); ++id) {
     const Node& n = nodes_[id];
-    const SetProgress p =
-        n.progress >= 0 ? progress_[static_cast<size_t>(n.progress)] : SetProgress{0, -1};
-    size_t slot = NodeHash(n.pos, n.parent, p.taken, p.count) & mask;
+    const SetProgress p = n.progress >= 0 ? progress_[static_cast<size_t>(n.progress)]
+                                          : SetProgress{MemberBits{}, -1, 0};
+    size_t slot = NodeHash(n.pos, n.parent, p.taken, p.count + (p.early << 24)) & mask;
     while (index_[slot] >= 0) slot = (slot + 1) & mask;
     index_[slot] = static_cast<int32_t>(id);
   }
@@ -39,10 +40,10 @@ void StackArena::GrowIndex() {
 
 int32_t StackArena::FindOrAdd(int32_t pos, int32_t parent, const SetProgress* progress) {
   // A plain frame hashes as progress {0, -1}, which no set frame has (counts are >= 0).
-  const SetProgress p = progress != nullptr ? *progress : SetProgress{0, -1};
+  const SetProgress p = progress != nullptr ? *progress : SetProgress{MemberBits{}, -1, 0};
   if ((nodes_.size() + 1) * 2 > index_.size()) GrowIndex();
   const size_t mask = index_.size() - 1;
-  size_t slot = NodeHash(pos, parent, p.taken, p.count) & mask;
+  size_t slot = NodeHash(pos, parent, p.taken, p.count + (p.early << 24)) & mask;
   for (;; slot = (slot + 1) & mask) {
     const int32_t id = index_[slot];
     if (id < 0) break;
@@ -50,7 +51,7 @@ int32_t StackArena::FindOrAdd(int32_t pos, int32_t parent, const SetProgress* pr
     if (n.pos != pos || n.parent != parent || (n.progress >= 0) != (progress != nullptr)) continue;
     if (progress == nullptr) return id;
     const SetProgress& q = progress_[static_cast<size_t>(n.progress)];
-    if (q.taken == p.taken && q.count == p.count) return id;
+    if (q.taken == p.taken && q.count == p.count && q.early == p.early) return id;
   }
   int32_t progress_index = -1;
   if (progress != nullptr) {
@@ -83,18 +84,20 @@ void StackArena::ExpandSet(int32_t pos, int32_t parent, SetProgress progress, St
   const int64_t cap = spec.max_count >= 0 ? spec.max_count : std::max<int64_t>(spec.min_count, 1);
   const auto count = static_cast<int32_t>(std::min<int64_t>(progress.count + 1, cap));
   const bool first = progress.count == 0;
-  const auto offer = [&](int rule, uint64_t taken) {
+  const auto offer = [&](int rule, const MemberBits& taken, int32_t early) {
     if (!spec.CanFinish(taken, count)) return;  // a dead end: never let a prefix into it
-    const int32_t ret = SetNodeFor(pos, parent, SetProgress{taken, count});
+    if ((taken & spec.required) == spec.required) early = 0;
+    const int32_t ret = SetNodeFor(pos, parent, SetProgress{taken, count, early});
     for (int32_t alt : g.alternatives(rule)) Expand(alt, ret, out);
   };
   for (size_t i = 0; i < spec.members.size(); ++i) {
-    const uint64_t bit = uint64_t{1} << i;
-    if (progress.taken & bit) continue;
-    offer(first ? spec.members[i] : set.after_separator[i], progress.taken | bit);
+    if (progress.taken.Has(i)) continue;
+    offer(first ? spec.members[i] : set.after_separator[i], progress.taken | MemberBits::Bit(i),
+          progress.early);
   }
-  if (spec.extra >= 0 && required_written)
-    offer(first ? spec.extra : set.extra_after_separator, progress.taken);
+  if (spec.extra >= 0 && (required_written || progress.early < spec.early_extras)) {
+    offer(first ? spec.extra : set.extra_after_separator, progress.taken, progress.early + 1);
+  }
 }
 
 void StackArena::Expand(int32_t pos, int32_t parent, State* out) {

@@ -10,13 +10,14 @@
 // refused left recursion, so expansion always ends.
 //
 // NOTE: a member set (grammar.h) is walked with a frame that carries its progress: the members
-// taken (a 64-bit mask) and how many members were written (extras included), so a node is
+// taken (a bit mask) and how many members were written (extras included), so a node is
 // (position, parent, progress), hash-consed on all three. Expanding a set frame offers each
 // member not yet taken (after the separator once one was written), whose return frame is the
 // same set with the member's bit added and the count one higher; the extra member (count one
-// higher, no bit); and leaving the set once every required member is taken and the count reached
-// the minimum. The count never passes the maximum and, without one, saturates at
-// max(minimum, 1), the most any test reads, so an unbounded set reaches finitely many frames.
+// higher, no bit; while a required member is missing, only within the set's budget of early
+// extras, which the progress counts too); and leaving the set once every required member is taken
+// and the count reached the minimum. The count never passes the maximum and, without one, saturates
+// at max(minimum, 1), the most any test reads, so an unbounded set reaches finitely many frames.
 // Members never match the empty string (Build() checks), so expansion still ends.
 //
 // Contract: a StackArena belongs to one compiled constraint and grows as new stacks appear
@@ -52,6 +53,8 @@ class StackArena {
   // The bytes allowed next (union over the stacks' top symbols).
   ByteSet NextBytes(const State& state) const;
   int64_t num_nodes() const { return static_cast<int64_t>(nodes_.size()); }
+  // The position of a stack's top frame: the byte symbol it matches next.
+  int32_t top_position(int32_t stack) const { return nodes_[static_cast<size_t>(stack)].pos; }
 
  private:
   struct Node {
@@ -61,8 +64,9 @@ class StackArena {
   };
   // A set frame's progress: the members taken and the count written (see the NOTE above).
   struct SetProgress {
-    uint64_t taken = 0;
+    MemberBits taken;
     int32_t count = 0;
+    int32_t early = 0;  // extras written while a required member is missing (0 once none is)
   };
   int32_t NodeFor(int32_t pos, int32_t parent);
   int32_t SetNodeFor(int32_t pos, int32_t parent, SetProgress progress);

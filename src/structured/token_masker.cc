@@ -71,6 +71,17 @@ std::shared_ptr<const TokenVocab> TokenVocab::FromPieces(std::vector<std::string
       excluded[static_cast<size_t>(id)] = 1;
   }
   v->BuildTrie(excluded);
+  for (size_t i = 0; i < v->pieces_.size(); ++i) {
+    if (excluded[i]) continue;
+    const std::string& piece = v->pieces_[i];
+    const auto id = static_cast<TokenId>(i);
+    if (piece.find('"') != std::string::npos) v->quote_tokens_.push_back(id);
+    if (piece.find_first_of("]}") != std::string::npos) v->close_tokens_.push_back(id);
+    const size_t open = piece.find('[');
+    if (open != std::string::npos && piece.find(',', open) != std::string::npos) {
+      v->open_list_tokens_.push_back(id);
+    }
+  }
   return v;
 }
 
@@ -486,6 +497,19 @@ void TokenMasker::Apply(const State& state, std::span<float> logits) {
     }
   }
   for (size_t i = n; i < logits.size(); ++i) logits[i] = kMasked;
+}
+
+ByteSet TokenMasker::NextBytes(const State& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return arena_.NextBytes(state);
+}
+
+bool TokenMasker::OpensUniqueArray(const State& state) {
+  if (!grammar_.has_unique_arrays()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::any_of(state.begin(), state.end(), [this](int32_t stack) {
+    return stack >= 0 && grammar_.opens_unique_array(arena_.top_position(stack));
+  });
 }
 
 TokenBits TokenMasker::Allowed(const State& state) {

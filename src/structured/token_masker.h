@@ -85,6 +85,12 @@ class TokenVocab {
         .subspan(static_cast<size_t>(n.tokens_begin), end - static_cast<size_t>(n.tokens_begin));
   }
   int max_depth() const { return max_depth_; }
+  // Tokens whose bytes hold a '"'; a ']' or '}'; a '[' followed later by a ','. The tokens
+  // that can complete a string item, an array or object item, and open an array and complete
+  // an item in it: UniqueItemsTracker's candidates.
+  std::span<const TokenId> quote_tokens() const { return quote_tokens_; }
+  std::span<const TokenId> close_tokens() const { return close_tokens_; }
+  std::span<const TokenId> open_list_tokens() const { return open_list_tokens_; }
   // `bytes` cut into the longest tokens of the trie, left to right (at most max_tokens; it
   // stops where no token matches). Jump-forward's fallback where the tokenizer's own encoding
   // does not spell the bytes back (SentencePiece's leading space).
@@ -121,6 +127,9 @@ class TokenVocab {
   std::vector<uint8_t> eog_mask_;
   std::vector<Node> nodes_;
   std::vector<TokenId> token_ids_;
+  std::vector<TokenId> quote_tokens_;
+  std::vector<TokenId> close_tokens_;
+  std::vector<TokenId> open_list_tokens_;
   int max_depth_ = 0;
   mutable std::mutex covers_mu_;
   mutable std::unordered_map<std::vector<int16_t>, std::shared_ptr<const LoopCover>, CoverKeyHash>
@@ -158,6 +167,10 @@ class TokenMasker {
   bool Accept(State* state, TokenId token);
   // Advances *state over raw bytes (a lazy constraint's text from its trigger on).
   bool AcceptBytes(State* state, std::string_view bytes);
+  // The bytes `state` allows next.
+  ByteSet NextBytes(const State& state);
+  // Whether consuming '[' from `state` opens an array the grammar marks unique (on some stack).
+  bool OpensUniqueArray(const State& state);
   // Sets logits of the tokens `state` does not allow to -inf. An empty state (nothing can
   // follow) allows only end-of-generation tokens.
   void Apply(const State& state, std::span<float> logits);
