@@ -169,6 +169,7 @@ int RunMaskBench(const MaskBenchOptions& options,
     auto masker = compiler.Compile(spec);
     const double compile_ms = Us(Clock::now() - c0) / 1000.0;
     Outcome outcome = Outcome::kPassing;
+    double mask_max_us = 0;  // the slowest mask of this schema
     if (!masker.ok()) {
       const std::string msg = masker.status().message();
       outcome =
@@ -200,6 +201,7 @@ int RunMaskBench(const MaskBenchOptions& options,
           const double us = Us(Clock::now() - t0);
           split.mask_us.push_back(us);
           total.mask_us.push_back(us);
+          mask_max_us = std::max(mask_max_us, us);
           ++split.tokens;
           ++total.tokens;
           if (t < 0 || t >= vocab->size() || !std::isfinite(logits[static_cast<size_t>(t)])) {
@@ -218,6 +220,7 @@ int RunMaskBench(const MaskBenchOptions& options,
         }
       }
     }
+    if (masker.ok()) record["mask_max_us"] = mask_max_us;
     split.Add(outcome);
     total.Add(outcome);
     static const char* kNames[] = {"passing", "compile_error", "timeout", "validation_error",

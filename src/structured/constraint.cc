@@ -258,29 +258,25 @@ void ConstraintProcessor::MaskDuplicates(std::span<float> logits) {
       logit = -std::numeric_limits<float>::infinity();
     }
   };
-  // Candidates: in a unique array, inside a string only tokens with a '"' can complete the item,
-  // elsewhere any allowed token; inside an array or object item only tokens that close one;
-  // outside, only tokens that open an array and write an item.
-  std::span<const TokenId> candidates = vocab.open_list_tokens();
-  if (unique_->InUniqueArray()) {
-    if (!unique_->InString()) {
-      const TokenBits allowed = masker_->Allowed(state_);
-      for (size_t w = 0; w < allowed.size(); ++w) {
-        for (uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
-          check(static_cast<TokenId>(w * 64 + static_cast<size_t>(std::countr_zero(bits))));
-        }
-      }
-      return;
-    }
-    for (const std::string& rest : unique_->StringRemainders()) {
-      const std::vector<TokenId> t = vocab.LongestMatch(rest, 1);
-      if (!t.empty() && vocab.piece(t[0]) == rest) check(t[0]);
-    }
-    candidates = vocab.quote_tokens();
-  } else if (unique_->InItem()) {
-    candidates = vocab.close_tokens();
+  // Candidates: in a unique array, inside a string the tokens with a '"', elsewhere those with a
+  // byte that ends a value, and in both the tokens spelling an earlier item's rest (at risk
+  // without ending anything); inside an array or object item only tokens that close one;
+  // outside, only tokens that open an array and write an item. Each a bitset, met with the
+  // grammar's mask in one pass.
+  if (!unique_->InUniqueArray() && !unique_->InItem()) {
+    for (const TokenId t : vocab.open_list_tokens()) check(t);
+    return;
   }
-  for (const TokenId t : candidates) check(t);
+  const TokenBits* filter = &vocab.close_tokens();
+  if (unique_->InUniqueArray()) {
+    for (const std::string& rest : unique_->Remainders()) {
+      for (const TokenId t : vocab.TokensSpelling(rest)) check(t);
+    }
+    filter = unique_->InString() ? &vocab.quote_tokens() : &vocab.ender_tokens();
+  }
+  candidates_.clear();
+  masker_->AllowedIn(state_, *filter, &candidates_);
+  for (const TokenId t : candidates_) check(t);
 }
 
 void ConstraintProcessor::Advance(const TokenHistory& history) {

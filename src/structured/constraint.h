@@ -128,6 +128,7 @@ class ConstraintProcessor final : public LogitsProcessor {
 
   std::shared_ptr<TokenMasker> masker_;
   std::optional<UniqueItemsTracker> unique_;  // where the grammar has unique arrays
+  std::vector<TokenId> candidates_;           // MaskDuplicates scratch
   State state_;
   size_t consumed_ = 0;  // generated tokens already advanced over
   bool active_ = true;

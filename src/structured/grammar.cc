@@ -212,12 +212,14 @@ Symbol GrammarBuilder::Set(std::string name, MemberSetSpec spec) {
     seq.push_back(Ref(m));
     set.after_separator.push_back(Alternatives(after(m), {std::move(seq)}));
   }
-  set.extra_after_separator = spec.extra;
-  if (spec.extra >= 0 && !spec.separator.empty()) {
+  const auto after_separator = [&](int rule) {
+    if (rule < 0 || spec.separator.empty()) return rule;
     Sequence seq = spec.separator;
-    seq.push_back(Ref(spec.extra));
-    set.extra_after_separator = Alternatives(after(spec.extra), {std::move(seq)});
-  }
+    seq.push_back(Ref(rule));
+    return Alternatives(after(rule), {std::move(seq)});
+  };
+  set.extra_after_separator = after_separator(spec.extra);
+  set.early_extra_after_separator = after_separator(spec.early_extra);
   set.name = std::move(name);
   set.spec = std::move(spec);
   num_symbols_ += static_cast<int64_t>(set.spec.members.size() + set.spec.separator.size());
@@ -297,7 +299,8 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
     const auto k = static_cast<int64_t>(spec.members.size());
     if (k > MemberSetSpec::kMaxMembers ||
         !std::all_of(spec.members.begin(), spec.members.end(), valid_rule) ||
-        (spec.extra >= 0 && !valid_rule(spec.extra))) {
+        (spec.extra >= 0 && !valid_rule(spec.extra)) ||
+        (spec.early_extra >= 0 && !valid_rule(spec.early_extra))) {
       return InvalidArgument(fmt::format("member set '{}' has over {} members or an unknown one",
                                          set.name, MemberSetSpec::kMaxMembers));
     }
@@ -325,6 +328,7 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
       usable.members.push_back(set.spec.members[i]);
     }
     if (!prod(set.spec.extra) || !prod(set.extra_after_separator)) usable.extra = -1;
+    usable.early_extra = -1;  // never needed to finish
     return usable.CanFinish(MemberBits{}, 0);
   };
   for (bool changed = true; changed;) {
@@ -362,9 +366,11 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
                                            rules_[static_cast<size_t>(m)].name, set.name));
       }
     }
-    if (set.spec.extra >= 0 && nullable[static_cast<size_t>(set.spec.extra)]) {
-      return InvalidArgument(
-          fmt::format("the extra member of set '{}' can match nothing", set.name));
+    for (int extra : {set.spec.extra, set.spec.early_extra}) {
+      if (extra >= 0 && nullable[static_cast<size_t>(extra)]) {
+        return InvalidArgument(
+            fmt::format("the extra member of set '{}' can match nothing", set.name));
+      }
     }
   }
   // Left recursion: a cycle in "r can start with s".
@@ -378,6 +384,7 @@ Result<Grammar> GrammarBuilder::Build(int start_rule) const {
           const MemberSet& set = sets_[static_cast<size_t>(sym.index)];
           first[r].insert(first[r].end(), set.spec.members.begin(), set.spec.members.end());
           if (set.spec.extra >= 0) first[r].push_back(set.spec.extra);
+          if (set.spec.early_extra >= 0) first[r].push_back(set.spec.early_extra);
           if (!set.nullable()) break;
           continue;
         }
@@ -483,8 +490,8 @@ std::string Grammar::SymbolString(const Symbol& s) const {
     case Symbol::Kind::kSet:
       break;
   }
-  // set{a#1! b#2 extra#3* / "," / 1..*}: members (! required, * the repeatable extra), the
-  // separator, the count bounds.
+  // set{a#1! b#2 extra#3* early#4<=2 / "," / 1..*}: members (! required, * the repeatable extra,
+  // <=n the early extra and its budget), the separator, the count bounds.
   const MemberSetSpec& spec = member_set(s.index).spec;
   std::string out = "set{";
   for (size_t i = 0; i < spec.members.size(); ++i) {
@@ -492,6 +499,8 @@ std::string Grammar::SymbolString(const Symbol& s) const {
                        spec.required.Has(i) ? "!" : "");
   }
   if (spec.extra >= 0) out += fmt::format(" {}*", rule(spec.extra));
+  if (spec.early_extra >= 0)
+    out += fmt::format(" {}<={}", rule(spec.early_extra), spec.early_extras);
   out += " /";
   for (const Symbol& sep : spec.separator) out += fmt::format(" {}", SymbolString(sep));
   out += fmt::format(" / {}..", spec.min_count);

@@ -61,12 +61,18 @@ struct Symbol {
 using Sequence = std::vector<Symbol>;
 
 // What a kSet symbol matches: members[i] at most once each, in any order; `extra` (-1: none) any
-// number of times, but at most `early_extras` of them before every required member is written;
-// `separator` between two members; every member whose bit is in `required`; min_count..max_count
-// members in all, extras included (max_count -1: unbounded). The budget of early extras keeps a
-// model from putting the required members off forever behind extras (a loop of extra keys is
-// how small models fail to end objects) while still taking the usual leading extra ("$schema").
-// A set of members by index, up to MemberSetSpec::kMaxMembers.
+// number of times once every required member is written, and before that `early_extra` (-1:
+// none; a narrower rule than `extra`) at most `early_extras` times, first, ahead of every other
+// member; `separator` between two
+// members; every member whose bit is in `required`; min_count..max_count members in all, extras
+// included (max_count -1: unbounded). Extras wait for the required members so that a model
+// cannot put them off forever behind extras (a loop of extra keys is how small models fail to
+// end objects); the few early ones take what real documents lead with ("$schema": JSON Schema's
+// compiler offers keys that start with '$'), and a narrow rule keeps their masks cheap.
+// A set of members by index, up to MemberSetSpec::kMaxMembers. Room for 128: sets of 65 to 128
+// members matched every order of MaskBench's large objects but made their masks slow (each
+// key position then holds a stack per member left, anew for every set of members taken: over
+// 200 ms for one token of JSON Schema Store's jsconfig), so sets stop at 64 for now.
 struct MemberBits {
   std::array<uint64_t, 2> w{};
 
@@ -100,7 +106,7 @@ struct MemberBits {
 };
 
 struct MemberSetSpec {
-  static constexpr int kMaxMembers = 128;  // the taken members are one MemberBits
+  static constexpr int kMaxMembers = 64;  // see MemberBits
 
   std::vector<int> members;  // rules, none nullable; at most kMaxMembers
   int extra = -1;            // a rule, not nullable
@@ -108,6 +114,7 @@ struct MemberSetSpec {
   MemberBits required;
   int64_t min_count = 0;
   int64_t max_count = -1;
+  int early_extra = -1;  // a rule, not nullable
   int early_extras = 0;
 
   // Whether, with the members in `taken` written and `count` members in all, some list of
@@ -123,6 +130,7 @@ struct MemberSet {
   MemberSetSpec spec;
   std::vector<int> after_separator;  // [members.size()] rules
   int extra_after_separator = -1;
+  int early_extra_after_separator = -1;
 
   // Whether the set can match nothing: no member required and none needed by the count.
   bool nullable() const { return spec.required.Empty() && spec.min_count == 0; }

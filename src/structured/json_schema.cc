@@ -55,9 +55,10 @@ using Sym = GrammarBuilder;  // for Sym::Ref
 
 constexpr int kMaxCompiledSchemas = 20000;  // schema nodes compiled, refs and merges included
 constexpr int kMaxNesting = 64;             // objects and arrays inside one another while compiling
-// Extra keys an object may hold before its last required property ("$schema" and the like lead
-// real documents; more would let a small model put the required ones off forever).
-constexpr int kEarlyExtraKeys = 2;
+// Extra keys that start with '$' an object may lead with before its required properties
+// ("$schema", "$id": real documents do; more would let a small model put the required ones off
+// forever, and any key there would cost masks: see ObjectSet).
+constexpr int kEarlyExtraKeys = 3;
 using enum json_schema_internal::TypeBits;
 
 // `patterns` (ECMA-262, as JSON Schema's patterns are) compiled for searching names.
@@ -511,7 +512,9 @@ Result<std::vector<Compiler::Prop>> Compiler::CollectProperties(const json& s,
 
 // The members of an object in any order, as JSON Schema allows: a member set (grammar.h) of the
 // listed properties, each at most once and the required ones always, with extra_pair (-1: none)
-// anywhere among them (at most kEarlyExtraKeys before the last required one) and
+// anywhere among them once the required ones are written (before that, only the caller's
+// early_extra, at most kEarlyExtraKeys times ahead of every listed one: keys that start with '$',
+// which keep the states and masks past the first member what they are without it) and
 // min_props..max_props members in all (-1: unbounded).
 // REQUIRES: props.size() <= MemberSetSpec::kMaxMembers.
 MemberSetSpec Compiler::ObjectSet(const std::vector<Prop>& props, const std::vector<int>& values,
@@ -528,7 +531,7 @@ MemberSetSpec Compiler::ObjectSet(const std::vector<Prop>& props, const std::vec
     if (props[i].required) spec.required |= MemberBits::Bit(i);
   }
   spec.extra = extra_pair;
-  spec.early_extras = kEarlyExtraKeys;
+  spec.early_extras = kEarlyExtraKeys;  // of the early_extra rule its caller sets
   spec.separator = {Byte(',')};
   Ws(&spec.separator);
   spec.min_count = std::max<int64_t>(min_props, 0);
@@ -719,21 +722,29 @@ Result<int> Compiler::ObjectRule(const json& s, const std::string& path) {
     }
   }
   int extra_pair = -1;
+  int early_pair = -1;  // extra keys that start with '$' (see ObjectSet)
   if (extra_value != false) {
     KV_ASSIGN_OR_RETURN(const int v, Nested(extra_value, Child(path, "additionalProperties")));
-    if (extra_key < 0) extra_key = names.empty() ? GenericString() : ExtraKeyRule(names, b_);
-    Sequence pair = {Sym::Ref(extra_key)};
-    Ws(&pair);
-    pair.push_back(Byte(':'));
-    Ws(&pair);
-    pair.push_back(Sym::Ref(v));
-    Ws(&pair);
-    extra_pair = b_->Alternatives("extra-member", {std::move(pair)});
+    const auto pair_of = [&](int key) {
+      Sequence pair = {Sym::Ref(key)};
+      Ws(&pair);
+      pair.push_back(Byte(':'));
+      Ws(&pair);
+      pair.push_back(Sym::Ref(v));
+      Ws(&pair);
+      return b_->Alternatives("extra-member", {std::move(pair)});
+    };
+    if (extra_key < 0) {
+      extra_key = names.empty() ? GenericString() : ExtraKeyRule(names, b_);
+      early_pair = pair_of(ExtraKeyRule(names, b_, "$"));
+    }
+    extra_pair = pair_of(extra_key);
   }
   Symbol members;
   bool feasible = false;
   if (props.size() <= static_cast<size_t>(MemberSetSpec::kMaxMembers)) {
     MemberSetSpec spec = ObjectSet(props, values, extra_pair, min_props, max_props);
+    spec.early_extra = early_pair;
     feasible = spec.CanFinish(0, 0);
     if (feasible) members = b_->Set("members", std::move(spec));
   } else {

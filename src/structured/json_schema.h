@@ -23,7 +23,8 @@
 // pointer, never silently dropped, except in a form that constrains nothing (then/else without if,
 // if alone, minContains/ maxContains without contains, propertyNames/unevaluated* true or {}).
 // Object members may come in any order, each listed property at most once, required ones
-// always, extra keys anywhere among them once the required ones are written; over 64 listed
+// always, extra keys anywhere among them once the required ones are written (before that, up
+// to three additionalProperties keys that start with '$', ahead of the rest); over 64 listed
 // properties, in the order the schema lists them (schemas are read as nlohmann::ordered_json) with
 // extra keys after them.
 //
@@ -65,7 +66,9 @@
 //   or a property both require with such disjoint schemas; or where each branch only requires
 //   one property (each then forbids the others'). Otherwise refused.
 // - uniqueItems: exact where the items allow at most 10 known values (enum, const, boolean,
-//   null) and there is no prefix: a state per set of values used; otherwise at most one item.
+//   null) and there is no prefix: a state per set of values used. Otherwise exact beside the
+//   grammar: the array's rule is marked (GrammarBuilder::MarkUniqueArray) and matches repeats;
+//   the ConstraintProcessor masks them (unique_items.h).
 // - dependencies and friends: anyOf branches, one per combination of the trigger properties
 //   absent or present (present: required, plus the names or schema it brings).
 // - not: over types removes them; over another not is that schema merged in; over false is

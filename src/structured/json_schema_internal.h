@@ -57,7 +57,9 @@ void AppendFractionalRange(const NumberBound& lower, const NumberBound& upper,
 bool IsDefinedFormat(const std::string& format);
 Result<int> PatternKeyRule(const std::string& pattern, const std::vector<std::string>& excluded,
                            const std::string& path, GrammarBuilder* b);
-int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b);
+// A key (quotes included) other than `names` that starts with `lead` (ASCII; spelt plainly).
+int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b,
+                 std::string_view lead = "");
 Result<int> StringRule(const nlohmann::ordered_json& schema, int json_char, const std::string& path,
                        GrammarBuilder* b);
 

@@ -611,15 +611,16 @@ int MandatoryEscapeRule(const std::set<uint32_t>& skip, GrammarBuilder* b) {
 // A key for an extra property that differs from every listed name: a trie over the names; at
 // each node, end where the prefix is not a name, follow a child, or leave the trie with any
 // other character (unescaped, or an escape of a character JSON must escape) and then any more.
-int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b) {
+int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b, std::string_view lead) {
   struct Node {
     std::map<uint32_t, int> next;
     bool terminal = false;
   };
   std::vector<Node> trie(1);
   for (const std::string& name : names) {
+    if (!name.starts_with(lead)) continue;
     int at = 0;
-    for (const char32_t cp : DecodeUtf8(name)) {
+    for (const char32_t cp : DecodeUtf8(std::string_view(name).substr(lead.size()))) {
       auto it = trie[static_cast<size_t>(at)].next.find(cp);
       if (it == trie[static_cast<size_t>(at)].next.end()) {
         trie.emplace_back();
@@ -662,7 +663,9 @@ int ExtraKeyRule(const std::vector<std::string>& names, GrammarBuilder* b) {
         escaped_children.empty() ? any_escape : MandatoryEscapeRule(escaped_children, b);
     b->AddAlternative(rules[i], {Sym::Ref(escape), Sym::Ref(tail)});
   }
-  return b->Alternatives("extra-key", {{Lit('"', b), Sym::Ref(rules[0])}});
+  Sequence key = b->Literal("\"" + std::string(lead));
+  key.push_back(Sym::Ref(rules[0]));
+  return b->Alternatives("extra-key", {std::move(key)});
 }
 
 }  // namespace kvserve::structured::json_schema_internal

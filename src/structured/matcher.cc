@@ -95,8 +95,13 @@ void StackArena::ExpandSet(int32_t pos, int32_t parent, SetProgress progress, St
     offer(first ? spec.members[i] : set.after_separator[i], progress.taken | MemberBits::Bit(i),
           progress.early);
   }
-  if (spec.extra >= 0 && (required_written || progress.early < spec.early_extras)) {
-    offer(first ? spec.extra : set.extra_after_separator, progress.taken, progress.early + 1);
+  if (spec.extra >= 0 && required_written) {
+    offer(first ? spec.extra : set.extra_after_separator, progress.taken, 0);
+  } else if (spec.early_extra >= 0 && progress.taken.Empty() &&
+             progress.early < spec.early_extras) {
+    // No member taken and required ones missing: whatever was written were early extras.
+    offer(first ? spec.early_extra : set.early_extra_after_separator, progress.taken,
+          progress.early + 1);
   }
 }
 
@@ -168,6 +173,15 @@ void StackArena::Advance(const State& state, uint8_t byte, State* out) {
     ++sources;
   }
   if (sources > 1) SortUnique(out);
+}
+
+void StackArena::AdvanceStacks(std::span<const int32_t> stacks, State* out) {
+  out->clear();
+  for (int32_t stack : stacks) {
+    const State& next = Step(stack);
+    out->insert(out->end(), next.begin(), next.end());
+  }
+  if (stacks.size() > 1) SortUnique(out);
 }
 
 bool StackArena::AdvanceBytes(State* state, std::string_view bytes) {

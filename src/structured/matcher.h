@@ -14,11 +14,12 @@
 // (position, parent, progress), hash-consed on all three. Expanding a set frame offers each
 // member not yet taken (after the separator once one was written), whose return frame is the
 // same set with the member's bit added and the count one higher; the extra member (count one
-// higher, no bit; while a required member is missing, only within the set's budget of early
-// extras, which the progress counts too); and leaving the set once every required member is taken
-// and the count reached the minimum. The count never passes the maximum and, without one, saturates
-// at max(minimum, 1), the most any test reads, so an unbounded set reaches finitely many frames.
-// Members never match the empty string (Build() checks), so expansion still ends.
+// higher, no bit; while a required member is missing, the early extra instead, only ahead of the
+// other members and within the set's budget, which the progress counts too); and leaving the set
+// once every required member is taken and the count reached the minimum. The count never passes the
+// maximum and, without one, saturates at max(minimum, 1), the most any test reads, so an unbounded
+// set reaches finitely many frames. Members never match the empty string (Build() checks), so
+// expansion still ends.
 //
 // Contract: a StackArena belongs to one compiled constraint and grows as new stacks appear
 // (bounded by the distinct stacks the inputs reach); it is not thread-safe: callers serialise
@@ -47,13 +48,17 @@ class StackArena {
   State Initial();
   // The state after `byte`; empty when no stack accepts it.
   void Advance(const State& state, uint8_t byte, State* out);
+  // Advance for stacks known to accept the byte (each stack's top matches it): the union of
+  // their successors, as Advance gives it.
+  void AdvanceStacks(std::span<const int32_t> stacks, State* out);
   // Advance over every byte; false (and *state empty) as soon as a byte is refused.
   bool AdvanceBytes(State* state, std::string_view bytes);
   static bool CanEnd(const State& state) { return !state.empty() && state.front() == kAcceptStack; }
   // The bytes allowed next (union over the stacks' top symbols).
   ByteSet NextBytes(const State& state) const;
   int64_t num_nodes() const { return static_cast<int64_t>(nodes_.size()); }
-  // The position of a stack's top frame: the byte symbol it matches next.
+  // The position of a stack's top frame: the byte symbol it matches next (REQUIRES: not
+  // kAcceptStack).
   int32_t top_position(int32_t stack) const { return nodes_[static_cast<size_t>(stack)].pos; }
 
  private:

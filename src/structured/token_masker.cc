@@ -71,16 +71,21 @@ std::shared_ptr<const TokenVocab> TokenVocab::FromPieces(std::vector<std::string
       excluded[static_cast<size_t>(id)] = 1;
   }
   v->BuildTrie(excluded);
+  const size_t words = (v->pieces_.size() + 63) / 64;
+  for (TokenBits* bits : {&v->quote_tokens_, &v->close_tokens_, &v->ender_tokens_}) {
+    bits->assign(words, 0);
+  }
   for (size_t i = 0; i < v->pieces_.size(); ++i) {
     if (excluded[i]) continue;
     const std::string& piece = v->pieces_[i];
-    const auto id = static_cast<TokenId>(i);
-    if (piece.find('"') != std::string::npos) v->quote_tokens_.push_back(id);
-    if (piece.find_first_of("]}") != std::string::npos) v->close_tokens_.push_back(id);
+    const uint64_t bit = uint64_t{1} << (i & 63);
+    if (piece.find('"') != std::string::npos) v->quote_tokens_[i >> 6] |= bit;
+    if (piece.find_first_of("]}") != std::string::npos) v->close_tokens_[i >> 6] |= bit;
     const size_t open = piece.find('[');
     if (open != std::string::npos && piece.find(',', open) != std::string::npos) {
-      v->open_list_tokens_.push_back(id);
+      v->open_list_tokens_.push_back(static_cast<TokenId>(i));
     }
+    if (piece.find_first_of("\"]}, \t\n\r") != std::string::npos) v->ender_tokens_[i >> 6] |= bit;
   }
   return v;
 }
@@ -112,6 +117,22 @@ std::vector<TokenId> TokenVocab::LongestMatch(std::string_view bytes, int max_to
     pos += best_len;
   }
   return out;
+}
+
+std::span<const TokenId> TokenVocab::TokensSpelling(std::string_view bytes) const {
+  int32_t node = 0;
+  for (const char c : bytes) {
+    const auto b = static_cast<uint8_t>(c);
+    int32_t child = node + 1;
+    const int32_t end = nodes_[static_cast<size_t>(node)].end;
+    while (child < end && nodes_[static_cast<size_t>(child)].byte != b) {
+      child = nodes_[static_cast<size_t>(child)].end;
+    }
+    if (child >= end) return {};
+    node = child;
+  }
+  if (node == 0) return {};
+  return node_tokens(nodes_[static_cast<size_t>(node)]);
 }
 
 void TokenVocab::BuildTrie(const std::vector<uint8_t>& excluded) {
@@ -256,6 +277,7 @@ void TokenMasker::ResetStatesLocked() {
   states_.clear();
   next_.clear();
   loops_.clear();
+  tops_.clear();
   member_of_.clear();
   InternLocked(State{});  // kDeadState
 }
@@ -266,6 +288,7 @@ int32_t TokenMasker::InternLocked(const State& state) {
     states_.push_back(&it->first);
     next_.resize(next_.size() + 256, kUnknownState);
     loops_.emplace_back();
+    tops_.emplace_back();
   }
   return it->second;
 }
@@ -273,9 +296,49 @@ int32_t TokenMasker::InternLocked(const State& state) {
 int32_t TokenMasker::NextLocked(int32_t id, uint8_t byte) {
   const size_t slot = static_cast<size_t>(id) * 256 + byte;
   if (next_[slot] == kUnknownState) {
-    arena_.Advance(*states_[static_cast<size_t>(id)], byte, &scratch_);
-    const int32_t to = scratch_.empty() ? kDeadState : InternLocked(scratch_);
-    next_[slot] = to;  // after InternLocked, which may have moved next_
+    TopGroups& tops = tops_[static_cast<size_t>(id)];
+    if (!tops.known) {
+      by_set_.clear();  // (byte set, stack)
+      for (int32_t stack : *states_[static_cast<size_t>(id)]) {
+        if (stack == kAcceptStack) continue;
+        by_set_.emplace_back(grammar_.symbol(arena_.top_position(stack)).index, stack);
+      }
+      std::sort(by_set_.begin(), by_set_.end());
+      size_t groups = 0;
+      for (size_t k = 0; k < by_set_.size(); ++k) {
+        groups += k == 0 || by_set_[k].first != by_set_[k - 1].first;
+      }
+      std::vector<int32_t>& d = tops.data;
+      d.assign(1 + 2 * groups + by_set_.size(), 0);
+      d[0] = static_cast<int32_t>(groups);
+      size_t g = 0;
+      for (size_t k = 0; k < by_set_.size(); ++k) {
+        if (k > 0 && by_set_[k].first != by_set_[k - 1].first) ++g;
+        d[1 + 2 * g] = by_set_[k].first;
+        d[2 + 2 * g] = static_cast<int32_t>(k + 1);
+        d[1 + 2 * groups + k] = by_set_[k].second;
+        tops.any.AddSet(grammar_.byte_set(by_set_[k].first));
+      }
+      tops.known = true;
+    }
+    int32_t to = kDeadState;
+    if (tops.any.Has(byte)) {
+      accepting_.clear();
+      const int32_t* d = tops.data.data();
+      const int32_t* stacks = d + 1 + 2 * d[0];
+      int32_t begin = 0;
+      for (int32_t g = 0; g < d[0]; ++g) {
+        const int32_t end = d[2 + 2 * g];
+        if (grammar_.byte_set(d[1 + 2 * g]).Has(byte)) {
+          accepting_.insert(accepting_.end(), stacks + begin, stacks + end);
+        }
+        begin = end;
+      }
+      // A state's stacks are sorted, and so within a group: Step sees them as Advance would.
+      arena_.AdvanceStacks(accepting_, &scratch_);
+      if (!scratch_.empty()) to = InternLocked(scratch_);  // may move next_ and tops_
+    }
+    next_[slot] = to;
   }
   return next_[slot];
 }
@@ -497,6 +560,17 @@ void TokenMasker::Apply(const State& state, std::span<float> logits) {
     }
   }
   for (size_t i = n; i < logits.size(); ++i) logits[i] = kMasked;
+}
+
+void TokenMasker::AllowedIn(const State& state, const TokenBits& filter,
+                            std::vector<TokenId>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const TokenBits& mask = MaskLocked(state);
+  for (size_t w = 0; w < mask.size() && w < filter.size(); ++w) {
+    for (uint64_t bits = mask[w] & filter[w]; bits != 0; bits &= bits - 1) {
+      out->push_back(static_cast<TokenId>(w * 64 + static_cast<size_t>(std::countr_zero(bits))));
+    }
+  }
 }
 
 ByteSet TokenMasker::NextBytes(const State& state) {

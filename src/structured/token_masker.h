@@ -85,16 +85,21 @@ class TokenVocab {
         .subspan(static_cast<size_t>(n.tokens_begin), end - static_cast<size_t>(n.tokens_begin));
   }
   int max_depth() const { return max_depth_; }
-  // Tokens whose bytes hold a '"'; a ']' or '}'; a '[' followed later by a ','. The tokens
-  // that can complete a string item, an array or object item, and open an array and complete
-  // an item in it: UniqueItemsTracker's candidates.
-  std::span<const TokenId> quote_tokens() const { return quote_tokens_; }
-  std::span<const TokenId> close_tokens() const { return close_tokens_; }
-  std::span<const TokenId> open_list_tokens() const { return open_list_tokens_; }
+  // Tokens whose bytes hold a '"'; a ']' or '}'; a '[' followed later by a ',' (a list);
+  // a byte that can end a JSON value or follow one ('"', ']', '}', ',', whitespace). The tokens
+  // that can complete a string item, an array or object item, open an array and complete an
+  // item in it, and complete any item: UniqueItemsTracker's candidates.
+  const TokenBits& quote_tokens() const { return quote_tokens_; }
+  const TokenBits& close_tokens() const { return close_tokens_; }
+  std::span<const TokenId> open_list_tokens() const { return open_list_tokens_; }  // a few
+  const TokenBits& ender_tokens() const { return ender_tokens_; }
   // `bytes` cut into the longest tokens of the trie, left to right (at most max_tokens; it
   // stops where no token matches). Jump-forward's fallback where the tokenizer's own encoding
   // does not spell the bytes back (SentencePiece's leading space).
   std::vector<TokenId> LongestMatch(std::string_view bytes, int max_tokens) const;
+  // Every token whose piece is exactly `bytes` (several where byte-fallback tokens spell what a
+  // merged one does); empty when none.
+  std::span<const TokenId> TokensSpelling(std::string_view bytes) const;
 
   // A cover: a small closed set of parse states, numbered from 0 (the state a walk starts
   // from), given by its table `next` [num_states, 256]: the number of the state each byte
@@ -127,9 +132,10 @@ class TokenVocab {
   std::vector<uint8_t> eog_mask_;
   std::vector<Node> nodes_;
   std::vector<TokenId> token_ids_;
-  std::vector<TokenId> quote_tokens_;
-  std::vector<TokenId> close_tokens_;
+  TokenBits quote_tokens_;
+  TokenBits close_tokens_;
   std::vector<TokenId> open_list_tokens_;
+  TokenBits ender_tokens_;
   int max_depth_ = 0;
   mutable std::mutex covers_mu_;
   mutable std::unordered_map<std::vector<int16_t>, std::shared_ptr<const LoopCover>, CoverKeyHash>
@@ -169,6 +175,8 @@ class TokenMasker {
   bool AcceptBytes(State* state, std::string_view bytes);
   // The bytes `state` allows next.
   ByteSet NextBytes(const State& state);
+  // The tokens `state` allows that are also in `filter`, appended to *out.
+  void AllowedIn(const State& state, const TokenBits& filter, std::vector<TokenId>* out);
   // Whether consuming '[' from `state` opens an array the grammar marks unique (on some stack).
   bool OpensUniqueArray(const State& state);
   // Sets logits of the tokens `state` does not allow to -inf. An empty state (nothing can
@@ -226,6 +234,19 @@ class TokenMasker {
   std::vector<const State*> states_;  // [num_states] keys of state_ids_
   std::vector<int32_t> next_;         // [num_states, 256] successor state id per byte
   std::vector<LoopInfo> loops_;       // [num_states] filled for states a walk started from
+  // A state's stacks grouped by the byte set their top matches, for NextLocked: a byte costs a
+  // test per distinct set, not per stack (states inside anyOf-heavy schemas hold hundreds of
+  // stacks over a handful of sets). Filled on a state's first step.
+  struct TopGroups {
+    bool known = false;
+    ByteSet any;  // the union: every other byte leads nowhere
+    // One allocation: [groups], then per group (byte set id, end of its stacks), then the
+    // stacks, grouped.
+    std::vector<int32_t> data;
+  };
+  std::vector<TopGroups> tops_;                      // [num_states]
+  std::vector<int32_t> accepting_;                   // NextLocked scratch
+  std::vector<std::pair<int32_t, int32_t>> by_set_;  // NextLocked scratch
   std::vector<int16_t> member_of_;    // [num_states] LoopLocked scratch: cover number or -1
   std::vector<int32_t> ids_;          // [max_depth + 1] walk scratch: state id per depth
   State scratch_;

@@ -276,17 +276,51 @@ bool UniqueItemsTracker::Feed(uint8_t byte, bool opens_unique) {
   return Step(&lex_, byte, opens_unique, this);
 }
 
-std::vector<std::string> UniqueItemsTracker::StringRemainders() const {
+std::vector<std::string> UniqueItemsTracker::Remainders() const {
   std::vector<std::string> out;
-  if (lex_.mode != Mode::kString || lex_.high != 0 || !InUniqueArray()) return out;
-  const std::string prefix = "s" + lex_.text;
+  if (!InUniqueArray()) return out;
+  // The item so far as a key prefix, and the spelling a key's rest needs (keys hold a string's
+  // decoded bytes and a number's value, which a plain integer or word spells as it is keyed).
+  std::string prefix;
+  switch (lex_.mode) {
+    case Mode::kString:
+      if (lex_.high != 0) return out;
+      prefix = "s" + lex_.text;
+      break;
+    case Mode::kNumber: {
+      const bool plain_integer = std::all_of(lex_.text.begin(), lex_.text.end(), [](char c) {
+        return c == '-' || (c >= '0' && c <= '9');
+      });
+      if (!plain_integer || lex_.text.starts_with("-0") || lex_.text.starts_with("0")) return out;
+      prefix = "n" + lex_.text;
+      break;
+    }
+    case Mode::kWord:
+      prefix = "w" + lex_.text;
+      break;
+    case Mode::kStructure:
+      break;  // an item next: every key is a rest (its first byte below)
+    default:
+      return out;
+  }
   for (const std::string& key : frames_.back().items) {
     if (key.size() <= prefix.size() || !key.starts_with(prefix)) continue;
     std::string rest = key.substr(prefix.size());
-    const bool plain = std::none_of(rest.begin(), rest.end(), [](char c) {
-      return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
-    });
-    if (plain) out.push_back(std::move(rest));
+    if (lex_.mode == Mode::kStructure) {
+      // A whole item: a string's quote, then its text; a number or word as keyed. Arrays and
+      // objects ("a", "o") end only with their bracket, a '"' the check sees anyway.
+      const char kind = rest[0];
+      rest.erase(0, 1);
+      if (kind == 's') {
+        rest.insert(0, 1, '"');
+      } else if (kind != 'n' && kind != 'w') {
+        continue;
+      }
+    }
+    const bool plain = std::none_of(
+        rest.begin() + (lex_.mode == Mode::kStructure ? 1 : 0), rest.end(),
+        [](char c) { return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20; });
+    if (plain && !rest.empty()) out.push_back(std::move(rest));
   }
   return out;
 }

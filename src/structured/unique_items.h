@@ -49,10 +49,11 @@ class UniqueItemsTracker {
   enum class TrialOutcome { kFine, kAtRisk, kDuplicate };
   TrialOutcome Trial(std::string_view bytes) const;
 
-  // Inside a string item of a unique array: for each earlier string item that the string so far
-  // begins, the bytes that would make the two equal (spelt without escapes; none where an
-  // escape would be needed). The tokens spelling them are kAtRisk though they hold no '"'.
-  std::vector<std::string> StringRemainders() const;
+  // In a unique array: for each earlier item that the item so far begins (a string's text, a
+  // plain integer's digits, a word; at an item's start any item but an array or object), the
+  // bytes that would make the two equal (spelt plainly; none where an escape would be needed).
+  // The tokens spelling them may be kAtRisk though they hold no byte that ends an item.
+  std::vector<std::string> Remainders() const;
 
   // Whether the innermost open container is a unique array (an item in progress or next).
   bool InUniqueArray() const { return !frames_.empty() && frames_.back().unique; }

@@ -251,7 +251,7 @@ TEST(GrammarTest, RefusesMemberSetsThatCannotBeWalkedOrMet) {
               std::vector<std::string> names;
               for (int i = 0; i <= MemberSetSpec::kMaxMembers; ++i) names.push_back("m");
               return LiteralSet(b, names, {});
-            }).find("over 128 members"),
+            }).find("over 64 members"),
             std::string::npos);
   // Two required members with at most one member, and a minimum no member list reaches.
   for (auto [required, min, max] : {std::tuple{uint64_t{3}, int64_t{0}, int64_t{1}},

@@ -92,6 +92,7 @@ class UniqueItemsProcessor : public ::testing::Test {
     for (const char* p : {R"("a")", R"(",")", R"("],)", R"(["a","a")", "1,", "0]"}) {
       pieces.emplace_back(p);  // 256...
     }
+    pieces.emplace_back("1");  // 262: a second token spelling "1" (as byte fallback ones do)
     pieces.emplace_back("");  // end of generation
     vocab_ = TokenVocab::FromPieces(pieces, {static_cast<TokenId>(pieces.size() - 1)}, {});
     compiler_ = std::make_unique<ConstraintCompiler>(vocab_, ConstraintCompilerOptions{});
@@ -188,6 +189,7 @@ TEST_F(UniqueItemsProcessor, NoTokenLeadsWhereOnlyARepeatCanFollow) {
       "uniqueItems":true})");
   ASSERT_NE(digits, nullptr);
   EXPECT_FALSE(AllowsAfter(digits, "[0,1,", '1'));
+  EXPECT_FALSE(AllowsAfter(digits, "[0,1,", 262));  // every token that spells it
   EXPECT_TRUE(AllowsAfter(digits, "[0,1,", '2'));
   // Unbounded: "1" may still become "10".
   auto numbers = Compile(R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})");
