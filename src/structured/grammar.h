@@ -60,15 +60,6 @@ struct Symbol {
 
 using Sequence = std::vector<Symbol>;
 
-// What a kSet symbol matches: members[i] at most once each, in any order; `extra` (-1: none) any
-// number of times once every required member is written, and before that `early_extra` (-1:
-// none; a narrower rule than `extra`) at most `early_extras` times, first, ahead of every other
-// member; `separator` between two
-// members; every member whose bit is in `required`; min_count..max_count members in all, extras
-// included (max_count -1: unbounded). Extras wait for the required members so that a model
-// cannot put them off forever behind extras (a loop of extra keys is how small models fail to
-// end objects); the few early ones take what real documents lead with ("$schema": JSON Schema's
-// compiler offers keys that start with '$'), and a narrow rule keeps their masks cheap.
 // A set of members by index, up to MemberSetSpec::kMaxMembers. Room for 128: sets of 65 to 128
 // members matched every order of MaskBench's large objects but made their masks slow (each
 // key position then holds a stack per member left, anew for every set of members taken: over
@@ -105,6 +96,15 @@ struct MemberBits {
   bool operator==(const MemberBits&) const = default;
 };
 
+// What a kSet symbol matches: members[i] at most once each, in any order; `extra` (-1: none) any
+// number of times once every required member is written, and before that `early_extra` (-1:
+// none; a narrower rule than `extra`) at most `early_extras` times, first, ahead of every other
+// member; `separator` between two members; every member whose bit is in `required`;
+// min_count..max_count members in all, extras included (max_count -1: unbounded). Extras wait
+// for the required members so that a model cannot put them off forever behind extras (a loop
+// of extra keys is how small models fail to end objects); the few early ones take what real
+// documents lead with ("$schema": JSON Schema's compiler offers keys that start with '$'), and
+// a narrow rule keeps their masks cheap.
 struct MemberSetSpec {
   static constexpr int kMaxMembers = 64;  // see MemberBits
 
