@@ -170,6 +170,8 @@ int RunMaskBench(const MaskBenchOptions& options,
     const double compile_ms = Us(Clock::now() - c0) / 1000.0;
     Outcome outcome = Outcome::kPassing;
     double mask_max_us = 0;  // the slowest mask of this schema
+    double mask_sum_us = 0;  // all of this schema's masks
+    int64_t mask_count = 0;
     if (!masker.ok()) {
       const std::string msg = masker.status().message();
       outcome =
@@ -202,6 +204,8 @@ int RunMaskBench(const MaskBenchOptions& options,
           split.mask_us.push_back(us);
           total.mask_us.push_back(us);
           mask_max_us = std::max(mask_max_us, us);
+          mask_sum_us += us;
+          ++mask_count;
           ++split.tokens;
           ++total.tokens;
           if (t < 0 || t >= vocab->size() || !std::isfinite(logits[static_cast<size_t>(t)])) {
@@ -220,7 +224,14 @@ int RunMaskBench(const MaskBenchOptions& options,
         }
       }
     }
-    if (masker.ok()) record["mask_max_us"] = mask_max_us;
+    if (masker.ok()) {
+      record["mask_max_us"] = mask_max_us;
+      record["mask_sum_us"] = mask_sum_us;
+      record["masks"] = mask_count;
+      const structured::MaskStats stats = (*masker)->stats();  // deterministic, unlike times
+      record["mask_misses"] = stats.misses;
+      record["trie_nodes"] = stats.trie_nodes_visited;
+    }
     split.Add(outcome);
     total.Add(outcome);
     static const char* kNames[] = {"passing", "compile_error", "timeout", "validation_error",

@@ -293,54 +293,53 @@ int32_t TokenMasker::InternLocked(const State& state) {
   return it->second;
 }
 
-int32_t TokenMasker::NextLocked(int32_t id, uint8_t byte) {
+int32_t TokenMasker::StepLocked(int32_t id, uint8_t byte) {
   const size_t slot = static_cast<size_t>(id) * 256 + byte;
-  if (next_[slot] == kUnknownState) {
-    TopGroups& tops = tops_[static_cast<size_t>(id)];
-    if (!tops.known) {
-      by_set_.clear();  // (byte set, stack)
-      for (int32_t stack : *states_[static_cast<size_t>(id)]) {
-        if (stack == kAcceptStack) continue;
-        by_set_.emplace_back(grammar_.symbol(arena_.top_position(stack)).index, stack);
-      }
-      std::sort(by_set_.begin(), by_set_.end());
-      size_t groups = 0;
-      for (size_t k = 0; k < by_set_.size(); ++k) {
-        groups += k == 0 || by_set_[k].first != by_set_[k - 1].first;
-      }
-      std::vector<int32_t>& d = tops.data;
-      d.assign(1 + 2 * groups + by_set_.size(), 0);
-      d[0] = static_cast<int32_t>(groups);
-      size_t g = 0;
-      for (size_t k = 0; k < by_set_.size(); ++k) {
-        if (k > 0 && by_set_[k].first != by_set_[k - 1].first) ++g;
-        d[1 + 2 * g] = by_set_[k].first;
-        d[2 + 2 * g] = static_cast<int32_t>(k + 1);
-        d[1 + 2 * groups + k] = by_set_[k].second;
-        tops.any.AddSet(grammar_.byte_set(by_set_[k].first));
-      }
-      tops.known = true;
+  const State& state = *states_[static_cast<size_t>(id)];
+  TopGroups& tops = tops_[static_cast<size_t>(id)];
+  if (!tops.known) {
+    by_set_.clear();  // (byte set, stack)
+    for (int32_t stack : state) {
+      if (stack == kAcceptStack) continue;
+      by_set_.emplace_back(grammar_.symbol(arena_.top_position(stack)).index, stack);
     }
-    int32_t to = kDeadState;
-    if (tops.any.Has(byte)) {
-      accepting_.clear();
-      const int32_t* d = tops.data.data();
-      const int32_t* stacks = d + 1 + 2 * d[0];
-      int32_t begin = 0;
-      for (int32_t g = 0; g < d[0]; ++g) {
-        const int32_t end = d[2 + 2 * g];
-        if (grammar_.byte_set(d[1 + 2 * g]).Has(byte)) {
-          accepting_.insert(accepting_.end(), stacks + begin, stacks + end);
-        }
-        begin = end;
-      }
-      // A state's stacks are sorted, and so within a group: Step sees them as Advance would.
-      arena_.AdvanceStacks(accepting_, &scratch_);
-      if (!scratch_.empty()) to = InternLocked(scratch_);  // may move next_ and tops_
+    std::sort(by_set_.begin(), by_set_.end());
+    size_t groups = 0;
+    for (size_t k = 0; k < by_set_.size(); ++k) {
+      groups += k == 0 || by_set_[k].first != by_set_[k - 1].first;
     }
-    next_[slot] = to;
+    std::vector<int32_t>& d = tops.data;
+    d.assign(1 + 2 * groups + by_set_.size(), 0);
+    d[0] = static_cast<int32_t>(groups);
+    size_t g = 0;
+    for (size_t k = 0; k < by_set_.size(); ++k) {
+      if (k > 0 && by_set_[k].first != by_set_[k - 1].first) ++g;
+      d[1 + 2 * g] = by_set_[k].first;
+      d[2 + 2 * g] = static_cast<int32_t>(k + 1);
+      d[1 + 2 * groups + k] = by_set_[k].second;
+      tops.any.AddSet(grammar_.byte_set(by_set_[k].first));
+    }
+    tops.known = true;
   }
-  return next_[slot];
+  int32_t to = kDeadState;
+  if (tops.any.Has(byte)) {
+    accepting_.clear();
+    const int32_t* d = tops.data.data();
+    const int32_t* stacks = d + 1 + 2 * d[0];
+    int32_t begin = 0;
+    for (int32_t g = 0; g < d[0]; ++g) {
+      const int32_t end = d[2 + 2 * g];
+      if (grammar_.byte_set(d[1 + 2 * g]).Has(byte)) {
+        accepting_.insert(accepting_.end(), stacks + begin, stacks + end);
+      }
+      begin = end;
+    }
+    // A state's stacks are sorted, and so within a group: Step sees them as Advance would.
+    arena_.AdvanceStacks(accepting_, &scratch_);
+    if (!scratch_.empty()) to = InternLocked(scratch_);  // may move next_ and tops_
+  }
+  next_[slot] = to;
+  return to;
 }
 
 std::pair<int32_t, int> TokenMasker::MajorityLocked(int32_t id) {

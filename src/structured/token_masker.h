@@ -210,7 +210,12 @@ class TokenMasker {
   void ComputeLocked(const State& state, TokenBits* out);
   void ResetStatesLocked();
   int32_t InternLocked(const State& state);
-  int32_t NextLocked(int32_t id, uint8_t byte);
+  int32_t NextLocked(int32_t id, uint8_t byte) {
+    const int32_t to = next_[static_cast<size_t>(id) * 256 + byte];
+    return to != kUnknownState ? to : StepLocked(id, byte);
+  }
+  // NextLocked's first step of `id` over `byte`: out of line, so that the lookup inlines.
+  [[gnu::noinline]] int32_t StepLocked(int32_t id, uint8_t byte);
   const LoopInfo& LoopLocked(int32_t id);
   // The most frequent non-empty successor of `id` over the 256 bytes, and on how many bytes.
   std::pair<int32_t, int> MajorityLocked(int32_t id);
