@@ -24,6 +24,7 @@ namespace kvserve::structured {
 
 namespace {
 
+using json_schema_internal::AllowedTypes;
 using json_schema_internal::AnyJsonValueRule;
 using json_schema_internal::ApplyDependencies;
 using json_schema_internal::ApplyNot;
@@ -35,7 +36,6 @@ using json_schema_internal::FiniteDomain;
 using json_schema_internal::FlattenSchema;
 using json_schema_internal::HasConstraints;
 using json_schema_internal::HasType;
-using json_schema_internal::InferTypes;
 using json_schema_internal::IsDefinedFormat;
 using json_schema_internal::IsIgnored;
 using json_schema_internal::JsonCharRule;
@@ -60,6 +60,20 @@ constexpr int kMaxNesting = 64;             // objects and arrays inside one ano
 // forever, and any key there would cost masks: see ObjectSet).
 constexpr int kEarlyExtraKeys = 3;
 using enum json_schema_internal::TypeBits;
+
+// A number with no fraction that a 15-digit integer spells (2.0 as 2); nullopt otherwise.
+std::optional<int64_t> WholeNumber(const json& v) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > 999'999'999'999'999ULL) return std::nullopt;
+    const int64_t i = v.get<int64_t>();
+    if (i < -999'999'999'999'999 || i > 999'999'999'999'999) return std::nullopt;
+    return i;
+  }
+  if (!v.is_number_float()) return std::nullopt;
+  const double d = v.get<double>();
+  if (!(std::abs(d) <= 999'999'999'999'999.0) || d != std::floor(d)) return std::nullopt;
+  return static_cast<int64_t>(d);
+}
 
 // `patterns` (ECMA-262, as JSON Schema's patterns are) compiled for searching names.
 Result<std::vector<std::regex>> NamePatterns(const std::vector<std::string>& patterns,
@@ -341,7 +355,13 @@ Result<int> Compiler::CompileEnum(const json& s, const std::string& path) {
     } catch (const json::exception& e) {
       return InvalidArgument(fmt::format("'enum' at {}: {}", Where(path), e.what()));
     }
+    const std::optional<int64_t> whole = WholeNumber(v);
+    if (whole) text = std::to_string(*whole);
     if (!seen.insert(text).second) continue;
+    if (whole && (mask & kNum) == 0) {
+      alts.push_back(b_->Literal(text));  // an "integer" (draft 4's has no fraction)
+      continue;
+    }
     Sequence value;
     ValueSequence(v, &value);
     alts.push_back(std::move(value));
@@ -354,7 +374,7 @@ Result<int> Compiler::CompileEnum(const json& s, const std::string& path) {
 }
 
 Result<unsigned> Compiler::Types(const json& s, const std::string& path) const {
-  return InferTypes(s, path);
+  return AllowedTypes(s, path);
 }
 
 // A value's compact serialisation, with whitespace allowed between the tokens of its arrays and
@@ -394,6 +414,11 @@ void Compiler::ValueSequence(const json& v, Sequence* out) {
       Ws(out);
     }
     literal("]");
+  } else if (const std::optional<int64_t> whole = WholeNumber(v)) {
+    // JSON Schema compares numbers by value: 2 and 2.0 are the same enum member.
+    out->push_back(
+        Sym::Ref(b_->Alternatives("whole-number", {b_->Literal(std::to_string(*whole)),
+                                                   b_->Literal(std::to_string(*whole) + ".0")})));
   } else {
     literal(v.dump());
   }

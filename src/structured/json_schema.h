@@ -33,13 +33,14 @@
 // - JSON is compact unless flexible_whitespace; never whitespace before or after the top value.
 // - Strings: any code point but '"', '\\' and U+0000-U+001F, or an escape (\uXXXX never a
 //   surrogate, so every escape is one code point); minLength/maxLength count code points.
-// - Numbers: at most 15 integer digits, 6 fraction digits and a 2-digit exponent; no "-0"
-//   within bounds. Integer bounds are exact digit ranges. A bounded number is an in-range
-//   integer, or W.F with |W| < 10^9 compared with the bounds exactly as decimals (a bound is
-//   the shortest decimal of its double: minimum 0.1 admits 0.1 and 0.5, maximum 10 admits
-//   10.0), with at most 15 significant digits in W and F together and no exponent; bounds
-//   leaving nothing are InvalidArgument. multipleOf of a whole number m: a digit automaton over
-//   the remainder mod m (m at most 10000), or within both bounds the listed multiples (at most
+// - Numbers: at most 20 integer digits (15 between bounds), 6 fraction digits and a 2-digit
+//   exponent; no "-0" within bounds. Integer bounds are exact digit ranges. A bounded number
+//   is an in-range integer, or W.F with |W| < 10^9 compared with the bounds exactly as
+//   decimals (a bound is the shortest decimal of its double: minimum 0.1 admits 0.1 and 0.5,
+//   maximum 10 admits 10.0), with at most 15 significant digits in W and F together; an
+//   exponent only where the sign alone meets the bounds (minimum 0 and no maximum: 1e-06);
+//   bounds leaving nothing are InvalidArgument. multipleOf of a whole number m: a digit automaton
+//   over the remainder mod m (m at most 10000), or within both bounds the listed multiples (at most
 //   1000); on a "number" (not an "integer", which draft 4 keeps to whole literals) such a
 //   multiple may be written with a zero fraction (6000.0).
 // - format: dates from 0001-01-01 with real month lengths and leap years; time is RFC 3339
@@ -56,11 +57,12 @@
 //   escapes of those JSON must escape ('"', '\\', controls; never \/ or \u0041, which could
 //   spell a listed name). An object with no properties and additionalProperties true is any
 //   JSON object.
-// - Without "type", the types the keywords constrain (properties → object, minLength →
-//   string, ...), or any value when none does; a keyword in a form that constrains nothing
-//   (properties {}, required [], minItems 0, items {}) implies no type.
+// - Without "type", every type, each under the keywords for it: {"properties": {...}} takes
+//   objects with those properties and any array, string, number, boolean or null.
 // - enum/const: each value's compact dump(), kept where it has an allowed type and meets
-//   minLength/maxLength/minimum/maximum beside it; other keywords beside enum are refused.
+//   minLength/maxLength/minimum/maximum beside it; other keywords beside enum are refused. A
+//   whole number is also its other spelling (2.0 and 2: equal values), but as an "integer"
+//   only without a fraction.
 // - oneOf: compiled as anyOf where no value can match two branches: pairwise different types,
 //   enum/const values the other branch refuses, a property one requires and the other forbids,
 //   or a property both require with such disjoint schemas; or where each branch only requires

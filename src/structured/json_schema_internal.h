@@ -88,7 +88,7 @@ Result<nlohmann::ordered_json> MergeSchemas(const nlohmann::ordered_json& root,
 bool HasConstraints(const nlohmann::ordered_json& s,
                     std::initializer_list<std::string_view> ignore);
 bool HasType(const nlohmann::ordered_json& v, unsigned mask);
-Result<unsigned> InferTypes(const nlohmann::ordered_json& s, const std::string& path);
+Result<unsigned> AllowedTypes(const nlohmann::ordered_json& s, const std::string& path);
 Result<nlohmann::ordered_json> ApplyNot(const nlohmann::ordered_json& root,
                                         const nlohmann::ordered_json& s, const std::string& path);
 Result<nlohmann::ordered_json> ApplyDependencies(const nlohmann::ordered_json& root,

@@ -1,6 +1,6 @@
 // Schema rewrites of the JSON Schema compiler (json_schema.cc): the keywords it enforces by
 // turning them into others (not, dependencies as anyOf branches, oneOf as exclusive anyOf
-// branches), the finite item domains of uniqueItems, and the type inference they share with it.
+// branches), the finite item domains of uniqueItems, and the types a schema allows.
 // The declarations are in json_schema_internal.h.
 #include <fmt/format.h>
 
@@ -57,55 +57,14 @@ bool HasType(const json& v, unsigned mask) {
   }
 }
 
-namespace {
-
-// Whether a keyword has a form that constrains nothing (properties {}, required [], minItems 0,
-// items {}): it then says nothing about the type either, as the specification reads it.
-bool ConstrainsNothing(const std::string& k, const json& v) {
-  if (k == "properties" || k == "patternProperties" || k == "dependencies" ||
-      k == "dependentRequired" || k == "dependentSchemas") {
-    return v.is_object() && v.empty();
-  }
-  if (k == "required") return v.is_array() && v.empty();
-  if (k == "minProperties" || k == "minItems" || k == "minLength") return v == 0;
-  if (k == "uniqueItems") return v == false;
-  if (k == "additionalProperties" || k == "items") {
-    return v == true || (v.is_object() && !HasConstraints(v, {}));
-  }
-  return false;
-}
-
-}  // namespace
-
-// The declared types ("nullable": true adds null), or where there is no "type" the types the
-// keywords constrain (a subset of what the schema allows; keywords in a form that constrains
-// nothing count for no type), or every type.
-Result<unsigned> InferTypes(const json& s, const std::string& path) {
-  if (s.contains("type")) {
-    KV_ASSIGN_OR_RETURN(unsigned mask, TypeMask(s["type"], path));
-    if (s.value("nullable", false) == true) mask |= kNull;
-    return mask;
-  }
-  unsigned mask = 0;
-  for (const auto& [k, v] : s.items()) {
-    if (ConstrainsNothing(k, v)) continue;
-    if (k == "properties" || k == "required" || k == "additionalProperties" ||
-        k == "minProperties" || k == "maxProperties" || k == "patternProperties" ||
-        k == "dependencies" || k == "dependentRequired" || k == "dependentSchemas") {
-      mask |= kObj;
-    }
-    if (k == "items" || k == "prefixItems" || k == "minItems" || k == "maxItems" ||
-        k == "uniqueItems") {
-      mask |= kArr;
-    }
-    if (k == "minLength" || k == "maxLength" || k == "pattern") mask |= kStr;
-    if (k == "format" && v.is_string() && IsDefinedFormat(v.get<std::string>())) mask |= kStr;
-    if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum" ||
-        k == "multipleOf") {
-      mask |= kInt | kNum;
-    }
-  }
-  return mask == 0 ? static_cast<unsigned>(kAllTypes) : mask;
+// The declared types ("nullable": true adds null), or where there is no "type" every type: as
+// the specification reads it, {"properties": {...}} constrains objects and takes any other
+// value as it is (an array, a string), and so does the grammar.
+Result<unsigned> AllowedTypes(const json& s, const std::string& path) {
+  if (!s.contains("type")) return static_cast<unsigned>(kAllTypes);
+  KV_ASSIGN_OR_RETURN(unsigned mask, TypeMask(s["type"], path));
+  if (s.value("nullable", false) == true) mask |= kNull;
+  return mask;
 }
 
 // `s` with its "not" folded into the other keywords, for the forms a grammar can take exactly:
@@ -139,7 +98,7 @@ Result<json> ApplyNot(const json& root, const json& s, const std::string& path) 
   }
   if (keys.size() == 1 && keys[0] == "type") {
     KV_ASSIGN_OR_RETURN(const unsigned excluded, TypeMask(n["type"], where));
-    KV_ASSIGN_OR_RETURN(unsigned allowed, InferTypes(base, path));
+    KV_ASSIGN_OR_RETURN(unsigned allowed, AllowedTypes(base, path));
     if ((excluded & kInt) && !(excluded & kNum) && (allowed & kNum)) {
       return InvalidArgument(fmt::format(
           "'not' at {}: numbers that are not integers cannot be expressed", Where(path)));

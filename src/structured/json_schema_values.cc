@@ -23,6 +23,9 @@ using json = nlohmann::ordered_json;
 // Digit caps (documented in json_schema.h): they keep every generated number finite for a
 // random walk and exactly representable where bounds are compared.
 inline constexpr int kMaxIntegerDigits = 15;
+// Numbers with no bound compare with nothing: their integer parts go to 20 digits (2^64 has 20;
+// ids and timestamps in nanoseconds run past 15).
+inline constexpr int kMaxPlainIntegerDigits = 20;
 inline constexpr int64_t kMaxInteger = 999'999'999'999'999;    // 15 digits
 inline constexpr int64_t kMaxFractionalInteger = 999'999'999;  // integer part beside a fraction
 inline constexpr int kMaxFractionDigits = 6;
@@ -182,23 +185,34 @@ int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b) {
 
 // Numbers without bounds: -?(0|[1-9][0-9]{0,14}) for integers, plus an optional fraction and
 // exponent for numbers.
+namespace {
+
+// The digits of a whole number: 0, or up to `digits` digits without a leading zero.
+int MagnitudeRule(int digits, GrammarBuilder* b) {
+  const int tail = b->Repeat("int-tail", {DigitSym(b)}, 0, digits - 1);
+  return b->Alternatives("int-magnitude",
+                         {b->Literal("0"), {b->Bytes(ByteSet::Of('1', '9')), Sym::Ref(tail)}});
+}
+
+// e / E, a sign or none, and up to kMaxExponentDigits digits.
+int ExponentRule(GrammarBuilder* b) {
+  const int exp_digits = b->Repeat("exp-digits", {DigitSym(b)}, 1, kMaxExponentDigits);
+  ByteSet e = ByteSet::Single('e');
+  e.Add('E', 'E');
+  ByteSet pm = ByteSet::Single('+');
+  pm.Add('-', '-');
+  const int exp_sign = b->Optional("exp-sign", {b->Bytes(pm)});
+  return b->Alternatives("exponent", {{b->Bytes(e), Sym::Ref(exp_sign), Sym::Ref(exp_digits)}});
+}
+
+}  // namespace
+
 int PlainNumberRule(bool integer, GrammarBuilder* b) {
-  const int tail = b->Repeat("int-tail", {DigitSym(b)}, 0, kMaxIntegerDigits - 1);
-  const int magnitude = b->Alternatives(
-      "int-magnitude", {b->Literal("0"), {b->Bytes(ByteSet::Of('1', '9')), Sym::Ref(tail)}});
   const int sign = b->Optional("sign", b->Literal("-"));
-  Sequence s = {Sym::Ref(sign), Sym::Ref(magnitude)};
+  Sequence s = {Sym::Ref(sign), Sym::Ref(MagnitudeRule(kMaxPlainIntegerDigits, b))};
   if (!integer) {
     s.push_back(Sym::Ref(b->Optional("fraction?", {Sym::Ref(FractionRule(b))})));
-    const int exp_digits = b->Repeat("exp-digits", {DigitSym(b)}, 1, kMaxExponentDigits);
-    ByteSet e = ByteSet::Single('e');
-    e.Add('E', 'E');
-    ByteSet pm = ByteSet::Single('+');
-    pm.Add('-', '-');
-    const int exp_sign = b->Optional("exp-sign", {b->Bytes(pm)});
-    const int exponent =
-        b->Optional("exponent?", {b->Bytes(e), Sym::Ref(exp_sign), Sym::Ref(exp_digits)});
-    s.push_back(Sym::Ref(exponent));
+    s.push_back(Sym::Ref(b->Optional("exponent?", {Sym::Ref(ExponentRule(b))})));
   }
   return b->Alternatives(integer ? "integer" : "number", {std::move(s)});
 }
@@ -288,9 +302,7 @@ Result<int> BoundedNumberRule(const json& schema, bool integer, const std::strin
     } else if (k <= kMaxFractionDigits && c == 1) {
       if (!integer && !HasAnyBound(schema)) {
         // -?(0|[1-9][0-9]*)(.[0-9]{1,k})?, no exponent.
-        const int tail = b->Repeat("int-tail", {DigitSym(b)}, 0, kMaxIntegerDigits - 1);
-        const int magnitude = b->Alternatives(
-            "int-magnitude", {b->Literal("0"), {b->Bytes(ByteSet::Of('1', '9')), Sym::Ref(tail)}});
+        const int magnitude = MagnitudeRule(kMaxPlainIntegerDigits, b);
         const int sign = b->Optional("sign", b->Literal("-"));
         const int frac = b->Optional("fraction?", {Sym::Ref(FractionRule(b, k))});
         return b->Alternatives(fmt::format("decimal-{}", k),
@@ -316,6 +328,19 @@ Result<int> BoundedNumberRule(const json& schema, bool integer, const std::strin
   }
   if (!integer) {
     AppendFractionalRange(lower, upper, fraction_digits, kMaxFractionalInteger, b, &alts);
+    // With an exponent where the sign alone meets the bounds: no upper bound and a lower one
+    // at or below 0 (below where exclusive) take any unsigned number; mirrored for upper.
+    const bool unsigned_fits =
+        !upper.present && (lower.exclusive ? lower.value < 0 : lower.value <= 0);
+    const bool negative_fits =
+        !lower.present && (upper.exclusive ? upper.value > 0 : upper.value >= 0);
+    if ((unsigned_fits || negative_fits) && !schema.contains("multipleOf")) {
+      Sequence s = negative_fits ? b->Literal("-") : Sequence{};
+      s.push_back(Sym::Ref(MagnitudeRule(kMaxPlainIntegerDigits, b)));
+      s.push_back(Sym::Ref(b->Optional("fraction?", {Sym::Ref(FractionRule(b))})));
+      s.push_back(Sym::Ref(ExponentRule(b)));
+      alts.push_back(std::move(s));
+    }
   }
   if (alts.empty()) {
     return InvalidArgument(fmt::format(

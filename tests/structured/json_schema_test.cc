@@ -50,22 +50,24 @@ TEST(JsonSchemaTest, ScalarsAndTypeLists) {
   ExpectLanguage(R"({"type":"null"})", {"null"}, {"nul", "0"});
   ExpectLanguage(R"({"type":["string","null"]})", {"null", "\"x\""}, {"1", "true"});
   ExpectLanguage(R"({"type":"integer","nullable":true})", {"null", "-7"}, {"\"x\"", "1.5"});
-  ExpectLanguage(R"({"type":"integer"})", {"0", "-12", "123456789012345"},
-                 {"01", "1.0", "+1", "1234567890123456", "-", ""});
+  ExpectLanguage(R"({"type":"integer"})", {"0", "-12", "123456789012345", "12345678901234567890"},
+                 {"01", "1.0", "+1", "123456789012345678901", "-", ""});
   ExpectLanguage(R"({"type":"number"})", {"0", "-0.5", "3.25", "1e10", "2.5E-3", "7e+99"},
                  {".5", "1.", "01.5", "1e", "1e100", "1.1234567"});
 }
 
-TEST(JsonSchemaTest, KeywordsThatConstrainNothingImplyNoType) {
+TEST(JsonSchemaTest, KeywordsImplyNoType) {
   ExpectLanguage(R"({"type":"array","items":{"required":[],"properties":{}}})",
                  {R"(["a",1,{},null])", "[]"}, {R"({})"});
   ExpectLanguage(R"({"items":{"description":"d"},"minItems":0})", {R"("s")", "1", "[1]", "{}"}, {});
   // Such a branch admits every type, so a string matches both branches here: refused.
   EXPECT_NE(ErrorOf(R"({"oneOf":[{"properties":{}},{"type":"string"}]})").find("oneOf"),
             std::string::npos);
-  // A keyword that does constrain still implies its type (a subset of what the schema allows).
-  ExpectLanguage(R"({"properties":{"a":{"type":"integer"}}})", {R"({"a":1})", "{}"},
-                 {R"("s")", R"({"a":"x"})"});
+  // Nor does one that constrains: it holds for its type, and any other value is valid as it is.
+  ExpectLanguage(R"({"properties":{"a":{"type":"integer"}}})",
+                 {R"({"a":1})", "{}", R"("s")", "[1,2]", "null"}, {R"({"a":"x"})"});
+  ExpectLanguage(R"({"minLength":2,"minimum":3})", {R"("ab")", "3", "4.5", "[]", "{}"},
+                 {R"("a")", "2", "-1"});
 }
 
 TEST(JsonSchemaTest, IntegerRangesAreExact) {
@@ -116,6 +118,11 @@ TEST(JsonSchemaTest, NumberBoundsNeverAdmitOutOfRangeValues) {
                  {"-1.999999", "-1", "0", "0.25", "-0.5", "1.999999", "1"},
                  {"-2", "2", "2.0", "-2.5", "2.000001", "-2.0"});
   ExpectLanguage(R"({"type":"number","minimum":0})", {"0", "0.5", "123.25", "7"}, {"-0.5", "-1"});
+  // An exponent where the sign alone meets the bound (the value may be anything else).
+  ExpectLanguage(R"({"type":"number","minimum":0})", {"1e-06", "2.5E+3", "0e5"}, {"-1e-06"});
+  ExpectLanguage(R"({"type":"number","exclusiveMaximum":0.5})", {"-1e-06", "-3E2"}, {"1e-06"});
+  ExpectLanguage(R"({"type":"number","exclusiveMinimum":0})", {"0.5"}, {"1e-06", "0e1"});
+  ExpectLanguage(R"({"type":"number","minimum":0,"maximum":1})", {"0.5"}, {"1e-06"});
   ExpectLanguage(R"({"type":"number","minimum":0.25,"maximum":0.75})", {"0.25", "0.5", "0.75"},
                  {"0", "0.2", "0.76", "1"});
   EXPECT_NE(ErrorOf(R"({"type":"number","minimum":0.75,"maximum":0.25})").find("minimum"),
@@ -482,6 +489,11 @@ TEST(JsonSchemaTest, EnumsAndConsts) {
   ExpectLanguage(R"({"type":"string","enum":["a","bbbb"],"maxLength":2})", {R"("a")"},
                  {R"("bbbb")"});
   EXPECT_NE(ErrorOf(R"({"type":"integer","enum":["a"]})").find("enum"), std::string::npos);
+  // Numbers are equal by value: a whole one in either spelling, but an "integer" without a
+  // fraction.
+  ExpectLanguage(R"({"enum":[2.0,"x",3]})", {"2", "2.0", "3", "3.0"}, {"2.00", "2.5", "4"});
+  ExpectLanguage(R"({"type":"integer","enum":[2.0]})", {"2"}, {"2.0"});
+  ExpectLanguage(R"({"enum":[[1.0]]})", {"[1]", "[1.0]"}, {"1"});
 }
 
 TEST(JsonSchemaTest, AnyOfOneOfAllOf) {
@@ -648,7 +660,7 @@ TEST(JsonSchemaTest, MinAndMaxProperties) {
       "maxProperties":2})",
                  {R"({"k":"v"})", R"({"k":"v","l":"w"})"},
                  {"{}", R"({"k":"v","l":"w","m":"x"})", R"({"k":1})"});
-  ExpectLanguage(R"({"minProperties":1})", {R"({"a":null})"}, {"{}", "1"});
+  ExpectLanguage(R"({"minProperties":1})", {R"({"a":null})", "1"}, {"{}"});  // no type: any other
   // Bounds the listed properties cannot meet are refused.
   EXPECT_NE(ErrorOf(std::string("{") + ab + R"(,"required":["a","b"],"maxProperties":1})")
                 .find("maxProperties"),

@@ -39,6 +39,12 @@ TEST(UniqueItemsTracker, ItemsAreComparedAsJsonValues) {
   EXPECT_EQ(FirstDuplicate("[1,1.0]"), 6);      // the ']' that ends the number
   EXPECT_EQ(FirstDuplicate("[100, 1e2 ]"), 9);  // the space that ends it
   EXPECT_EQ(FirstDuplicate("[0,-0]"), 5);
+  // Past 2^53 an integer is exact and a fraction makes a double, as Python reads JSON: equal
+  // only where the double has the integer's exact value.
+  EXPECT_EQ(FirstDuplicate("[9007199254740993,9007199254740992]"), -1);
+  EXPECT_EQ(FirstDuplicate("[9007199254740993,9007199254740993.0]"), -1);
+  EXPECT_EQ(FirstDuplicate("[9007199254740992,9007199254740992.0]"), 36);
+  EXPECT_EQ(FirstDuplicate("[12345678901234567890,12345678901234567890]"), 42);
   EXPECT_EQ(FirstDuplicate(R"([{"a":1,"b":[2]},{"b":[2],"a":1}])"), 31);
   EXPECT_EQ(FirstDuplicate("[[1,[2]],[1,[2]]]"), 15);
   EXPECT_EQ(FirstDuplicate("[null,true,null]"), 15);  // the byte after a word ends it
