@@ -3,10 +3,10 @@
 // For each GGUF model given it prints prompt processing (pp, one batch of N tokens) and token
 // generation (tg, one token per step from an empty context) in tokens/s, the decode bound
 // (measured memory bandwidth / weight bytes a decode step reads) and the achieved fraction,
-// prefill GFLOP/s against the measured peak, batched decode throughput at several batch sizes, and decode speed at a
-// short and a long context, and optionally a prefill on top of a cached context (--pp-at).
-// Every speed is the median of --reps runs; the bandwidth and FMA peak are the best of theirs
-// (limits: a busy neighbour only lowers them).
+// prefill GFLOP/s against the measured peak, batched decode throughput at several batch sizes, and
+// decode speed at a short and a long context, and optionally a prefill on top of a cached context
+// (--pp-at). Every speed is the median of --reps runs; the bandwidth and FMA peak are the best of
+// theirs (limits: a busy neighbour only lowers them).
 //
 // With --cache-type-k / --cache-type-v (default f16) the KV cache uses those types, and the
 // long-context run also times attention alone (every layer and KV head of one decode step), the
@@ -15,6 +15,9 @@
 //   kvserve_model_bench --model A.gguf [--model B.gguf] [--threads 2] [--reps 3]
 //       [--pp 512] [--tg 128] [--batches 1,2,4,8,16] [--long-context 4096] [--pp-at 1024,2048]
 //       [--cache-type-k int8] [--cache-type-v int8]
+//   kvserve_model_bench --matmul Q4_0,MXFP4 [--matmul-rows 2880] [--matmul-cols 2880]
+//       [--matmul-tokens 1,512]   (weight types alone, no model)
+#include <fmt/format.h>
 #include <immintrin.h>
 
 #include <CLI/CLI.hpp>
@@ -22,9 +25,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fmt/format.h>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -36,8 +39,10 @@
 #include "model/model.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
+#include "quant/types.h"
 #include "util/aligned_buffer.h"
 #include "util/check.h"
+#include "util/fp16.h"
 #include "util/thread_pool.h"
 
 namespace kvserve {
@@ -262,6 +267,10 @@ double MatmulFlopsPerToken(const Model& m) { return 2.0 * m.active_params_per_to
 
 struct Options {
   std::vector<std::string> models;
+  std::vector<std::string> matmul_types;  // --matmul: weight types timed alone
+  int64_t matmul_rows = 2880, matmul_cols = 2880;
+  std::vector<int> matmul_tokens = {1, 512};
+  int matmul_stream_mb = 768;  // distinct weights a 1-token run streams through
   int threads = 0, reps = 3, pp = 512, tg = 128, long_context = 4096;
   KvDtype k_dtype = KvDtype::kF16, v_dtype = KvDtype::kF16;
   MlaForm mla_form = MlaForm::kAbsorbed;
@@ -387,6 +396,90 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   }
 }
 
+// Random weights of `type` written as blocks directly (quantizing gigabytes would take
+// minutes): random values with a small scale. Q8_0 values stay in [-127, 127] as its quantizer
+// writes them.
+std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
+  const size_t bytes = static_cast<size_t>(*RowBytes(type, cols)) * static_cast<size_t>(rows);
+  std::vector<uint8_t> out(bytes);
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < bytes; i += 8) {  // splitmix64
+    z += 0x9e3779b97f4a7c15ull;
+    uint64_t v = z;
+    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+    v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+    v ^= v >> 31;
+    std::memcpy(out.data() + i, &v, std::min<size_t>(8, bytes - i));
+  }
+  const TypeTraits t = Traits(type);
+  const uint16_t d = F32ToF16(0.01f);
+  for (size_t b = 0; b < bytes; b += static_cast<size_t>(t.block_bytes)) {
+    switch (type) {
+      case GgmlType::kQ8_0:
+        for (int k = 2; k < 34; ++k) out[b + k] = out[b + k] == 0x80 ? 0x81 : out[b + k];
+        [[fallthrough]];
+      case GgmlType::kQ4_0:
+        std::memcpy(&out[b], &d, 2);
+        break;
+      case GgmlType::kMXFP4:
+        out[b] = static_cast<uint8_t>(116 + out[b] % 8);  // 2^-12 .. 2^-5
+        break;
+      default:
+        KV_CHECK(false, "RandomWeights: {} is not one of Q8_0, Q4_0, MXFP4", t.name);
+    }
+  }
+  return out;
+}
+
+// Each --matmul type alone on a rows x cols matrix: decode (1 token) streams enough distinct
+// matrices to leave the caches (weights read per second against the measured bandwidth);
+// larger batches run one matrix repeatedly (multiply-adds per second).
+void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth) {
+  fmt::print("matmul {} x {} (rows x cols), kernels {}\n", o.matmul_rows, o.matmul_cols,
+             MatMulIsa());
+  for (const std::string& name : o.matmul_types) {
+    const std::optional<GgmlType> type = ParseGgmlType(name);
+    const size_t row_bytes = static_cast<size_t>(*RowBytes(*type, o.matmul_cols));
+    const size_t matrix_bytes = row_bytes * static_cast<size_t>(o.matmul_rows);
+    const int copies = static_cast<int>(
+        std::max<size_t>(1, (static_cast<size_t>(o.matmul_stream_mb) << 20) / matrix_bytes));
+    std::vector<std::vector<uint8_t>> weights;
+    for (int c = 0; c < copies; ++c) {
+      weights.push_back(RandomWeights(*type, o.matmul_rows, o.matmul_cols, c + 1));
+    }
+    std::string line = fmt::format("  {:<6} {:.2f} MB/matrix", name, matrix_bytes / 1e6);
+    for (const int tokens : o.matmul_tokens) {
+      std::vector<float> x(static_cast<size_t>(tokens * o.matmul_cols));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+      std::vector<float> y(static_cast<size_t>(tokens * o.matmul_rows));
+      // Prefill-sized calls: about 2e10 multiply-adds per run, at most 1000 calls.
+      const double macs = static_cast<double>(o.matmul_rows) * o.matmul_cols * tokens;
+      const int calls =
+          tokens == 1 ? copies : static_cast<int>(std::clamp(2e10 / macs, 3.0, 1000.0));
+      std::vector<double> runs;
+      for (int r = 0; r < o.reps + 1; ++r) {
+        const auto t0 = Clock::now();
+        for (int c = 0; c < calls; ++c) {
+          const WeightMatrix w{*type, weights[tokens == 1 ? c : 0].data(), o.matmul_rows,
+                               o.matmul_cols, row_bytes};
+          MatMul(w, x.data(), tokens, y.data(), pool);
+        }
+        if (r > 0) runs.push_back(SecondsSince(t0) / calls);  // the first run warms up
+      }
+      const double sec = Median(runs);
+      const double gmac = static_cast<double>(o.matmul_rows) * o.matmul_cols * tokens / sec / 1e9;
+      if (tokens == 1) {
+        const double gbs = matrix_bytes / sec / 1e9;
+        line += fmt::format("  t1 {:.1f} us {:.1f} GB/s ({:.0f}% of bandwidth)", sec * 1e6, gbs,
+                            100 * gbs / bandwidth);
+      } else {
+        line += fmt::format("  t{} {:.2f} ms {:.1f} GMAC/s", tokens, sec * 1e3, gmac);
+      }
+    }
+    fmt::print("{}\n", line);
+  }
+}
+
 }  // namespace
 }  // namespace kvserve
 
@@ -394,7 +487,16 @@ int main(int argc, char** argv) {
   using namespace kvserve;
   Options o;
   CLI::App app{"kvserve_model_bench: forward-pass speed against measured machine limits"};
-  app.add_option("--model", o.models, "GGUF model(s)")->required();
+  app.add_option("--model", o.models, "GGUF model(s)");
+  app.add_option("--matmul", o.matmul_types,
+                 "Weight types to time alone in a matmul (Q8_0, Q4_0, MXFP4), e.g. Q4_0,MXFP4")
+      ->delimiter(',');
+  app.add_option("--matmul-rows", o.matmul_rows, "Rows (output features) of the --matmul weight");
+  app.add_option("--matmul-cols", o.matmul_cols, "Columns (input features), a multiple of 32");
+  app.add_option("--matmul-tokens", o.matmul_tokens, "Tokens per --matmul call, e.g. 1,512")
+      ->delimiter(',');
+  app.add_option("--matmul-stream-mb", o.matmul_stream_mb,
+                 "MB of distinct weights a 1-token --matmul run streams (beyond the caches)");
   app.add_option("--threads", o.threads, "Threads (default: all)");
   app.add_option("--reps", o.reps, "Runs per measurement (median reported)");
   app.add_option("--pp", o.pp, "Prompt tokens per prefill");
@@ -416,6 +518,21 @@ int main(int argc, char** argv) {
          "deepseek2: absorbed (default) or decompressed")
       ->check(CLI::IsMember({"absorbed", "decompressed"}));
   CLI11_PARSE(app, argc, argv);
+  if (o.models.empty() && o.matmul_types.empty()) {
+    fmt::print(stderr, "error: give --model and/or --matmul\n");
+    return 2;
+  }
+  for (const std::string& name : o.matmul_types) {
+    const std::optional<GgmlType> t = ParseGgmlType(name);
+    if (t != GgmlType::kQ8_0 && t != GgmlType::kQ4_0 && t != GgmlType::kMXFP4) {
+      fmt::print(stderr, "error: --matmul takes Q8_0, Q4_0 and MXFP4, not {}\n", name);
+      return 2;
+    }
+  }
+  if (o.matmul_cols % 32 != 0 || o.matmul_rows <= 0 || o.matmul_cols <= 0) {
+    fmt::print(stderr, "error: --matmul-cols must be a positive multiple of 32\n");
+    return 2;
+  }
   for (auto [name, flag, out] : {std::tuple{&cache_type_k, "--cache-type-k", &o.k_dtype},
                                  std::tuple{&cache_type_v, "--cache-type-v", &o.v_dtype}}) {
     auto d = ParseKvDtypeOrError(*name, flag);
@@ -430,6 +547,7 @@ int main(int argc, char** argv) {
   const double peak = MeasureFmaPeak(pool, o.reps);
   fmt::print("threads {}  kernels {}  memory bandwidth {:.1f} GB/s  f32 FMA peak {:.1f} GFLOP/s\n",
              pool.num_threads(), MatMulIsa(), bw, peak);
+  if (!o.matmul_types.empty()) RunMatMuls(o, pool, bw);
   for (const std::string& m : o.models) RunModel(m, o, pool, bw, peak);
   return 0;
 }

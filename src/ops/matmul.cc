@@ -120,16 +120,19 @@ void DequantizeWeightRow(const WeightMatrix& w, int64_t r, float* out) {
 namespace {
 
 // Integer paths: quantize the activations once, then each thread takes a share of the rows.
-bool MatMulQ8_0(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
-                ThreadPool& pool) {
+// Q8_0, Q4_0 and MXFP4 weights (32-value blocks) share the activations' Q8_0 quantization;
+// only Q8_0's panel takes the paired layout.
+bool MatMulQ8_0(const WeightMatrix& w, kernels::Q8_0Panel panel, const float* x, int64_t num_tokens,
+                float* y, ThreadPool& pool) {
   const kernels::KernelTable& k = Table();
-  if (k.q8_0 == nullptr || w.cols % 32 != 0) return false;
+  if (panel == nullptr || w.cols % 32 != 0) return false;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<uint8_t> pair_q;
   thread_local std::vector<float> pair_d;
   ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 32), w.cols};
-  const bool paired = k.q8_0_prepare != nullptr && num_tokens >= k.q8_0_prepare_min_tokens &&
+  const bool paired = panel == k.q8_0 && k.q8_0_prepare != nullptr &&
+                      num_tokens >= k.q8_0_prepare_min_tokens &&
                       num_tokens <= k.q8_0_prepare_max_tokens;
   if (paired) {
     const int64_t pairs = (w.cols / 32 + 1) / 2;
@@ -142,7 +145,8 @@ bool MatMulQ8_0(const WeightMatrix& w, const float* x, int64_t num_tokens, float
     if (paired) k.q8_0_prepare(act, t0, t1);
   });
   const kernels::PanelArgs args{&w, num_tokens, y};
-  pool.ParallelFor(w.rows, [&](int64_t r0, int64_t r1) { k.q8_0(args, act, r0, r1); }, 4);
+  pool.ParallelFor(
+      w.rows, [&](int64_t r0, int64_t r1) { panel(args, act, r0, r1); }, 4);
   return true;
 }
 
@@ -178,7 +182,13 @@ bool MatMulHalf(const WeightMatrix& w, kernels::HalfPanel panel, const float* x,
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
   switch (w.type) {
     case GgmlType::kQ8_0:
-      if (MatMulQ8_0(w, x, num_tokens, y, pool)) return;
+      if (MatMulQ8_0(w, Table().q8_0, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kQ4_0:
+      if (MatMulQ8_0(w, Table().q4_0, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kMXFP4:
+      if (MatMulQ8_0(w, Table().mxfp4, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kQ4_K:
       if (MatMulQ8K(w, Table().q4_k, x, num_tokens, y, pool)) return;

@@ -36,10 +36,10 @@ struct WeightMatrix {
 // of x hold (tests check it), so batching never changes a sequence's numbers.
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool);
 
-// Q8_0, Q4_K and Q6_K weights take an integer path: the activations are quantized per token
-// (ActQ8_0 / ActQ8K, see act_quant.h) and multiplied in integer arithmetic with SIMD kernels
-// chosen at run time (AVX-512 VNNI, AVX2, or the portable float path). Other types, and CPUs
-// without those instructions, dequantize tiles of rows to floats.
+// Q8_0, Q4_0, MXFP4, Q4_K and Q6_K weights take an integer path: the activations are quantized
+// per token (ActQ8_0 / ActQ8K, see act_quant.h) and multiplied in integer arithmetic with SIMD
+// kernels chosen at run time (AVX-512 VNNI, AVX2, or the portable float path). Other types, and
+// CPUs without those instructions, dequantize tiles of rows to floats.
 
 // The instruction set in use: "avx512-vnni", "avx2" or "generic". The KVSERVE_ISA environment
 // variable (generic, avx2, avx512) caps it at start-up.

@@ -6,6 +6,7 @@
 
 #include "ops/kquant_unpack.h"
 #include "ops/matmul_f16_impl.h"
+#include "ops/matmul_int4_impl.h"
 #include "ops/matmul_kernels.h"
 
 namespace kvserve::kernels {
@@ -309,6 +310,13 @@ struct Avx2Vec {
   static float Sum(Vec v) { return HorizontalSum(v); }
 };
 
+// Q4_0 / MXFP4 (matmul_int4_impl.h): the signed products through maddubs, pairs summed by madd.
+struct MaddubsDot {
+  static __m256i Dot(__m256i unsigned_w, __m256i signed_x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned_w, signed_x), _mm256_set1_epi16(1));
+  }
+};
+
 }  // namespace
 
 bool InitAvx2(KernelTable& table) {
@@ -316,6 +324,8 @@ bool InitAvx2(KernelTable& table) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
   table.isa = "avx2";
   table.q8_0 = &Q8_0PanelAvx2;
+  table.q4_0 = &int4::Panel<int4::Q4_0, MaddubsDot>;
+  table.mxfp4 = &int4::Panel<int4::Mxfp4, MaddubsDot>;
   table.q4_k = &Q4KPanelAvx2;
   table.q6_k = &Q6KPanelAvx2;
   table.f16_to_f32 = &F16ToF32Avx2;

@@ -1,10 +1,11 @@
-// Reference kernels for the 32-element block formats Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0.
+// Reference kernels for the 32-element block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and MXFP4.
 //
 // NOTE: layouts follow ggml exactly. In the 4/5-bit formats byte j of qs holds element j in its
 // low nibble and element j + 16 in its high nibble; Q5's fifth bits live in the 32-bit
 // little-endian qh, bit j for element j and bit j + 16 for element j + 16. "_0" formats are
 // symmetric (x = d * (q - offset)), "_1" formats affine (x = d * q + m). Quantization uses ggml's
 // reference rounding so our files match what ggml produces for the same input.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -200,6 +201,44 @@ void QuantizeQ8_0(const float* src, void* dst, int64_t n) {
     for (int j = 0; j < kQK; ++j) {
       const float v = std::round(x[j] * id);
       blocks[b].qs[j] = static_cast<int8_t>(TruncClamp(v, -127, 127));
+    }
+  }
+}
+
+void DequantizeMXFP4(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockMXFP4*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float d = Mxfp4Scale(blocks[b].e);
+    for (int j = 0; j < kQK / 2; ++j) {
+      dst[b * kQK + j] = d * static_cast<float>(kMxfp4Values[blocks[b].qs[j] & 0x0f]);
+      dst[b * kQK + j + kQK / 2] = d * static_cast<float>(kMxfp4Values[blocks[b].qs[j] >> 4]);
+    }
+  }
+}
+
+void QuantizeMXFP4(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockMXFP4*>(dst);
+  const auto nearest = [](float x, float d) {
+    int best = 0;
+    float best_err = std::fabs(static_cast<float>(kMxfp4Values[0]) * d - x);
+    for (int i = 1; i < 16; ++i) {
+      const float err = std::fabs(static_cast<float>(kMxfp4Values[i]) * d - x);
+      if (err < best_err) {
+        best = i;
+        best_err = err;
+      }
+    }
+    return best;
+  };
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float* x = src + b * kQK;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float e = amax > 0.0f ? std::floor(std::log2(amax)) - 2.0f + 127.0f : 0.0f;
+    blocks[b].e = static_cast<uint8_t>(std::clamp(e, 0.0f, 255.0f));
+    const float d = Mxfp4Scale(blocks[b].e);
+    for (int j = 0; j < kQK / 2; ++j) {
+      blocks[b].qs[j] = static_cast<uint8_t>(nearest(x[j], d) | (nearest(x[j + kQK / 2], d) << 4));
     }
   }
 }

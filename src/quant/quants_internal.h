@@ -9,7 +9,7 @@
 
 namespace kvserve::quant_internal {
 
-// Legacy 32-element block formats (legacy_quants.cc).
+// Legacy 32-element block formats and MXFP4 (legacy_quants.cc).
 void DequantizeQ4_0(const void* src, float* dst, int64_t n);
 void DequantizeQ4_1(const void* src, float* dst, int64_t n);
 void DequantizeQ5_0(const void* src, float* dst, int64_t n);
@@ -20,6 +20,10 @@ void QuantizeQ4_1(const float* src, void* dst, int64_t n);
 void QuantizeQ5_0(const float* src, void* dst, int64_t n);
 void QuantizeQ5_1(const float* src, void* dst, int64_t n);
 void QuantizeQ8_0(const float* src, void* dst, int64_t n);
+void DequantizeMXFP4(const void* src, float* dst, int64_t n);
+// ggml's quantize_row_mxfp4_ref: e = floor(log2(amax)) - 2 + 127, each value the first code
+// nearest to it.
+void QuantizeMXFP4(const float* src, void* dst, int64_t n);
 
 // 256-element super-block K-quants (k_quants.cc).
 void DequantizeQ4_K(const void* src, float* dst, int64_t n);

@@ -2,6 +2,7 @@
 #include "quant/types.h"
 
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "quant/quants_internal.h"
@@ -15,7 +16,7 @@ namespace qi = quant_internal;
 
 // NOTE: the single source of truth for every type id we know. Sizes follow ggml's block structs
 // (ggml-common.h); `supported` means DequantizeRow handles it, so tensors of it can be loaded.
-constexpr std::array<TypeTraits, 20> kTraits = {{
+constexpr std::array<TypeTraits, 21> kTraits = {{
     {GgmlType::kF32, "F32", 1, 4, true},
     {GgmlType::kF16, "F16", 1, 2, true},
     {GgmlType::kQ4_0, "Q4_0", kQK, sizeof(BlockQ4_0), true},
@@ -37,6 +38,7 @@ constexpr std::array<TypeTraits, 20> kTraits = {{
     {GgmlType::kI64, "I64", 1, 8, false},
     {GgmlType::kF64, "F64", 1, 8, false},
     {GgmlType::kBF16, "BF16", 1, 2, true},
+    {GgmlType::kMXFP4, "MXFP4", kQK, sizeof(BlockMXFP4), true},
 }};
 static_assert(sizeof(BlockQ8_K) == 292);
 
@@ -77,6 +79,8 @@ void QuantizeBF16(const float* src, void* dst, int64_t n) {
 }
 
 }  // namespace
+
+float Mxfp4Scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
 
 std::optional<TypeTraits> GetTypeTraits(uint32_t raw_type) {
   for (const TypeTraits& t : kTraits) {
@@ -128,6 +132,7 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::kQ5_K: qi::DequantizeQ5_K(src, dst, n); return;
     case GgmlType::kQ6_K: qi::DequantizeQ6_K(src, dst, n); return;
     case GgmlType::kQ8_K: qi::DequantizeQ8_K(src, dst, n); return;
+    case GgmlType::kMXFP4: qi::DequantizeMXFP4(src, dst, n); return;
     default: KV_CHECK(false, "DequantizeRow: no kernel for {}", t.name);
   }
 }
@@ -145,6 +150,7 @@ bool CanQuantize(GgmlType type) {
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kMXFP4:
       return true;
     default:
       return false;
@@ -169,6 +175,7 @@ bool QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::kQ4_K: qi::QuantizeQ4_K(src, dst, n); break;
     case GgmlType::kQ5_K: qi::QuantizeQ5_K(src, dst, n); break;
     case GgmlType::kQ6_K: qi::QuantizeQ6_K(src, dst, n); break;
+    case GgmlType::kMXFP4: qi::QuantizeMXFP4(src, dst, n); break;
     default: return false;
   }
   return true;

@@ -34,6 +34,7 @@ enum class GgmlType : uint32_t {
   kI64 = 27,
   kF64 = 28,
   kBF16 = 30,
+  kMXFP4 = 39,  // OCP microscaling FP4 (gpt-oss experts)
 };
 
 struct TypeTraits {
@@ -55,7 +56,7 @@ std::optional<GgmlType> ParseGgmlType(std::string_view name);
 // REQUIRES: Traits(type).supported, n % block_elems == 0.
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
 // Quantizes with the usual ggml reference rounding. Supported for F32, F16, BF16, Q4_0, Q4_1,
-// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; returns false for other types.
+// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4; returns false for other types.
 bool QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n);
 bool CanQuantize(GgmlType type);
 
@@ -77,6 +78,9 @@ struct BlockQ5_K {
 };
 struct BlockQ6_K { uint8_t ql[kQKK / 2]; uint8_t qh[kQKK / 4]; int8_t scales[kQKK / 16]; uint16_t d; };
 struct BlockQ8_K { float d; int8_t qs[kQKK]; int16_t bsums[kQKK / 16]; };
+// MXFP4: 32 E2M1 values, stored doubled as kMxfp4Values[code], times 2^(e - 128) (the E8M0
+// scale 2^(e - 127) halved for the doubling). Low nibbles hold values 0..15, high 16..31.
+struct BlockMXFP4 { uint8_t e; uint8_t qs[kQK / 2]; };
 #pragma pack(pop)
 
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -87,5 +91,12 @@ static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockMXFP4) == 17);
+
+// Twice the E2M1 values of the 16 MXFP4 codes (sign bit 3).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+// The scale of an MXFP4 block with exponent byte e: 2^(e - 128), exact (subnormal for e < 2).
+float Mxfp4Scale(uint8_t e);
 
 }  // namespace kvserve

@@ -57,7 +57,7 @@ std::vector<float> EffectiveActivations(GgmlType type, const std::vector<float>&
   if (MatMulIsa() == "generic") return x;
   std::vector<int8_t> q(x.size());
   std::vector<float> out(x.size());
-  if (type == GgmlType::kQ8_0) {
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kMXFP4) {
     std::vector<float> d(x.size() / 32);
     ActQ8_0 a{q.data(), d.data(), cols};
     QuantizeActQ8_0(x.data(), tokens, a);
@@ -156,6 +156,28 @@ TEST_P(MatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
         }
       }
     }
+  }
+}
+
+TEST(MatMulInt4Test, AvxTwoAndVnniGiveTheSameBits) {
+  // Q4_0 and MXFP4 sum each block's products exactly in integers whichever instruction does it
+  // (maddubs pairs or dpbusd), then in the same float order: the ISAs agree bit for bit.
+  for (const GgmlType type : {GgmlType::kQ4_0, GgmlType::kMXFP4}) {
+    std::mt19937 rng(5);
+    const int64_t rows = 21, cols = 7 * 32, tokens = 6;
+    Quantized q = MakeWeights(type, rows, cols, rng);
+    std::vector<float> x(tokens * cols);
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (float& v : x) v = n(rng);
+    ThreadPool pool(2);
+    if (!SetMatMulIsa("avx2") || !SetMatMulIsa("avx512")) GTEST_SKIP() << "needs AVX-512 VNNI";
+    std::vector<float> a(tokens * rows), b(tokens * rows);
+    SetMatMulIsa("avx2");
+    MatMul(q.w, x.data(), tokens, a.data(), pool);
+    SetMatMulIsa("avx512");
+    MatMul(q.w, x.data(), tokens, b.data(), pool);
+    SetMatMulIsa("best");
+    EXPECT_EQ(a, b) << Traits(type).name;
   }
 }
 
@@ -275,7 +297,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
                                            GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
                                            GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K,
-                                           GgmlType::kQ5_K, GgmlType::kQ6_K),
+                                           GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4),
                          [](const auto& p) { return std::string(Traits(p.param).name); });
 
 }  // namespace

@@ -2,6 +2,7 @@
 // from the ggml block layout, so these tests pin the bit packing independently of our quantizer.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -58,6 +59,24 @@ TEST(Dequantize, Q4_0NibblesAreOffsetByEight) {
   want[16] = 0.5f;
   want[17] = -4.0f;
   EXPECT_EQ(y, want);
+}
+
+TEST(Dequantize, MXFP4CodesAreDoubledE2M1TimesAPowerOfTwo) {
+  BlockMXFP4 blk;
+  blk.e = 130;  // 2^(130 - 128) = 4
+  std::memset(blk.qs, 0, sizeof(blk.qs));
+  blk.qs[0] = 0xf7;  // x[0] = 12 * 4 = 48; x[16] = -12 * 4 = -48
+  blk.qs[1] = 0x89;  // x[1] = -1 * 4 = -4; x[17] = -0 = 0
+  std::vector<float> y = Dequant(GgmlType::kMXFP4, blk, 32);
+  std::vector<float> want(32, 0.0f);
+  want[0] = 48.0f;
+  want[16] = -48.0f;
+  want[1] = -4.0f;
+  EXPECT_EQ(y, want);
+  // The smallest scales are subnormal floats, exact.
+  EXPECT_EQ(Mxfp4Scale(0), std::ldexp(1.0f, -128));
+  EXPECT_EQ(Mxfp4Scale(1), std::ldexp(1.0f, -127));
+  EXPECT_EQ(Mxfp4Scale(255), std::ldexp(1.0f, 127));
 }
 
 TEST(Dequantize, Q4_1IsAffine) {

@@ -71,6 +71,12 @@ float ElementBound(GgmlType type, const std::vector<float>& x, const std::vector
     case GgmlType::kQ5_0:
       Range(&x[i / 32 * 32], 32, false, &amax);
       return amax / 16.0f + amax * f16_rel;
+    case GgmlType::kMXFP4: {  // d = 2^(floor(log2 amax) - 3) <= amax / 8; the widest step 4d
+      // (between the doubled levels 8 and 12), halved; amax itself may lie past 12d (up to 16d)
+      Range(&x[i / 32 * 32], 32, false, &amax);
+      const float d = std::ldexp(1.0f, static_cast<int>(std::floor(std::log2(amax))) - 3);
+      return std::max(2 * d, amax - 12 * d) * 1.0001f;
+    }
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_1: {
       const float levels = type == GgmlType::kQ4_1 ? 15.0f : 31.0f;
@@ -108,7 +114,10 @@ float RmsBound(GgmlType type) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kQ5_K: return 0.06f;
-    default: return 0.12f;  // 4-bit types
+    case GgmlType::kMXFP4:
+      return 0.2f;  // 8 levels a side, a power-of-two scale
+    default:
+      return 0.12f;  // 4-bit types
   }
 }
 
@@ -161,14 +170,14 @@ TEST_P(RoundTripTest, QuantizingTwiceIsStable) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllQuantizable, RoundTripTest,
-    ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_0,
-                      GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
-                      GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
-    [](const ::testing::TestParamInfo<GgmlType>& param_info) {
-      return std::string(Traits(param_info.param).name);
-    });
+INSTANTIATE_TEST_SUITE_P(AllQuantizable, RoundTripTest,
+                         ::testing::Values(GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16,
+                                           GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                                           GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                                           GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4),
+                         [](const ::testing::TestParamInfo<GgmlType>& param_info) {
+                           return std::string(Traits(param_info.param).name);
+                         });
 
 TEST(QuantizeQ8_0, MatchesGgmlReferenceRounding) {
   // amax = 2.54 -> d = 0.02, q = round(x / d): 2.54 -> 127, -1.0 -> -50, 0.01 -> 0.5 -> 1 (half
@@ -184,6 +193,27 @@ TEST(QuantizeQ8_0, MatchesGgmlReferenceRounding) {
   EXPECT_EQ(blk.qs[1], -50);
   EXPECT_EQ(blk.qs[2], 1);
   EXPECT_EQ(blk.qs[3], 0);
+}
+
+TEST(QuantizeMXFP4, PowerOfTwoScaleAndNearestLevel) {
+  // amax = 5 -> e = floor(log2 5) - 2 + 127 = 127 -> d = 2^-1, so codes 0..7 stand for
+  // 0, 0.5, 1, 1.5, 2, 3, 4, 6 and codes 8..15 for their negatives.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 5.0f;    // as far from 4 (code 6) as from 6 (code 7): the first, code 6
+  x[1] = -2.6f;   // -3 (code 13) is nearest
+  x[16] = 0.2f;   // 0 (code 0) beats 0.5 (code 1)
+  x[17] = -0.3f;  // -0.5 (code 9) beats 0
+  BlockMXFP4 blk;
+  ASSERT_TRUE(QuantizeRow(GgmlType::kMXFP4, x.data(), &blk, 32));
+  EXPECT_EQ(blk.e, 127);
+  EXPECT_EQ(Mxfp4Scale(blk.e), 0.5f);
+  EXPECT_EQ(blk.qs[0], 0x06);  // x[0] code 6, x[16] code 0 (zeros take +0, the first)
+  EXPECT_EQ(blk.qs[1], 0x9d);  // x[1] code 13, x[17] code 9
+  EXPECT_EQ(blk.qs[2], 0x00);
+  // An all-zero block: e = 0, every code 0.
+  std::vector<float> z(32, 0.0f);
+  ASSERT_TRUE(QuantizeRow(GgmlType::kMXFP4, z.data(), &blk, 32));
+  EXPECT_EQ(blk.e, 0);
 }
 
 TEST(QuantizeQ4_0, LargestMagnitudeMapsToMinusEight) {

@@ -13,16 +13,17 @@ TEST(TypeTraits, BlockSizesMatchGgml) {
     bool supported;
   };
   const Expected table[] = {
-      {GgmlType::kF32, 1, 4, true},      {GgmlType::kF16, 1, 2, true},
-      {GgmlType::kBF16, 1, 2, true},     {GgmlType::kQ4_0, 32, 18, true},
-      {GgmlType::kQ4_1, 32, 20, true},   {GgmlType::kQ5_0, 32, 22, true},
-      {GgmlType::kQ5_1, 32, 24, true},   {GgmlType::kQ8_0, 32, 34, true},
-      {GgmlType::kQ8_1, 32, 36, false},  {GgmlType::kQ2_K, 256, 84, false},
+      {GgmlType::kF32, 1, 4, true},       {GgmlType::kF16, 1, 2, true},
+      {GgmlType::kBF16, 1, 2, true},      {GgmlType::kQ4_0, 32, 18, true},
+      {GgmlType::kQ4_1, 32, 20, true},    {GgmlType::kQ5_0, 32, 22, true},
+      {GgmlType::kQ5_1, 32, 24, true},    {GgmlType::kQ8_0, 32, 34, true},
+      {GgmlType::kQ8_1, 32, 36, false},   {GgmlType::kQ2_K, 256, 84, false},
       {GgmlType::kQ3_K, 256, 110, false}, {GgmlType::kQ4_K, 256, 144, true},
-      {GgmlType::kQ5_K, 256, 176, true}, {GgmlType::kQ6_K, 256, 210, true},
-      {GgmlType::kQ8_K, 256, 292, true}, {GgmlType::kI8, 1, 1, false},
-      {GgmlType::kI16, 1, 2, false},     {GgmlType::kI32, 1, 4, false},
-      {GgmlType::kI64, 1, 8, false},     {GgmlType::kF64, 1, 8, false},
+      {GgmlType::kQ5_K, 256, 176, true},  {GgmlType::kQ6_K, 256, 210, true},
+      {GgmlType::kQ8_K, 256, 292, true},  {GgmlType::kI8, 1, 1, false},
+      {GgmlType::kI16, 1, 2, false},      {GgmlType::kI32, 1, 4, false},
+      {GgmlType::kI64, 1, 8, false},      {GgmlType::kF64, 1, 8, false},
+      {GgmlType::kMXFP4, 32, 17, true},
   };
   for (const Expected& e : table) {
     const TypeTraits t = Traits(e.type);
@@ -73,7 +74,7 @@ TEST(TypeTraits, ParsesNamesCaseInsensitively) {
 TEST(TypeTraits, CanQuantizeExactlyTheDocumentedTypes) {
   for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ4_0,
                      GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
-                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
     EXPECT_TRUE(CanQuantize(t)) << Traits(t).name;
   }
   for (GgmlType t : {GgmlType::kQ8_K, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ8_1,
