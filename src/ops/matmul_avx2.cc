@@ -5,15 +5,12 @@
 #include <cstring>
 
 #include "ops/kquant_unpack.h"
+#include "ops/matmul_block32_impl.h"
 #include "ops/matmul_f16_impl.h"
-#include "ops/matmul_int4_impl.h"
 #include "ops/matmul_kernels.h"
 
 namespace kvserve::kernels {
 namespace {
-
-constexpr int kRows = 4;
-constexpr int kTokens = 4;
 
 // The first token tile over NR rows prefetches the same block NR rows on (see the NOTE on
 // prefetch in matmul_avx512.cc); later tiles find the rows in L1.
@@ -29,71 +26,14 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
-// --- Q8_0 ------------------------------------------------------------------------------------
-// NOTE: maddubs multiplies unsigned by signed bytes into saturating int16 pairs; |w| times
-// x carrying w's sign keeps every pair under 2 * 127 * 127 < 32767, so nothing saturates
-// (Q8_0 values lie in [-127, 127]).
+// --- Q8_0, Q4_0, MXFP4: matmul_block32_impl.h, with this policy -----------------------------
 
-template <int NR, int NT>
-void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
-              int64_t y_stride, int64_t prefetch) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT][NR];
-  for (int t = 0; t < NT; ++t)
-    for (int i = 0; i < NR; ++i) acc[t][i] = _mm256_setzero_ps();
-  const int64_t xnb = x.cols / 32;
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i w[NR], aw[NR];
-    float dw[NR];
-    for (int i = 0; i < NR; ++i) {
-      if (prefetch != 0 && b % 2 == 0) {  // two blocks are 68 bytes: two lines cover them
-        const char* next = reinterpret_cast<const char*>(rows[i] + b) + prefetch;
-        _mm_prefetch(next, _MM_HINT_T0);
-        _mm_prefetch(next + 64, _MM_HINT_T0);
-      }
-      w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i][b].qs));
-      aw[i] = _mm256_sign_epi8(w[i], w[i]);
-      dw[i] = Half(rows[i][b].d);
-    }
-    for (int t = 0; t < NT; ++t) {
-      const __m256i xv =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t0 + t) * x.cols + b * 32));
-      const float dx = x.d[(t0 + t) * xnb + b];
-      for (int i = 0; i < NR; ++i) {
-        const __m256i p16 = _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(xv, w[i]));
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[t][i] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw[i] * dx), acc[t][i]);
-      }
-    }
+// The signed products through maddubs, the int16 pairs summed by madd.
+struct MaddubsDot {
+  static __m256i Dot(__m256i unsigned_w, __m256i signed_x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned_w, signed_x), _mm256_set1_epi16(1));
   }
-  for (int t = 0; t < NT; ++t)
-    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = HorizontalSum(acc[t][i]);
-}
-
-template <int NR>
-void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
-  const WeightMatrix& w = *a.w;
-  const BlockQ8_0* rows[NR];
-  for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ8_0*>(w.row(r + i));
-  const int64_t nb = w.cols / 32;
-  int64_t t = 0;
-  for (; t + kTokens <= a.num_tokens; t += kTokens) {
-    Q8_0Tile<NR, kTokens>(rows, nb, x, t, a.y + t * w.rows + r, w.rows,
-                          PrefetchDistance(w, NR, t));
-  }
-  for (; t < a.num_tokens; ++t) {
-    Q8_0Tile<NR, 1>(rows, nb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));
-  }
-}
-
-void Q8_0PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
-  int64_t r = r0;
-  if (a.num_tokens < kTokens) {  // decode: one row at a time, as in Q8_0PanelAvx512
-    for (; r < r1; ++r) Q8_0Rows<1>(a, x, r);
-  }
-  for (; r + kRows <= r1; r += kRows) Q8_0Rows<kRows>(a, x, r);
-  for (; r < r1; ++r) Q8_0Rows<1>(a, x, r);
-}
+};
 
 // --- Q4_K ------------------------------------------------------------------------------------
 
@@ -310,22 +250,15 @@ struct Avx2Vec {
   static float Sum(Vec v) { return HorizontalSum(v); }
 };
 
-// Q4_0 / MXFP4 (matmul_int4_impl.h): the signed products through maddubs, pairs summed by madd.
-struct MaddubsDot {
-  static __m256i Dot(__m256i unsigned_w, __m256i signed_x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(unsigned_w, signed_x), _mm256_set1_epi16(1));
-  }
-};
-
 }  // namespace
 
 bool InitAvx2(KernelTable& table) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
   table.isa = "avx2";
-  table.q8_0 = &Q8_0PanelAvx2;
-  table.q4_0 = &int4::Panel<int4::Q4_0, MaddubsDot>;
-  table.mxfp4 = &int4::Panel<int4::Mxfp4, MaddubsDot>;
+  table.q8_0 = &block32::Panel<block32::Q8_0, MaddubsDot>;
+  table.q4_0 = &block32::Panel<block32::Q4_0, MaddubsDot>;
+  table.mxfp4 = &block32::Panel<block32::Mxfp4, MaddubsDot>;
   table.q4_k = &Q4KPanelAvx2;
   table.q6_k = &Q6KPanelAvx2;
   table.f16_to_f32 = &F16ToF32Avx2;

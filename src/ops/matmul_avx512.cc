@@ -12,8 +12,8 @@
 #include <type_traits>
 
 #include "ops/kquant_unpack.h"
+#include "ops/matmul_block32_impl.h"
 #include "ops/matmul_f16_impl.h"
-#include "ops/matmul_int4_impl.h"
 #include "ops/matmul_kernels.h"
 
 namespace kvserve::kernels {
@@ -425,7 +425,7 @@ struct Avx512Vec {
   }
 };
 
-// Q4_0 / MXFP4 (matmul_int4_impl.h): the signed products through VNNI's dpbusd.
+// Q4_0 / MXFP4 (matmul_block32_impl.h): the signed products through VNNI's dpbusd.
 struct VnniDot {
   static __m256i Dot(__m256i unsigned_w, __m256i signed_x) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), unsigned_w, signed_x);
@@ -446,8 +446,8 @@ bool InitAvx512(KernelTable& table) {
   table.q8_0_prepare = &Q8_0PrepareAvx512;
   table.q8_0_prepare_min_tokens = kPairedMinTokens;
   table.q8_0_prepare_max_tokens = kPairedMaxTokens;
-  table.q4_0 = &int4::Panel<int4::Q4_0, VnniDot>;
-  table.mxfp4 = &int4::Panel<int4::Mxfp4, VnniDot>;
+  table.q4_0 = &block32::Panel<block32::Q4_0, VnniDot>;
+  table.mxfp4 = &block32::Panel<block32::Mxfp4, VnniDot>;
   table.q4_k = &Q4KPanelAvx512;
   table.q6_k = &Q6KPanelAvx512;
   table.f16_to_f32 = &F16ToF32Avx512;

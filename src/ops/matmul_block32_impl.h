@@ -1,14 +1,14 @@
-// Panels for the 4-bit formats of 32-value blocks with one scale (Q4_0, MXFP4) times ActQ8_0
-// activations, written once over a dot-product policy D and included by each ISA file
-// (matmul_avx512.cc with VNNI, matmul_avx2.cc with maddubs) inside its own target flags.
-// Everything here has internal linkage, so the copies for different instruction sets never mix.
-// Internal to ops/.
+// Panels for weights in 32-value blocks with one scale (Q8_0; the 4-bit Q4_0 and MXFP4) times
+// ActQ8_0 activations, written once over a dot-product policy D and included by each ISA file
+// (matmul_avx2.cc with maddubs for all three; matmul_avx512.cc with VNNI for the 4-bit ones, its
+// Q8_0 has a panel of its own) inside its own target flags. Everything here has internal
+// linkage, so the copies for different instruction sets never mix. Internal to ops/.
 //
-// A block's 32 weights unpack in registers to signed bytes: Q4_0's nibbles minus 8, MXFP4's
-// codes through kMxfp4Values (twice the E2M1 values, so every weight is an integer in
-// [-12, 12]). D::Dot(|w|, x carrying w's sign) gives 8 int32 sums of 4 products each; it is the
-// same exact integer whichever instruction computes it (no term saturates: 2 * 12 * 127 and
-// 2 * 8 * 127 are far below 32767 for maddubs' int16 pairs).
+// A block's 32 weights become signed bytes in registers: Q8_0's as stored (in [-127, 127]),
+// Q4_0's nibbles minus 8, MXFP4's codes through kMxfp4Values (twice the E2M1 values, so every
+// weight is an integer in [-12, 12]). D::Dot(|w|, x carrying w's sign) gives 8 int32 sums of 4
+// products each, the same exact integer whichever instruction computes it (maddubs' int16
+// pairs never saturate: 2 * 127 * 127 < 32767).
 //
 // NOTE: batch invariance. Output (row r, token t) is always, over the blocks b in order:
 //   acc = Fma(float(Dot(w[r, b], x[t, b])), scale(w[r, b]) * d(x[t, b]), acc)
@@ -25,7 +25,7 @@
 
 namespace kvserve::kernels {
 namespace {
-namespace int4 {
+namespace block32 {
 
 inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -42,8 +42,20 @@ inline __m256i Nibbles(const uint8_t* qs) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low), _mm_and_si128(raw, low));
 }
 
+// Each format: its Block, Values (the 32 signed weights), Scale, and kPrefetchEvery (blocks per
+// two cache lines of the row NR rows on).
+struct Q8_0 {
+  using Block = BlockQ8_0;
+  static constexpr int kPrefetchEvery = 2;  // 68 bytes
+  static __m256i Values(const Block& b) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+  }
+  static float Scale(const Block& b) { return HalfToFloat(b.d); }
+};
+
 struct Q4_0 {
   using Block = BlockQ4_0;
+  static constexpr int kPrefetchEvery = 4;  // 72 bytes
   static __m256i Values(const Block& b) {
     return _mm256_sub_epi8(Nibbles(b.qs), _mm256_set1_epi8(8));
   }
@@ -52,6 +64,7 @@ struct Q4_0 {
 
 struct Mxfp4 {
   using Block = BlockMXFP4;
+  static constexpr int kPrefetchEvery = 4;  // 68 bytes
   static __m256i Values(const Block& b) {
     const __m128i lut = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values));
     return _mm256_shuffle_epi8(_mm256_set_m128i(lut, lut), Nibbles(b.qs));
@@ -80,7 +93,7 @@ void Tile(const typename F::Block* const* rows, int64_t nb, const ActQ8_0& x, in
     __m256i w[NR], aw[NR];
     float dw[NR];
     for (int i = 0; i < NR; ++i) {
-      if (prefetch != 0 && b % 4 == 0) {  // 4 blocks: 68 or 72 bytes, two lines
+      if (prefetch != 0 && b % F::kPrefetchEvery == 0) {
         const char* next = reinterpret_cast<const char*>(rows[i] + b) + prefetch;
         _mm_prefetch(next, _MM_HINT_T0);
         _mm_prefetch(next + 64, _MM_HINT_T0);
@@ -134,6 +147,6 @@ void Panel(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   for (; r < r1; ++r) Rows<F, D, 1>(a, x, r);
 }
 
-}  // namespace int4
+}  // namespace block32
 }  // namespace
 }  // namespace kvserve::kernels
