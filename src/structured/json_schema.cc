@@ -39,6 +39,7 @@ using json_schema_internal::HasType;
 using json_schema_internal::IsDefinedFormat;
 using json_schema_internal::IsIgnored;
 using json_schema_internal::JsonCharRule;
+using json_schema_internal::MatchesNoValue;
 using json_schema_internal::MergeSchemas;
 using json_schema_internal::NumberRule;
 using json_schema_internal::PatternKeyRule;
@@ -296,26 +297,36 @@ Result<int> Compiler::CompileAlternatives(const json& s, const std::string& path
   for (size_t i = 0; i < branches.size(); ++i) {
     const std::string branch_path = Child(Child(path, key), std::to_string(i));
     int rule = -1;
+    // A branch no value takes (an error that says so, in flattening, merging or compiling) is
+    // left out: the union is the same without it.
     if (distribute) {
-      KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root_, branches[i], branch_path, 0));
+      Result<json> flattened = FlattenSchema(root_, branches[i], branch_path, 0);
+      if (!flattened.ok() && MatchesNoValue(flattened.status())) continue;
+      KV_ASSIGN_OR_RETURN(json flat, std::move(flattened));
       if (base.contains("type") && flat.contains("type")) {
         // A branch whose types the constraints beside it exclude matches nothing: left out.
         KV_ASSIGN_OR_RETURN(const unsigned outer, TypeMask(base["type"], path));
         KV_ASSIGN_OR_RETURN(const unsigned inner, TypeMask(flat["type"], branch_path));
         if ((outer & inner) == 0) continue;
       }
-      KV_ASSIGN_OR_RETURN(json merged, MergeSchemas(root_, base, flat, branch_path));
+      Result<json> merged = MergeSchemas(root_, base, flat, branch_path);
+      if (!merged.ok() && MatchesNoValue(merged.status())) continue;
+      KV_RETURN_IF_ERROR(merged.status());
       if (++compiled_ > kMaxCompiledSchemas) return InvalidArgument("schema too large");
-      KV_ASSIGN_OR_RETURN(rule, CompileFlat(merged, branch_path));
+      Result<int> r = CompileFlat(*merged, branch_path);
+      if (!r.ok() && MatchesNoValue(r.status())) continue;
+      KV_ASSIGN_OR_RETURN(rule, std::move(r));
     } else {
-      KV_ASSIGN_OR_RETURN(rule, Compile(branches[i], branch_path));
+      Result<int> r = Compile(branches[i], branch_path);
+      if (!r.ok() && MatchesNoValue(r.status())) continue;
+      KV_ASSIGN_OR_RETURN(rule, std::move(r));
     }
     alts.push_back({Sym::Ref(rule)});
   }
   if (alts.empty()) {
-    return InvalidArgument(
-        fmt::format("schema at {} matches nothing: no '{}' branch has a type the schema allows",
-                    Where(path), key));
+    return InvalidArgument(fmt::format(
+        "schema at {} matches nothing: no '{}' branch matches a value the schema allows",
+        Where(path), key));
   }
   return b_->Alternatives(key, std::move(alts));
 }

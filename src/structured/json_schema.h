@@ -63,6 +63,9 @@
 //   minLength/maxLength/minimum/maximum beside it; other keywords beside enum are refused. A
 //   whole number is also its other spelling (2.0 and 2: equal values), but as an "integer"
 //   only without a fraction.
+// - anyOf / oneOf leave out a branch that matches no value (false, not {}, an enum no value of
+//   which fits, allOf parts that contradict each other); under allOf a property whose schemas
+//   contradict each other can only be absent.
 // - oneOf: compiled as anyOf where no value can match two branches: pairwise different types,
 //   enum/const values the other branch refuses, a property one requires and the other forbids,
 //   or a property both require with such disjoint schemas; or where each branch only requires

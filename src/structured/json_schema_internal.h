@@ -89,6 +89,10 @@ bool HasConstraints(const nlohmann::ordered_json& s,
                     std::initializer_list<std::string_view> ignore);
 bool HasType(const nlohmann::ordered_json& v, unsigned mask);
 Result<unsigned> AllowedTypes(const nlohmann::ordered_json& s, const std::string& path);
+// Whether a compile error says that the schema matches no value at all (rather than that it is
+// malformed or unsupported): anyOf and oneOf leave such a branch out, which changes nothing the
+// union accepts.
+bool MatchesNoValue(const Status& s);
 Result<nlohmann::ordered_json> ApplyNot(const nlohmann::ordered_json& root,
                                         const nlohmann::ordered_json& s, const std::string& path);
 Result<nlohmann::ordered_json> ApplyDependencies(const nlohmann::ordered_json& root,

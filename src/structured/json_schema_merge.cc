@@ -237,14 +237,20 @@ Status MergeObjectKeywords(const json& root, const json& a, const json& b, const
   const json add_a = a.value("additionalProperties", json(true));
   const json add_b = b.value("additionalProperties", json(true));
   json props = json::object();
+  // A property whose two schemas no value meets both can only be absent: false (and an object
+  // that requires it matches nothing, which compiling it says).
+  const auto merge_property = [&](const std::string& k, const json& x, const json& y) -> Status {
+    Result<json> m = MergeSub(root, x, y, Child(Child(path, "properties"), k), depth);
+    if (!m.ok() && !MatchesNoValue(m.status())) return m.status();
+    props[k] = m.ok() ? std::move(*m) : json(false);
+    return Status::Ok();
+  };
   for (const auto& [k, v] : pa.items()) {
-    KV_ASSIGN_OR_RETURN(props[k], MergeSub(root, v, pb.contains(k) ? pb[k] : add_b,
-                                           Child(Child(path, "properties"), k), depth));
+    KV_RETURN_IF_ERROR(merge_property(k, v, pb.contains(k) ? pb[k] : add_b));
   }
   for (const auto& [k, v] : pb.items()) {
     if (pa.contains(k)) continue;
-    KV_ASSIGN_OR_RETURN(props[k],
-                        MergeSub(root, add_a, v, Child(Child(path, "properties"), k), depth));
+    KV_RETURN_IF_ERROR(merge_property(k, add_a, v));
   }
   out->erase("properties");
   if (!props.empty()) (*out)["properties"] = std::move(props);

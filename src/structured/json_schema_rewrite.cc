@@ -57,6 +57,17 @@ bool HasType(const json& v, unsigned mask) {
   }
 }
 
+bool MatchesNoValue(const Status& s) {
+  if (s.code() != StatusCode::kInvalidArgument) return false;
+  const std::string& m = s.message();
+  for (const char* says :
+       {" matches nothing", "no value satisfies the schema", "is required but its schema is false",
+        "is not in 'properties' and additionalProperties is false"}) {
+    if (m.find(says) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // The declared types ("nullable": true adds null), or where there is no "type" every type: as
 // the specification reads it, {"properties": {...}} constrains objects and takes any other
 // value as it is (an array, a string), and so does the grammar.
@@ -315,7 +326,9 @@ Result<std::optional<json>> ExclusiveBranches(const json& root, const json& base
   std::vector<std::string> only_required;
   for (size_t i = 0; i < branches.size(); ++i) {
     const std::string where = Child(Child(path, "oneOf"), std::to_string(i));
-    KV_ASSIGN_OR_RETURN(json flat, FlattenSchema(root, branches[i], where, 0));
+    Result<json> flattened = FlattenSchema(root, branches[i], where, 0);
+    if (!flattened.ok() && MatchesNoValue(flattened.status())) flattened = json(false);
+    KV_ASSIGN_OR_RETURN(json flat, std::move(flattened));
     std::vector<std::string> keys;
     for (const auto& [k, v] : flat.items()) {
       if (!IsIgnored(k)) keys.push_back(k);

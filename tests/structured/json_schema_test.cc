@@ -643,6 +643,23 @@ TEST(JsonSchemaTest, NotOverTypesOverNotAndOverFalse) {
   EXPECT_NE(ErrorOf(R"({"type":"number","not":{"type":"integer"}})").find("integers"),
             std::string::npos);
   EXPECT_NE(ErrorOf(R"({"not":{"enum":[1]}})").find("'not'"), std::string::npos);
+  // A branch that matches nothing is left out of anyOf / oneOf (the union is the same); only
+  // when every branch does is the schema refused.
+  ExpectLanguage(R"({"anyOf":[{"not":{}},{"type":"integer"}]})", {"1"}, {"\"a\"", "null"});
+  ExpectLanguage(R"({"oneOf":[false,{"type":"string","enum":[1]},{"type":"boolean"}]})", {"true"},
+                 {"1"});
+  ExpectLanguage(
+      R"({"anyOf":[{"type":"object","properties":{"a":false},"required":["a"]},{"type":"null"}]})",
+      {"null"}, {R"({"a":1})", "{}"});
+  EXPECT_NE(ErrorOf(R"({"anyOf":[{"not":{}},false]})").find("matches nothing"), std::string::npos);
+  // With "w", "t" must be both "a" and "b": it can only be absent.
+  ExpectLanguage(
+      R"({"type":"object","properties":{"t":{"enum":["a"]},"w":{}},
+          "dependencies":{"w":{"properties":{"t":{"enum":["b"]}}}}})",
+      {R"({"t":"a"})", "{}", R"({"w":1})"}, {R"({"t":"a","w":1})"});
+  // Malformed or unsupported branches are still errors.
+  EXPECT_NE(ErrorOf(R"({"anyOf":[{"type":"nope"},{"type":"null"}]})").find("nope"),
+            std::string::npos);
 }
 
 TEST(JsonSchemaTest, MinAndMaxProperties) {
