@@ -183,8 +183,6 @@ int IntegerRangeRule(int64_t lo, int64_t hi, GrammarBuilder* b) {
   return b->Alternatives(fmt::format("int[{},{}]", lo, hi), std::move(alts));
 }
 
-// Numbers without bounds: -?(0|[1-9][0-9]{0,14}) for integers, plus an optional fraction and
-// exponent for numbers.
 namespace {
 
 // The digits of a whole number: 0, or up to `digits` digits without a leading zero.
@@ -207,6 +205,8 @@ int ExponentRule(GrammarBuilder* b) {
 
 }  // namespace
 
+// Numbers without bounds: -?(0|[1-9][0-9]{0,19}) for integers, plus an optional fraction and
+// exponent for numbers.
 int PlainNumberRule(bool integer, GrammarBuilder* b) {
   const int sign = b->Optional("sign", b->Literal("-"));
   Sequence s = {Sym::Ref(sign), Sym::Ref(MagnitudeRule(kMaxPlainIntegerDigits, b))};
