@@ -56,6 +56,18 @@ double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// n pseudo-random bytes at p: splitmix64 from state z, 8 bytes per step.
+void FillRandomBytes(uint8_t* p, size_t n, uint64_t z) {
+  for (size_t i = 0; i < n; i += 8) {
+    z += 0x9e3779b97f4a7c15ull;
+    uint64_t v = z;
+    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+    v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+    v ^= v >> 31;
+    std::memcpy(p + i, &v, std::min<size_t>(8, n - i));
+  }
+}
+
 // Read bandwidth of all threads streaming over a buffer much larger than the caches (GB/s),
 // prefetching one page ahead as the decode kernels do.
 // NOTE: the buffer holds random bytes, written by the threads that later read it. A buffer of
@@ -70,15 +82,7 @@ double MeasureBandwidth(ThreadPool& pool, int reps) {
   };
   pool.Run([&](int t, int nt) {
     const auto [b, e] = range(t, nt);
-    uint64_t z = 0x9e3779b97f4a7c15ull * (t + 1);
-    for (size_t i = b; i < e; i += 8) {  // splitmix64
-      z += 0x9e3779b97f4a7c15ull;
-      uint64_t v = z;
-      v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
-      v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
-      v ^= v >> 31;
-      std::memcpy(buf.data() + i, &v, 8);
-    }
+    FillRandomBytes(buf.data() + b, e - b, 0x9e3779b97f4a7c15ull * (t + 1));
   });
   // The ranges are contiguous from 0: the last one ends at the bytes read in all.
   const double read = static_cast<double>(range(pool.num_threads() - 1, pool.num_threads()).second);
@@ -402,15 +406,7 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
   const size_t bytes = static_cast<size_t>(*RowBytes(type, cols)) * static_cast<size_t>(rows);
   std::vector<uint8_t> out(bytes);
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (size_t i = 0; i < bytes; i += 8) {  // splitmix64
-    z += 0x9e3779b97f4a7c15ull;
-    uint64_t v = z;
-    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
-    v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
-    v ^= v >> 31;
-    std::memcpy(out.data() + i, &v, std::min<size_t>(8, bytes - i));
-  }
+  FillRandomBytes(out.data(), bytes, seed * 0x9e3779b97f4a7c15ull + 1);
   const TypeTraits t = Traits(type);
   const uint16_t d = F32ToF16(0.01f);
   for (size_t b = 0; b < bytes; b += static_cast<size_t>(t.block_bytes)) {

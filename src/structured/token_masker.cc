@@ -90,6 +90,14 @@ std::shared_ptr<const TokenVocab> TokenVocab::FromPieces(std::vector<std::string
   return v;
 }
 
+int32_t TokenVocab::Child(int32_t node, uint8_t byte) const {
+  const int32_t end = nodes_[static_cast<size_t>(node)].end;
+  for (int32_t child = node + 1; child < end; child = nodes_[static_cast<size_t>(child)].end) {
+    if (nodes_[static_cast<size_t>(child)].byte == byte) return child;
+  }
+  return -1;
+}
+
 std::vector<TokenId> TokenVocab::LongestMatch(std::string_view bytes, int max_tokens) const {
   std::vector<TokenId> out;
   size_t pos = 0;
@@ -98,14 +106,8 @@ std::vector<TokenId> TokenVocab::LongestMatch(std::string_view bytes, int max_to
     TokenId best = -1;
     size_t best_len = 0;
     for (size_t d = 0; pos + d < bytes.size(); ++d) {
-      const auto b = static_cast<uint8_t>(bytes[pos + d]);
-      int32_t child = node + 1;
-      const int32_t end = nodes_[static_cast<size_t>(node)].end;
-      while (child < end && nodes_[static_cast<size_t>(child)].byte != b) {
-        child = nodes_[static_cast<size_t>(child)].end;
-      }
-      if (child >= end) break;
-      node = child;
+      node = Child(node, static_cast<uint8_t>(bytes[pos + d]));
+      if (node < 0) break;
       const Node& n = nodes_[static_cast<size_t>(node)];
       if (n.tokens_end > n.tokens_begin) {
         best = token_ids_[static_cast<size_t>(n.tokens_begin)];
@@ -122,14 +124,8 @@ std::vector<TokenId> TokenVocab::LongestMatch(std::string_view bytes, int max_to
 std::span<const TokenId> TokenVocab::TokensSpelling(std::string_view bytes) const {
   int32_t node = 0;
   for (const char c : bytes) {
-    const auto b = static_cast<uint8_t>(c);
-    int32_t child = node + 1;
-    const int32_t end = nodes_[static_cast<size_t>(node)].end;
-    while (child < end && nodes_[static_cast<size_t>(child)].byte != b) {
-      child = nodes_[static_cast<size_t>(child)].end;
-    }
-    if (child >= end) return {};
-    node = child;
+    node = Child(node, static_cast<uint8_t>(c));
+    if (node < 0) return {};
   }
   if (node == 0) return {};
   return node_tokens(nodes_[static_cast<size_t>(node)]);

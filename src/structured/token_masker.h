@@ -127,6 +127,9 @@ class TokenVocab {
     size_t operator()(const std::vector<int16_t>& next) const;
   };
   void BuildTrie(const std::vector<uint8_t>& excluded);
+  // The child of trie node `node` reached by `byte`, or -1.
+  int32_t Child(int32_t node, uint8_t byte) const;
+
   std::vector<std::string> pieces_;
   std::vector<TokenId> eog_;
   std::vector<uint8_t> eog_mask_;
@@ -239,7 +242,7 @@ class TokenMasker {
   std::vector<const State*> states_;  // [num_states] keys of state_ids_
   std::vector<int32_t> next_;         // [num_states, 256] successor state id per byte
   std::vector<LoopInfo> loops_;       // [num_states] filled for states a walk started from
-  // A state's stacks grouped by the byte set their top matches, for NextLocked: a byte costs a
+  // A state's stacks grouped by the byte set their top matches, for StepLocked: a byte costs a
   // test per distinct set, not per stack (states inside anyOf-heavy schemas hold hundreds of
   // stacks over a handful of sets). Filled on a state's first step.
   struct TopGroups {
@@ -250,8 +253,8 @@ class TokenMasker {
     std::vector<int32_t> data;
   };
   std::vector<TopGroups> tops_;                      // [num_states]
-  std::vector<int32_t> accepting_;                   // NextLocked scratch
-  std::vector<std::pair<int32_t, int32_t>> by_set_;  // NextLocked scratch
+  std::vector<int32_t> accepting_;                   // StepLocked scratch
+  std::vector<std::pair<int32_t, int32_t>> by_set_;  // StepLocked scratch
   std::vector<int16_t> member_of_;    // [num_states] LoopLocked scratch: cover number or -1
   std::vector<int32_t> ids_;          // [max_depth + 1] walk scratch: state id per depth
   State scratch_;

@@ -99,6 +99,11 @@ void FlushHigh(uint32_t* high, std::string* text) {
   *high = 0;
 }
 
+// A number written as an integer literal (digits and a minus sign): keyed as it is written.
+bool IsIntegerLiteral(std::string_view t) {
+  return t.find_first_not_of("-0123456789") == std::string_view::npos;
+}
+
 }  // namespace
 
 void UniqueItemsTracker::AppendCodeUnit(Lexer* lex, uint32_t unit) {
@@ -128,7 +133,7 @@ std::string UniqueItemsTracker::Key(const Lexer& lex) {
   // 9007199254740993.0, a double of 2^53, do not). Integers key as their digits; other doubles
   // as their shortest form.
   const std::string& t = lex.text;
-  if (t.find_first_not_of("-0123456789") == std::string::npos) {
+  if (IsIntegerLiteral(t)) {
     return t == "-0" ? "n0" : "n" + t;
   }
   const double d = std::strtod(t.c_str(), nullptr);
@@ -294,10 +299,10 @@ std::vector<std::string> UniqueItemsTracker::Remainders() const {
       prefix = "s" + lex_.text;
       break;
     case Mode::kNumber: {
-      const bool plain_integer = std::all_of(lex_.text.begin(), lex_.text.end(), [](char c) {
-        return c == '-' || (c >= '0' && c <= '9');
-      });
-      if (!plain_integer || lex_.text.starts_with("-0") || lex_.text.starts_with("0")) return out;
+      if (!IsIntegerLiteral(lex_.text) || lex_.text.starts_with("-0") ||
+          lex_.text.starts_with("0")) {
+        return out;
+      }
       prefix = "n" + lex_.text;
       break;
     }
