@@ -95,6 +95,10 @@ class GgufFile {
   const std::vector<std::string>& metadata_order() const { return metadata_order_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
 
+  // Drops the resident pages that lie wholly inside [data, data + bytes) of a mapped file (they
+  // are read from the file again if touched); nothing for a file image held in memory.
+  void ReleasePages(const uint8_t* data, uint64_t bytes) const;
+
   const GgufValue* Find(std::string_view key) const;
   const GgufTensorInfo* FindTensor(std::string_view name) const;
 

@@ -46,6 +46,10 @@ struct ModelOptions {
   int max_batch_tokens = 512;  // most tokens one Forward() may carry
   int max_context = 0;         // most KV slots one sequence may attend to (0 = model context)
   MlaForm mla_form = MlaForm::kAbsorbed;
+  // Repack the weights the matmul kernels take packed (ops PackWeights: Q8_0 on AVX-512 VNNI and
+  // AMX CPUs) once at load; the file's pages of those matrices are then given back, so they are
+  // resident once. Off: every matmul reads the file's layout.
+  bool pack_weights = true;
 };
 
 // Mixture-of-experts counters since load (one per Forward): what the grouping of a batch's
@@ -76,6 +80,8 @@ class Model {
   KvLayout MakeKvLayout(int block_size, KvDtype k_dtype, KvDtype v_dtype) const;
   // Bytes of the weights as stored.
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of the repacked copies (ModelOptions::pack_weights; 0 when nothing was packed).
+  uint64_t packed_weight_bytes() const { return packed_weight_bytes_; }
   // Weight bytes one decode step of one token reads: all of them, except that an embedding
   // table not tied to the output matrix is read one row per token, and of the routed experts
   // only the top-k of each layer (assuming experts of equal size).
@@ -116,6 +122,7 @@ class Model {
   struct Scratch;
   Model(GgufFile file, ModelConfig config, ModelOptions options);
   Status LoadWeights();
+  void PackMatrices();
   Status LoadAttention(int layer);
   Status LoadMlaAttention(int layer);
   Status LoadFeedForward(int layer);
@@ -151,6 +158,8 @@ class Model {
   std::unique_ptr<Scratch> scratch_;
   uint64_t weight_bytes_ = 0;
   uint64_t expert_weight_bytes_ = 0;
+  std::vector<AlignedBuffer<uint8_t>> packed_;  // what packed WeightMatrix fields point into
+  uint64_t packed_weight_bytes_ = 0;
   double active_params_ = 0;
   MoeStats moe_stats_;
 };

@@ -75,6 +75,7 @@ Result<std::vector<WeightMatrix>> Experts(const GgufFile& f, const std::string& 
 WeightMatrix Rows(const WeightMatrix& w, int64_t first, int64_t count) {
   WeightMatrix r = w;
   r.data = w.row(first);
+  r.packed = nullptr;
   r.rows = count;
   return r;
 }
@@ -157,8 +158,35 @@ Status Model::LoadWeights() {
   }
   for (const GgufTensorInfo& t : f.tensors()) weight_bytes_ += t.size_bytes;
   CountActiveParams();
+  if (options_.pack_weights) PackMatrices();
   AllocateScratch();
   return Status::Ok();
+}
+
+// Every matrix the kernels multiply by, except views that other matrices share (MLA's kv_b and
+// its per-head slices) and the small router, is repacked where the kernels want it; the file's
+// pages of a packed matrix go back (unless the tied embedding table still reads its rows).
+void Model::PackMatrices() {
+  std::vector<WeightMatrix*> matrices = {&output_};
+  for (Layer& l : layers_) {
+    for (WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.w_gate,
+                            &l.w_up, &l.w_down, &l.sh_gate, &l.sh_up, &l.sh_down}) {
+      matrices.push_back(w);
+    }
+    for (std::vector<WeightMatrix>* experts : {&l.exp_gate, &l.exp_up, &l.exp_down}) {
+      for (WeightMatrix& w : *experts) matrices.push_back(&w);
+    }
+  }
+  const bool tied = output_.data == token_embd_.data;
+  for (WeightMatrix* w : matrices) {
+    if (w->data == nullptr) continue;
+    AlignedBuffer<uint8_t> packed = PackWeights(*w);
+    if (packed.size() == 0) continue;
+    w->packed = packed.data();
+    packed_weight_bytes_ += packed.size();
+    packed_.push_back(std::move(packed));
+    if (!(w == &output_ && tied)) file_.ReleasePages(w->data, w->bytes());
+  }
 }
 
 Status Model::LoadAttention(int i) {

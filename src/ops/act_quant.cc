@@ -32,6 +32,18 @@ void QuantizeActQ8_0(const float* x, int64_t num_tokens, ActQ8_0& out) {
   }
 }
 
+void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1) {
+  const int64_t nb = out.cols / 32;
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int8_t* q = out.q + t * out.cols + b * 32;
+      int32_t sum = 0;
+      for (int k = 0; k < 32; ++k) sum += q[k];
+      out.neg_sum128[t * nb + b] = -128 * sum;
+    }
+  }
+}
+
 void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out) {
   const int64_t nsb = out.cols / 256;
   for (int64_t t = 0; t < num_tokens; ++t) {

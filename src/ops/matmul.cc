@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "ops/act_quant.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_packed.h"
 #include "ops/simd.h"
 
 namespace kvserve {
@@ -23,7 +25,10 @@ constexpr int64_t kMicroTokens = 4;
 kernels::KernelTable MakeTable(std::string_view isa) {
   kernels::KernelTable t;
   if (isa == "generic") return t;
-  if (isa != "avx2" && kernels::InitAvx512(t)) return t;
+  if (isa != "avx2" && kernels::InitAvx512(t)) {
+    if (isa != "avx512") kernels::InitAmx(t);
+    return t;
+  }
   kernels::InitAvx2(t);
   return t;
 }
@@ -101,9 +106,12 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t num_tokens, float
 std::string_view MatMulIsa() { return Table().isa; }
 
 bool SetMatMulIsa(std::string_view isa) {
-  if (isa != "generic" && isa != "avx2" && isa != "avx512" && isa != "best") return false;
+  if (isa != "generic" && isa != "avx2" && isa != "avx512" && isa != "amx" && isa != "best") {
+    return false;
+  }
   kernels::KernelTable t = MakeTable(isa);
   if (isa == "avx512" && std::string_view(t.isa) != "avx512-vnni") return false;
+  if (isa == "amx" && std::string_view(t.isa) != "avx512-amx") return false;
   if (isa == "avx2" && std::string_view(t.isa) != "avx2") return false;
   Table() = t;
   return true;
@@ -150,6 +158,39 @@ bool MatMulQ8_0(const WeightMatrix& w, kernels::Q8_0Panel panel, const float* x,
   return true;
 }
 
+// Packed Q8_0 (ops/matmul_packed.h): whole 16-token tiles to the AMX kernel where there is one,
+// every other token to the VNNI kernel; both sum each (row, token) the same way.
+bool MatMulQ8_0Packed(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
+                      ThreadPool& pool) {
+  const kernels::KernelTable& k = Table();
+  if (w.packed == nullptr || k.q8_0_packed == nullptr || w.cols % 32 != 0) return false;
+  const int64_t nb = w.cols / 32;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d;
+  thread_local std::vector<int32_t> sums;
+  ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * nb), w.cols};
+  act.neg_sum128 = ScratchOf(sums, num_tokens * nb);
+  pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
+    ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * nb, w.cols};
+    QuantizeActQ8_0(x + t0 * w.cols, t1 - t0, part);
+    SumActQ8_0(act, t0, t1);
+  });
+  const int64_t tiled =
+      k.q8_0_packed_tiles != nullptr ? num_tokens / packed::kGroupRows * packed::kGroupRows : 0;
+  ActQ8_0 rest{act.q + tiled * w.cols, act.d + tiled * nb, w.cols};
+  rest.neg_sum128 = act.neg_sum128 + tiled * nb;
+  pool.ParallelFor(
+      w.rows,
+      [&](int64_t r0, int64_t r1) {
+        if (tiled > 0) k.q8_0_packed_tiles({&w, tiled, y}, act, r0, r1);
+        if (num_tokens > tiled) {
+          k.q8_0_packed({&w, num_tokens - tiled, y + tiled * w.rows}, rest, r0, r1);
+        }
+      },
+      packed::kGroupRows);
+  return true;
+}
+
 bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, const float* x,
                int64_t num_tokens, float* y, ThreadPool& pool) {
   if (panel == nullptr || w.cols % 256 != 0) return false;
@@ -182,6 +223,7 @@ bool MatMulHalf(const WeightMatrix& w, kernels::HalfPanel panel, const float* x,
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
   switch (w.type) {
     case GgmlType::kQ8_0:
+      if (MatMulQ8_0Packed(w, x, num_tokens, y, pool)) return;
       if (MatMulQ8_0(w, Table().q8_0, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kQ4_0:
@@ -207,6 +249,35 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
   }
   pool.ParallelFor(
       w.rows, [&](int64_t r0, int64_t r1) { MatMulRows(w, x, num_tokens, y, r0, r1); }, kRowTile);
+}
+
+AlignedBuffer<uint8_t> PackWeights(const WeightMatrix& w) {
+  if (w.type != GgmlType::kQ8_0 || w.cols % 32 != 0 || w.rows <= 0 ||
+      Table().q8_0_packed == nullptr) {
+    return {};
+  }
+  const int64_t nb = w.cols / 32;
+  const size_t group_bytes = packed::GroupBytes(w.cols);
+  AlignedBuffer<uint8_t> out(static_cast<size_t>(packed::Groups(w.rows)) * group_bytes);
+  for (int64_t g = 0; g < packed::Groups(w.rows); ++g) {
+    uint8_t* values = out.data() + static_cast<size_t>(g) * group_bytes;
+    uint16_t* scales = reinterpret_cast<uint16_t*>(values + nb * packed::kBlockBytes);
+    for (int64_t i = 0; i < packed::kGroupRows; ++i) {
+      const int64_t r = g * packed::kGroupRows + i;
+      const auto* blocks = r < w.rows ? reinterpret_cast<const BlockQ8_0*>(w.row(r)) : nullptr;
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* slices = values + b * packed::kBlockBytes + i * 4;
+        for (int k = 0; k < 8; ++k) {
+          uint32_t four = 0;  // a padding row's weights are 0: w + 128 = 0x80
+          if (blocks != nullptr) std::memcpy(&four, blocks[b].qs + k * 4, 4);
+          four ^= 0x80808080u;
+          std::memcpy(slices + k * 64, &four, 4);
+        }
+        scales[b * packed::kGroupRows + i] = blocks != nullptr ? blocks[b].d : uint16_t{0};
+      }
+    }
+  }
+  return out;
 }
 
 void MatMulReference(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "quant/types.h"
+#include "util/aligned_buffer.h"
 #include "util/thread_pool.h"
 
 namespace kvserve {
@@ -22,6 +23,10 @@ struct WeightMatrix {
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features
   size_t row_bytes = 0;
+  // Optional: the same weights repacked by PackWeights for this CPU's kernels (owned by the
+  // caller, who keeps it alive with `data`). MatMul reads it where the running kernels take it
+  // and `data` otherwise; everything else (rows, dequantization) reads `data`.
+  const uint8_t* packed = nullptr;
 
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
   uint64_t bytes() const { return static_cast<uint64_t>(rows) * row_bytes; }
@@ -41,11 +46,24 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
 // kernels chosen at run time (AVX-512 VNNI, AVX2, or the portable float path). Other types, and
 // CPUs without those instructions, dequantize tiles of rows to floats.
 
-// The instruction set in use: "avx512-vnni", "avx2" or "generic". The KVSERVE_ISA environment
-// variable (generic, avx2, avx512) caps it at start-up.
+// Packed weights (PackWeights): Q8_0 matrices on AVX-512 VNNI CPUs are repacked once at load
+// into groups of 16 rows whose blocks interleave the rows 4 bytes at a time, the layout of an
+// AMX tile's second operand and of a VNNI product that yields 16 rows' block sums in one
+// register. Every kernel then sums each (row, token) the same way: per block the exact integer
+// dot product, then acc = fma(float(sum), d_w * d_x, acc) over the blocks in order, so AMX tiles
+// (16 tokens at a time) and VNNI (the rest, and decode) give the same bits and batching never
+// changes a result. See docs/architecture.md.
+//
+// The weights of w in the layout the running kernels want, or an empty buffer when they take w
+// as it is stored (other types, or a CPU without a packed kernel). Set w.packed to its data.
+AlignedBuffer<uint8_t> PackWeights(const WeightMatrix& w);
+
+// The instruction set in use: "avx512-amx", "avx512-vnni", "avx2" or "generic". The
+// KVSERVE_ISA environment variable (generic, avx2, avx512, amx) caps it at start-up; AMX is
+// used only where Linux grants the process its tile state (asked once; the log says so if not).
 std::string_view MatMulIsa();
-// Switches the kernels ("generic", "avx2", "avx512", "best"); false if the CPU lacks it. For
-// tests and benchmarks; not thread-safe against running matmuls.
+// Switches the kernels ("generic", "avx2", "avx512", "amx", "best"); false if the CPU lacks
+// it. For tests and benchmarks; not thread-safe against running matmuls.
 bool SetMatMulIsa(std::string_view isa);
 
 // Reference: dequantize every row and take plain dot products (tests compare against it).

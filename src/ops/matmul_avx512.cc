@@ -8,6 +8,7 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -15,6 +16,7 @@
 #include "ops/matmul_block32_impl.h"
 #include "ops/matmul_f16_impl.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_packed.h"
 
 namespace kvserve::kernels {
 namespace {
@@ -189,6 +191,80 @@ void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r
   }
   for (; r + kRows <= r1; r += kRows) Q8_0Rows<kRows, false>(a, x, r);
   for (; r < r1; ++r) Q8_0Rows<1, false>(a, x, r);
+}
+
+// --- Packed Q8_0 (ops/matmul_packed.h) ------------------------------------------------------
+// One register holds a block's exact integer sums for the 16 rows of a group: per 4-column
+// slice k, dpbusd multiplies the slice's 64 unsigned weight bytes with the token's 4 activation
+// bytes broadcast to every row. A token tile of NT tokens reads each slice once for all of them.
+// Tiles of up to 2 tokens (decode) split a block's 8 slices over two chains, so the dependent
+// dpbusd latency does not bound them; the integer sum is the same.
+
+constexpr int kPackedTokens = 8;
+constexpr int64_t kPackedChunk = 64;  // tokens whose activations stay in L2 while groups pass
+
+inline __m512i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+template <int NT>
+void PackedQ8_0Tile(const uint8_t* values, const uint16_t* scales, int64_t nb, const ActQ8_0& x,
+                    int64_t t0, float* y, int64_t y_stride, __mmask16 rows) {
+  constexpr int kChains = NT <= 2 ? 2 : 1;
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = values + b * packed::kBlockBytes;
+    __m512i w[8];
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(wb + k * 64);
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * packed::kGroupRows)));
+    __m512i sum[NT][kChains];
+    for (int t = 0; t < NT; ++t) {
+      sum[t][0] = _mm512_set1_epi32(x.neg_sum128[(t0 + t) * nb + b]);
+      if constexpr (kChains == 2) sum[t][1] = _mm512_setzero_si512();
+    }
+    for (int k = 0; k < 8; ++k) {
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xq = x.q + (t0 + t) * x.cols + b * 32 + k * 4;
+        sum[t][k % kChains] = _mm512_dpbusd_epi32(sum[t][k % kChains], w[k], Broadcast4(xq));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      __m512i s = sum[t][0];
+      if constexpr (kChains == 2) s = _mm512_add_epi32(s, sum[t][1]);
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d[(t0 + t) * nb + b]));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
+}
+
+void PackedQ8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
+  const WeightMatrix& w = *a.w;
+  const int64_t nb = w.cols / 32;
+  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += kPackedChunk) {
+    const int64_t c1 = std::min(a.num_tokens, c0 + kPackedChunk);
+    for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
+      const int64_t g = r / packed::kGroupRows;
+      const int64_t n = std::min(packed::kGroupRows, w.rows - r);
+      const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
+      const uint8_t* values = packed::GroupValues(w, g);
+      const uint16_t* scales = packed::GroupScales(w, g);
+      int64_t t = c0;
+      for (; t + kPackedTokens <= c1; t += kPackedTokens) {
+        PackedQ8_0Tile<kPackedTokens>(values, scales, nb, x, t, a.y + t * w.rows + r, w.rows,
+                                      rows);
+      }
+      auto tail = [&](auto nt, int64_t at) {
+        PackedQ8_0Tile<decltype(nt)::value>(values, scales, nb, x, at, a.y + at * w.rows + r,
+                                            w.rows, rows);
+      };
+      LastTile<kPackedTokens - 1>(c1 - t, t, tail);
+    }
+  }
 }
 
 // --- K-quants --------------------------------------------------------------------------------
@@ -446,6 +522,7 @@ bool InitAvx512(KernelTable& table) {
   table.q8_0_prepare = &Q8_0PrepareAvx512;
   table.q8_0_prepare_min_tokens = kPairedMinTokens;
   table.q8_0_prepare_max_tokens = kPairedMaxTokens;
+  table.q8_0_packed = &PackedQ8_0PanelAvx512;
   table.q4_0 = &block32::Panel<block32::Q4_0, VnniDot>;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, VnniDot>;
   table.q4_k = &Q4KPanelAvx512;

@@ -39,6 +39,12 @@ struct KernelTable {
   Q8_0Prepare q8_0_prepare = nullptr;
   int64_t q8_0_prepare_min_tokens = 0;
   int64_t q8_0_prepare_max_tokens = 0;
+  // Q8_0 weights packed by PackWeights (ops/matmul_packed.h) x ActQ8_0 with neg_sum128, rows
+  // [r0, r1) in whole groups (r0 a multiple of 16, r1 too or w->rows).
+  Q8_0Panel q8_0_packed = nullptr;
+  // The same product with AMX tiles, for num_tokens a multiple of 16; the same bits as
+  // q8_0_packed (MatMul gives it whole tiles and q8_0_packed the rest).
+  Q8_0Panel q8_0_packed_tiles = nullptr;
   Q8_0Panel q4_0 = nullptr;   // Q4_0 weights x ActQ8_0
   Q8_0Panel mxfp4 = nullptr;  // MXFP4 weights x ActQ8_0
   Q8KPanel q4_k = nullptr;   // Q4_K weights x ActQ8K
@@ -51,5 +57,8 @@ struct KernelTable {
 // Each returns false (and leaves the table) when the CPU or the compiler lacks the ISA.
 bool InitAvx512(KernelTable& table);
 bool InitAvx2(KernelTable& table);
+// After InitAvx512: adds the AMX tile kernels where the CPU has AMX-INT8 and Linux grants the
+// process its tile state (asked once per process; the log says why when it is refused).
+bool InitAmx(KernelTable& table);
 
 }  // namespace kvserve::kernels

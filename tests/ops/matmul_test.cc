@@ -289,6 +289,149 @@ TEST_P(HalfMatMulTest, ActivationsAreNotRounded) {
   }
 }
 
+// --- Packed Q8_0 (PackWeights) ---------------------------------------------------------------
+// On AVX-512 VNNI CPUs Q8_0 matrices are repacked in groups of 16 interleaved rows; where AMX
+// exists, whole 16-token tiles go through its tile product and the other tokens through VNNI.
+
+// The ISAs with a packed kernel on this CPU ("avx512", and "amx" where it exists).
+std::vector<const char*> PackedIsas() {
+  std::vector<const char*> out;
+  for (const char* isa : {"avx512", "amx"}) {
+    if (SetMatMulIsa(isa)) out.push_back(isa);
+  }
+  SetMatMulIsa("best");
+  return out;
+}
+
+struct PackedWeights {
+  Quantized q;
+  AlignedBuffer<uint8_t> packed;
+};
+
+PackedWeights MakePacked(int64_t rows, int64_t cols, std::mt19937& rng) {
+  PackedWeights p{MakeWeights(GgmlType::kQ8_0, rows, cols, rng), {}};
+  p.packed = PackWeights(p.q.w);
+  p.q.w.packed = p.packed.data();
+  return p;
+}
+
+class PackedMatMulTest : public ::testing::Test {
+ protected:
+  void TearDown() override { SetMatMulIsa("best"); }
+};
+
+TEST_F(PackedMatMulTest, OnlyQ8_0OnCpusWithAPackedKernelIsPacked) {
+  std::mt19937 rng(1);
+  Quantized q4 = MakeWeights(GgmlType::kQ4_0, 16, 64, rng);
+  EXPECT_EQ(PackWeights(q4.w).size(), 0u);
+  Quantized q8 = MakeWeights(GgmlType::kQ8_0, 17, 64, rng);
+  ASSERT_TRUE(SetMatMulIsa("avx2") || SetMatMulIsa("generic"));
+  EXPECT_EQ(PackWeights(q8.w).size(), 0u);
+  if (PackedIsas().empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
+  SetMatMulIsa("avx512");
+  // Two groups of 16 rows (the second padded), each 2 blocks of 512 value bytes and 32 scale
+  // bytes, rounded to 64.
+  EXPECT_EQ(PackWeights(q8.w).size(), 2u * 1088u);
+}
+
+TEST_F(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
+  const std::vector<const char*> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
+  std::mt19937 rng(42);
+  for (const char* isa : isas) {
+    SCOPED_TRACE(isa);
+    ASSERT_TRUE(SetMatMulIsa(isa));
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      for (int64_t cols : {32, 64, 17 * 32, 96 * 32}) {
+        for (int64_t rows : {1, 3, 16, 17, 40}) {
+          PackedWeights p = MakePacked(rows, cols, rng);
+          for (int64_t tokens : {1, 2, 5, 9, 16, 21, 33, 80}) {
+            std::vector<float> x(tokens * cols);
+            std::uniform_real_distribution<float> u(-1.f, 1.f);
+            for (float& v : x) v = u(rng);
+            std::vector<float> got(tokens * rows), want(tokens * rows);
+            MatMul(p.q.w, x.data(), tokens, got.data(), pool);
+            const std::vector<float> xe = EffectiveActivations(GgmlType::kQ8_0, x, tokens, cols);
+            MatMulReference(p.q.w, xe.data(), tokens, want.data());
+            ASSERT_LT(MaxRelError(p.q.w, xe.data(), tokens, got, want), 1e-6)
+                << "rows=" << rows << " cols=" << cols << " tokens=" << tokens
+                << " threads=" << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
+  // Token tiles of 8 and their remainders, 64-token chunks, and with AMX 16-token tiles with
+  // VNNI for the rest: a token alone and in any batch gives the same bits.
+  const std::vector<const char*> isas = PackedIsas();
+  if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
+  const int64_t rows = 37, cols = 9 * 32, tokens = 83;
+  std::mt19937 rng(3);
+  PackedWeights p = MakePacked(rows, cols, rng);
+  std::vector<float> x(tokens * cols);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (float& v : x) v = u(rng);
+  ThreadPool pool(2);
+  for (const char* isa : isas) {
+    ASSERT_TRUE(SetMatMulIsa(isa));
+    std::vector<float> alone(tokens * rows);
+    for (int64_t t = 0; t < tokens; ++t) {
+      MatMul(p.q.w, x.data() + t * cols, 1, alone.data() + t * rows, pool);
+    }
+    for (const int64_t n : {2, 7, 8, 9, 16, 17, 31, 32, 65, 83}) {
+      std::vector<float> batched(n * rows);
+      MatMul(p.q.w, x.data(), n, batched.data(), pool);
+      for (int64_t i = 0; i < n * rows; ++i) {
+        ASSERT_EQ(alone[i], batched[i]) << isa << ": bit-identical expected, batch " << n
+                                        << ", token " << i / rows;
+      }
+    }
+  }
+}
+
+TEST_F(PackedMatMulTest, AmxTilesAndVnniGiveTheSameBits) {
+  if (!SetMatMulIsa("amx")) GTEST_SKIP() << "needs AMX-INT8 (and Linux's grant of it)";
+  const int64_t rows = 50, cols = 33 * 32, tokens = 48;
+  std::mt19937 rng(8);
+  PackedWeights p = MakePacked(rows, cols, rng);
+  std::vector<float> x(tokens * cols);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (float& v : x) v = n(rng);
+  ThreadPool pool(2);
+  std::vector<float> amx(tokens * rows), vnni(tokens * rows);
+  SetMatMulIsa("amx");
+  MatMul(p.q.w, x.data(), tokens, amx.data(), pool);
+  SetMatMulIsa("avx512");
+  MatMul(p.q.w, x.data(), tokens, vnni.data(), pool);
+  EXPECT_EQ(amx, vnni);
+}
+
+TEST_F(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
+  // Packed weights stay valid beside the file's: kernels without a packed form read `data`.
+  if (PackedIsas().empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
+  SetMatMulIsa("avx512");
+  const int64_t rows = 19, cols = 4 * 32, tokens = 3;
+  std::mt19937 rng(4);
+  PackedWeights p = MakePacked(rows, cols, rng);
+  std::vector<float> x(tokens * cols);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (float& v : x) v = n(rng);
+  ThreadPool pool(1);
+  for (const char* isa : {"avx2", "generic"}) {
+    ASSERT_TRUE(SetMatMulIsa(isa));
+    std::vector<float> with(tokens * rows), without(tokens * rows);
+    MatMul(p.q.w, x.data(), tokens, with.data(), pool);
+    WeightMatrix plain = p.q.w;
+    plain.packed = nullptr;
+    MatMul(plain, x.data(), tokens, without.data(), pool);
+    EXPECT_EQ(with, without) << isa;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(HalfTypes, HalfMatMulTest,
                          ::testing::Values(GgmlType::kF16, GgmlType::kBF16),
                          [](const auto& p) { return std::string(Traits(p.param).name); });
