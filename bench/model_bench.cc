@@ -23,7 +23,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -155,6 +158,110 @@ double MeasureFmaPeak(ThreadPool& pool, int reps) {
   return MatMulIsa().starts_with("avx512") ? FmaPeakAvx512(pool, reps) : FmaPeakAvx2(pool, reps);
 }
 
+// Peak int8 multiply-add throughput of all threads with register-resident operands (GMAC/s,
+// one MAC = one int8 x int8 product summed), for each integer instruction the kernels may use:
+// AVX2's maddubs (+ madd + add: 32 MACs per three instructions), AVX-512 VNNI's dpbusd (64 per
+// instruction) and AMX's tdpbssd (16 x 16 x 64 per instruction, four independent tiles).
+template <typename Body>
+double Int8PeakWith(ThreadPool& pool, int reps, double macs_per_thread, Body body) {
+  std::vector<double> runs;
+  std::vector<int64_t> sink(pool.num_threads());
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = Clock::now();
+    pool.Run([&](int t, int) { sink[t] = body(); });
+    if (r > 0) runs.push_back(macs_per_thread * pool.num_threads() / SecondsSince(t0) / 1e9);
+  }
+  return *std::max_element(runs.begin(), runs.end());  // a peak: noise only lowers it
+}
+
+constexpr int kInt8Iters = 5'000'000;
+
+double MaddubsPeak(ThreadPool& pool, int reps) {
+  return Int8PeakWith(pool, reps, 32.0 * 8 * kInt8Iters, [] {
+    __m256i acc[8];
+    for (int k = 0; k < 8; ++k) acc[k] = _mm256_set1_epi32(k);
+    const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < kInt8Iters; ++i) {
+      for (int k = 0; k < 8; ++k) {
+        acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+      }
+      __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]));
+    }
+    int64_t sum = 0;
+    for (int k = 0; k < 8; ++k) sum += _mm256_extract_epi32(acc[k], 0);
+    return sum;
+  });
+}
+
+__attribute__((target("avx512f,avx512vnni"))) int64_t VnniPeakBody() {
+  __m512i acc[10];
+  for (int k = 0; k < 10; ++k) acc[k] = _mm512_set1_epi32(k);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (int i = 0; i < kInt8Iters; ++i) {
+    for (int k = 0; k < 10; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], a, b);
+  }
+  alignas(64) int32_t lanes[16];
+  int64_t sum = 0;
+  for (int k = 0; k < 10; ++k) {
+    _mm512_store_si512(lanes, acc[k]);
+    sum += lanes[0];
+  }
+  return sum;
+}
+
+double VnniPeak(ThreadPool& pool, int reps) {
+  return Int8PeakWith(pool, reps, 64.0 * 10 * kInt8Iters, &VnniPeakBody);
+}
+
+constexpr int kAmxIters = 1'000'000;
+
+struct alignas(64) AmxPeakConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// Tiles 0-3 accumulate A (4, 5) x B (6, 7); the four products per step are independent.
+__attribute__((target("amx-tile,amx-int8"))) int64_t AmxPeakBody() {
+  static const AmxPeakConfig config;
+  alignas(64) int8_t ab[16 * 64];
+  std::memset(ab, 1, sizeof ab);
+  alignas(64) int32_t c[16 * 16];
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  for (int i = 0; i < kAmxIters; ++i) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+
+// GMAC/s of each int8 instruction this CPU has and the kernels may use (KVSERVE_ISA caps them),
+// best first.
+std::vector<std::pair<std::string, double>> MeasureInt8Peaks(ThreadPool& pool, int reps) {
+  std::vector<std::pair<std::string, double>> out;
+  const std::string_view isa = MatMulIsa();
+  if (isa == "avx512-amx") {
+    out.emplace_back("AMX", Int8PeakWith(pool, reps, 4.0 * 16 * 16 * 64 * kAmxIters, &AmxPeakBody));
+  }
+  if (isa.starts_with("avx512")) out.emplace_back("VNNI", VnniPeak(pool, reps));
+  if (isa != "generic") out.emplace_back("maddubs", MaddubsPeak(pool, reps));
+  return out;
+}
+
 struct Bench {
   Model* model;
   ThreadPool* pool;
@@ -280,10 +387,23 @@ struct Options {
   MlaForm mla_form = MlaForm::kAbsorbed;
   std::vector<int> batches = {1, 2, 4, 8, 16};
   std::vector<int> pp_at;  // cached contexts for prefill-at-context runs
+  bool pack = true;        // ModelOptions::pack_weights (--no-pack: the file's layout)
 };
 
+// Resident set size of this process (bytes), from /proc/self/statm.
+double ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
 void RunModel(const std::string& path, const Options& o, ThreadPool& pool, double bandwidth,
-              double peak) {
+              double peak, double int8_peak) {
+  const double rss_before = ResidentBytes();
+  const auto load_start = Clock::now();
   auto file = GgufFile::Open(path, /*populate=*/true);
   if (!file.ok()) {
     fmt::print(stderr, "{}: {}\n", path, file.status().ToString());
@@ -297,11 +417,21 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   for (int at : o.pp_at) ctx = std::max(ctx, at + o.pp);
   ctx += 16;
   // The context may exceed the model's trained one (synthetic models): speed only.
-  auto model = Model::Load(std::move(file).value(), ModelOptions{max_batch, ctx, o.mla_form});
+  ModelOptions options{max_batch, ctx, o.mla_form};
+  options.pack_weights = o.pack;
+  auto model = Model::Load(std::move(file).value(), options);
   if (!model.ok()) {
     fmt::print(stderr, "{}: {}\n", path, model.status().ToString());
     return;
   }
+  const double load_seconds = SecondsSince(load_start);
+  fmt::print("{}: loaded in {:.2f} s (mapped with MAP_POPULATE{}), resident {:.2f} GB more than "
+             "before\n",
+             path.substr(path.find_last_of('/') + 1), load_seconds,
+             (*model)->packed_weight_bytes() > 0
+                 ? fmt::format(", {:.2f} GB repacked", (*model)->packed_weight_bytes() / 1e9)
+                 : std::string(", nothing repacked"),
+             (ResidentBytes() - rss_before) / 1e9);
   Bench b{model->get(), &pool, nullptr, {}, 0};
   b.blocks_per_seq = (ctx + 15) / 16;
   const int num_blocks = b.blocks_per_seq * max_seqs;
@@ -340,10 +470,11 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
                c.is_mla() ? fmt::format(", MLA {}", o.mla_form == MlaForm::kAbsorbed ? "absorbed" : "decompressed") : "");
   }
   fmt::print("{:<28} {:>6.2f} GB ({:.2f} read/token)  pp{} {:>7.1f} t/s ({:>6.1f} GFLOP/s, "
-             "{:>4.1f}% of peak)  tg{} {:>6.2f} t/s  bound {:>6.2f} t/s at {:.1f} GB/s "
-             "({:>4.1f}%)\n",
+             "{:>4.1f}% of the f32 peak, {:>4.1f}% of the int8 peak)  tg{} {:>6.2f} t/s  bound "
+             "{:>6.2f} t/s at {:.1f} GB/s ({:>4.1f}%)\n",
              path.substr(path.find_last_of('/') + 1), weight_gb, read_gb, o.pp, pp_med, gflops,
-             100 * gflops / peak, o.tg, tg_med, bound, bandwidth, 100 * tg_med / bound);
+             100 * gflops / peak, int8_peak > 0 ? 100 * gflops / 2 / int8_peak : 0.0, o.tg,
+             tg_med, bound, bandwidth, 100 * tg_med / bound);
 
   if (o.batches.empty() || o.long_context <= 0) return;  // pp/tg only
   // Batched decode: num_seqs sequences of 128 tokens, one step each for kBatchedSteps steps.
@@ -430,9 +561,9 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, ui
 // Each --matmul type alone on a rows x cols matrix: decode (1 token) streams enough distinct
 // matrices to leave the caches (weights read per second against the measured bandwidth);
 // larger batches run one matrix repeatedly (multiply-adds per second).
-void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth) {
-  fmt::print("matmul {} x {} (rows x cols), kernels {}\n", o.matmul_rows, o.matmul_cols,
-             MatMulIsa());
+void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth, double int8_peak) {
+  fmt::print("matmul {} x {} (rows x cols), kernels {}, weights {}\n", o.matmul_rows,
+             o.matmul_cols, MatMulIsa(), o.pack ? "packed where the kernels take it" : "as stored");
   for (const std::string& name : o.matmul_types) {
     const std::optional<GgmlType> type = ParseGgmlType(name);
     const size_t row_bytes = static_cast<size_t>(*RowBytes(*type, o.matmul_cols));
@@ -440,8 +571,13 @@ void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth) {
     const int copies = static_cast<int>(
         std::max<size_t>(1, (static_cast<size_t>(o.matmul_stream_mb) << 20) / matrix_bytes));
     std::vector<std::vector<uint8_t>> weights;
+    std::vector<AlignedBuffer<uint8_t>> packed;  // as the model repacks them (PackWeights)
     for (int c = 0; c < copies; ++c) {
       weights.push_back(RandomWeights(*type, o.matmul_rows, o.matmul_cols, c + 1));
+      if (o.pack) {
+        packed.push_back(PackWeights(WeightMatrix{*type, weights.back().data(), o.matmul_rows,
+                                                  o.matmul_cols, row_bytes}));
+      }
     }
     std::string line = fmt::format("  {:<6} {:.2f} MB/matrix", name, matrix_bytes / 1e6);
     for (const int tokens : o.matmul_tokens) {
@@ -456,8 +592,9 @@ void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth) {
       for (int r = 0; r < o.reps + 1; ++r) {
         const auto t0 = Clock::now();
         for (int c = 0; c < calls; ++c) {
-          const WeightMatrix w{*type, weights[tokens == 1 ? c : 0].data(), o.matmul_rows,
-                               o.matmul_cols, row_bytes};
+          const size_t m = tokens == 1 ? static_cast<size_t>(c) : 0;
+          WeightMatrix w{*type, weights[m].data(), o.matmul_rows, o.matmul_cols, row_bytes};
+          if (m < packed.size() && packed[m].size() > 0) w.packed = packed[m].data();
           MatMul(w, x.data(), tokens, y.data(), pool);
         }
         if (r > 0) runs.push_back(SecondsSince(t0) / calls);  // the first run warms up
@@ -469,7 +606,8 @@ void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth) {
         line += fmt::format("  t1 {:.1f} us {:.1f} GB/s ({:.0f}% of bandwidth)", sec * 1e6, gbs,
                             100 * gbs / bandwidth);
       } else {
-        line += fmt::format("  t{} {:.2f} ms {:.1f} GMAC/s", tokens, sec * 1e3, gmac);
+        line += fmt::format("  t{} {:.2f} ms {:.1f} GMAC/s ({:.0f}% of the int8 peak)", tokens,
+                            sec * 1e3, gmac, int8_peak > 0 ? 100 * gmac / int8_peak : 0.0);
       }
     }
     fmt::print("{}\n", line);
@@ -513,6 +651,8 @@ int main(int argc, char** argv) {
          },
          "deepseek2: absorbed (default) or decompressed")
       ->check(CLI::IsMember({"absorbed", "decompressed"}));
+  app.add_flag("!--no-pack", o.pack,
+               "Keep the weights in the file's layout (no repacking at load; for A/B runs)");
   CLI11_PARSE(app, argc, argv);
   if (o.models.empty() && o.matmul_types.empty()) {
     fmt::print(stderr, "error: give --model and/or --matmul\n");
@@ -541,9 +681,14 @@ int main(int argc, char** argv) {
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::DefaultThreads());
   const double bw = MeasureBandwidth(pool, o.reps);
   const double peak = MeasureFmaPeak(pool, o.reps);
-  fmt::print("threads {}  kernels {}  memory bandwidth {:.1f} GB/s  f32 FMA peak {:.1f} GFLOP/s\n",
-             pool.num_threads(), MatMulIsa(), bw, peak);
-  if (!o.matmul_types.empty()) RunMatMuls(o, pool, bw);
-  for (const std::string& m : o.models) RunModel(m, o, pool, bw, peak);
+  const auto int8 = MeasureInt8Peaks(pool, o.reps);
+  std::string peaks;
+  for (const auto& [name, gmacs] : int8) peaks += fmt::format("  {} {:.1f}", name, gmacs);
+  fmt::print("threads {}  kernels {}  memory bandwidth {:.1f} GB/s  f32 FMA peak {:.1f} GFLOP/s  "
+             "int8 peaks (GMAC/s):{}\n",
+             pool.num_threads(), MatMulIsa(), bw, peak, peaks.empty() ? " none" : peaks);
+  const double int8_peak = int8.empty() ? 0 : int8.front().second;
+  if (!o.matmul_types.empty()) RunMatMuls(o, pool, bw, int8_peak);
+  for (const std::string& m : o.models) RunModel(m, o, pool, bw, peak, int8_peak);
   return 0;
 }

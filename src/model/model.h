@@ -24,6 +24,7 @@
 #include "ops/matmul.h"
 #include "ops/rope.h"
 #include "util/aligned_buffer.h"
+#include "util/page_buffer.h"
 #include "util/thread_pool.h"
 
 namespace kvserve {
@@ -158,7 +159,7 @@ class Model {
   std::unique_ptr<Scratch> scratch_;
   uint64_t weight_bytes_ = 0;
   uint64_t expert_weight_bytes_ = 0;
-  std::vector<AlignedBuffer<uint8_t>> packed_;  // what packed WeightMatrix fields point into
+  PageBuffer packed_;  // what packed WeightMatrix fields point into
   uint64_t packed_weight_bytes_ = 0;
   double active_params_ = 0;
   MoeStats moe_stats_;

@@ -2,6 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
+#include <utility>
 
 #include "model/model_internal.h"
 
@@ -164,8 +167,9 @@ Status Model::LoadWeights() {
 }
 
 // Every matrix the kernels multiply by, except views that other matrices share (MLA's kv_b and
-// its per-head slices) and the small router, is repacked where the kernels want it; the file's
-// pages of a packed matrix go back (unless the tied embedding table still reads its rows).
+// its per-head slices) and the small router, is repacked where the kernels want it, into one
+// run of huge pages, by as many threads as the machine has; the file's pages of a packed matrix
+// then go back (unless the tied embedding table still reads its rows).
 void Model::PackMatrices() {
   std::vector<WeightMatrix*> matrices = {&output_};
   for (Layer& l : layers_) {
@@ -177,14 +181,31 @@ void Model::PackMatrices() {
       for (WeightMatrix& w : *experts) matrices.push_back(&w);
     }
   }
-  const bool tied = output_.data == token_embd_.data;
+  std::vector<std::pair<WeightMatrix*, size_t>> jobs;  // matrix, offset into packed_
+  size_t total = 0;
   for (WeightMatrix* w : matrices) {
-    if (w->data == nullptr) continue;
-    AlignedBuffer<uint8_t> packed = PackWeights(*w);
-    if (packed.size() == 0) continue;
-    w->packed = packed.data();
-    packed_weight_bytes_ += packed.size();
-    packed_.push_back(std::move(packed));
+    const size_t bytes = w->data != nullptr ? PackedWeightBytes(*w) : 0;
+    if (bytes == 0) continue;
+    jobs.emplace_back(w, total);
+    total += bytes;  // a multiple of 64
+  }
+  if (jobs.empty()) return;
+  packed_ = PageBuffer(total);
+  packed_weight_bytes_ = total;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      PackWeightsInto(*jobs[i].first, packed_.data() + jobs[i].second);
+    }
+  };
+  const unsigned helpers = std::clamp(std::thread::hardware_concurrency(), 1u, 16u) - 1;
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < helpers && t + 1 < jobs.size(); ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  const bool tied = output_.data == token_embd_.data;
+  for (auto& [w, offset] : jobs) {
+    w->packed = packed_.data() + offset;
     if (!(w == &output_ && tied)) file_.ReleasePages(w->data, w->bytes());
   }
 }

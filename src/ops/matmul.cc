@@ -251,32 +251,50 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
       w.rows, [&](int64_t r0, int64_t r1) { MatMulRows(w, x, num_tokens, y, r0, r1); }, kRowTile);
 }
 
-AlignedBuffer<uint8_t> PackWeights(const WeightMatrix& w) {
+size_t PackedWeightBytes(const WeightMatrix& w) {
   if (w.type != GgmlType::kQ8_0 || w.cols % 32 != 0 || w.rows <= 0 ||
       Table().q8_0_packed == nullptr) {
-    return {};
+    return 0;
   }
+  return static_cast<size_t>(packed::Groups(w.rows)) * packed::GroupBytes(w.cols);
+}
+
+void PackWeightsInto(const WeightMatrix& w, uint8_t* out) {
   const int64_t nb = w.cols / 32;
   const size_t group_bytes = packed::GroupBytes(w.cols);
-  AlignedBuffer<uint8_t> out(static_cast<size_t>(packed::Groups(w.rows)) * group_bytes);
   for (int64_t g = 0; g < packed::Groups(w.rows); ++g) {
-    uint8_t* values = out.data() + static_cast<size_t>(g) * group_bytes;
-    uint16_t* scales = reinterpret_cast<uint16_t*>(values + nb * packed::kBlockBytes);
+    uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
+    if (nb % 2 != 0) {  // the padding block of the last pair: never read, but defined
+      std::memset(packed::BlockValues(group, nb), 0x80, packed::kBlockBytes);
+      std::memset(group + packed::ScalesOffset(nb), 0, packed::kGroupRows * 2);
+    }
+    const BlockQ8_0* rows[packed::kGroupRows];
     for (int64_t i = 0; i < packed::kGroupRows; ++i) {
       const int64_t r = g * packed::kGroupRows + i;
-      const auto* blocks = r < w.rows ? reinterpret_cast<const BlockQ8_0*>(w.row(r)) : nullptr;
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* slices = values + b * packed::kBlockBytes + i * 4;
+      rows[i] = r < w.rows ? reinterpret_cast<const BlockQ8_0*>(w.row(r)) : nullptr;
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* values = packed::BlockValues(group, b);
+      uint16_t scales[packed::kGroupRows];
+      for (int64_t i = 0; i < packed::kGroupRows; ++i) {
+        uint32_t four[8] = {};  // a padding row's weights are 0: w + 128 = 0x80
+        if (rows[i] != nullptr) std::memcpy(four, rows[i][b].qs, 32);
         for (int k = 0; k < 8; ++k) {
-          uint32_t four = 0;  // a padding row's weights are 0: w + 128 = 0x80
-          if (blocks != nullptr) std::memcpy(&four, blocks[b].qs + k * 4, 4);
-          four ^= 0x80808080u;
-          std::memcpy(slices + k * 64, &four, 4);
+          four[k] ^= 0x80808080u;
+          std::memcpy(values + k * 64 + i * 4, &four[k], 4);
         }
-        scales[b * packed::kGroupRows + i] = blocks != nullptr ? blocks[b].d : uint16_t{0};
+        scales[i] = rows[i] != nullptr ? rows[i][b].d : uint16_t{0};
       }
+      std::memcpy(group + packed::ScalesOffset(b), scales, sizeof scales);
     }
   }
+}
+
+AlignedBuffer<uint8_t> PackWeights(const WeightMatrix& w) {
+  const size_t bytes = PackedWeightBytes(w);
+  if (bytes == 0) return {};
+  AlignedBuffer<uint8_t> out(bytes);
+  PackWeightsInto(w, out.data());
   return out;
 }
 

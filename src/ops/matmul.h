@@ -54,8 +54,13 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
 // (16 tokens at a time) and VNNI (the rest, and decode) give the same bits and batching never
 // changes a result. See docs/architecture.md.
 //
-// The weights of w in the layout the running kernels want, or an empty buffer when they take w
-// as it is stored (other types, or a CPU without a packed kernel). Set w.packed to its data.
+// The bytes of w in the layout the running kernels want (a multiple of 64), or 0 when they take
+// w as it is stored (other types, or a CPU without a packed kernel).
+size_t PackedWeightBytes(const WeightMatrix& w);
+// Writes that layout to out (64-byte aligned, PackedWeightBytes(w) bytes); then set
+// w.packed = out.
+void PackWeightsInto(const WeightMatrix& w, uint8_t* out);
+// Both in a buffer of its own (empty when PackedWeightBytes is 0).
 AlignedBuffer<uint8_t> PackWeights(const WeightMatrix& w);
 
 // The instruction set in use: "avx512-amx", "avx512-vnni", "avx2" or "generic". The

@@ -41,10 +41,10 @@ struct alignas(64) TileConfig {
 };
 
 // The integer sums of one block (C as stored: [token][row]) into the accumulators.
-inline void Accumulate(const int32_t (&c)[16][16], const uint16_t* scales, const ActQ8_0& x,
+inline void Accumulate(const int32_t (&c)[16][16], const uint8_t* group, const ActQ8_0& x,
                        int64_t nb, int64_t t0, int64_t b, __m512 (&acc)[16]) {
   const __m512 dw = _mm512_cvtph_ps(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * packed::kGroupRows)));
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(packed::BlockScales(group, b))));
   for (int t = 0; t < 16; ++t) {
     const __m512i s = _mm512_add_epi32(_mm512_load_si512(c[t]),
                                        _mm512_set1_epi32(x.neg_sum128[(t0 + t) * nb + b]));
@@ -55,8 +55,8 @@ inline void Accumulate(const int32_t (&c)[16][16], const uint16_t* scales, const
 
 // 16 tokens x one group of 16 rows. Blocks go through the tiles two at a time; the sums of one
 // pair are accumulated while the tiles compute the next (two buffers).
-void Tile(const uint8_t* values, const uint16_t* scales, int64_t nb, const ActQ8_0& x,
-          int64_t t0, float* y, int64_t y_stride, __mmask16 rows) {
+void Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
+          int64_t y_stride, __mmask16 rows) {
   alignas(64) int32_t c[2][2][16][16];
   __m512 acc[16];
   for (__m512& a : acc) a = _mm512_setzero_ps();
@@ -66,27 +66,27 @@ void Tile(const uint8_t* values, const uint16_t* scales, int64_t nb, const ActQ8
   int buf = 0;
   for (int64_t b = 0; b < nb; b += 2) {
     _tile_loadd(0, xa + b * 32, stride);
-    _tile_loadd(2, values + b * packed::kBlockBytes, 64);
+    _tile_loadd(2, packed::BlockValues(group, b), 64);
     _tile_zero(4);
     _tile_dpbsud(4, 0, 2);
     if (b + 1 < nb) {
       _tile_loadd(1, xa + (b + 1) * 32, stride);
-      _tile_loadd(3, values + (b + 1) * packed::kBlockBytes, 64);
+      _tile_loadd(3, packed::BlockValues(group, b + 1), 64);
       _tile_zero(5);
       _tile_dpbsud(5, 1, 3);
     }
     _tile_stored(4, c[buf][0], 64);
     if (b + 1 < nb) _tile_stored(5, c[buf][1], 64);
     if (pending >= 0) {
-      Accumulate(c[buf ^ 1][0], scales, x, nb, t0, pending, acc);
-      Accumulate(c[buf ^ 1][1], scales, x, nb, t0, pending + 1, acc);  // pending + 1 < b
+      Accumulate(c[buf ^ 1][0], group, x, nb, t0, pending, acc);
+      Accumulate(c[buf ^ 1][1], group, x, nb, t0, pending + 1, acc);  // pending + 1 < b
     }
     pending = b;
     buf ^= 1;
   }
   if (pending >= 0) {
-    Accumulate(c[buf ^ 1][0], scales, x, nb, t0, pending, acc);
-    if (pending + 1 < nb) Accumulate(c[buf ^ 1][1], scales, x, nb, t0, pending + 1, acc);
+    Accumulate(c[buf ^ 1][0], group, x, nb, t0, pending, acc);
+    if (pending + 1 < nb) Accumulate(c[buf ^ 1][1], group, x, nb, t0, pending + 1, acc);
   }
   for (int t = 0; t < 16; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
 }
@@ -103,8 +103,7 @@ void PackedQ8_0PanelAmx(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_
       const int64_t n = std::min(packed::kGroupRows, w.rows - r);
       const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
       for (int64_t t = c0; t < c1; t += kTileTokens) {
-        Tile(packed::GroupValues(w, g), packed::GroupScales(w, g), nb, x, t,
-             a.y + t * w.rows + r, w.rows, rows);
+        Tile(packed::Group(w, g), nb, x, t, a.y + t * w.rows + r, w.rows, rows);
       }
     }
   }

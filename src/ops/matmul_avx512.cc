@@ -199,9 +199,12 @@ void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r
 // bytes broadcast to every row. A token tile of NT tokens reads each slice once for all of them.
 // Tiles of up to 2 tokens (decode) split a block's 8 slices over two chains, so the dependent
 // dpbusd latency does not bound them; the integer sum is the same.
+// A thread's groups are one stream; the first token tile over a group prefetches it a page
+// ahead (the hardware prefetchers stop at page boundaries), the other tiles find it in cache.
 
 constexpr int kPackedTokens = 8;
 constexpr int64_t kPackedChunk = 64;  // tokens whose activations stay in L2 while groups pass
+constexpr int64_t kPackedPrefetch = 4096;
 
 inline __m512i Broadcast4(const int8_t* p) {
   int32_t v;
@@ -210,17 +213,22 @@ inline __m512i Broadcast4(const int8_t* p) {
 }
 
 template <int NT>
-void PackedQ8_0Tile(const uint8_t* values, const uint16_t* scales, int64_t nb, const ActQ8_0& x,
-                    int64_t t0, float* y, int64_t y_stride, __mmask16 rows) {
+void PackedQ8_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
+                    int64_t y_stride, __mmask16 rows, bool prefetch) {
   constexpr int kChains = NT <= 2 ? 2 : 1;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = values + b * packed::kBlockBytes;
+    if (prefetch && b % 2 == 0) {  // a pair is 17 lines
+      const char* ahead = reinterpret_cast<const char*>(group + packed::PairOffset(b)) +
+                          kPackedPrefetch;
+      for (int k = 0; k < 17; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
+    }
+    const uint8_t* wb = packed::BlockValues(group, b);
     __m512i w[8];
     for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(wb + k * 64);
     const __m512 dw = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + b * packed::kGroupRows)));
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(packed::BlockScales(group, b))));
     __m512i sum[NT][kChains];
     for (int t = 0; t < NT; ++t) {
       sum[t][0] = _mm512_set1_epi32(x.neg_sum128[(t0 + t) * nb + b]);
@@ -248,19 +256,17 @@ void PackedQ8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int
   for (int64_t c0 = 0; c0 < a.num_tokens; c0 += kPackedChunk) {
     const int64_t c1 = std::min(a.num_tokens, c0 + kPackedChunk);
     for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
-      const int64_t g = r / packed::kGroupRows;
       const int64_t n = std::min(packed::kGroupRows, w.rows - r);
       const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
-      const uint8_t* values = packed::GroupValues(w, g);
-      const uint16_t* scales = packed::GroupScales(w, g);
+      const uint8_t* group = packed::Group(w, r / packed::kGroupRows);
       int64_t t = c0;
       for (; t + kPackedTokens <= c1; t += kPackedTokens) {
-        PackedQ8_0Tile<kPackedTokens>(values, scales, nb, x, t, a.y + t * w.rows + r, w.rows,
-                                      rows);
+        PackedQ8_0Tile<kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows,
+                                      t == c0);
       }
       auto tail = [&](auto nt, int64_t at) {
-        PackedQ8_0Tile<decltype(nt)::value>(values, scales, nb, x, at, a.y + at * w.rows + r,
-                                            w.rows, rows);
+        PackedQ8_0Tile<decltype(nt)::value>(group, nb, x, at, a.y + at * w.rows + r, w.rows,
+                                            rows, at == c0);
       };
       LastTile<kPackedTokens - 1>(c1 - t, t, tail);
     }
