@@ -7,6 +7,8 @@
 // row stride) and B the group's block as packed (8 rows of 64 unsigned bytes), TDPBSUD. C holds
 // sum_j q_j * (w_j + 128), the same exact integer as the VNNI kernel's, and the same float
 // epilogue follows, so AMX and VNNI results are bit-identical (tested where AMX exists).
+// GCC 12's AVX-512 headers build "undefined" vectors from uninitialised locals, which
+// -Wuninitialized reports (as in matmul_avx512.cc).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -398,9 +398,7 @@ TEST_F(PackedMatMulTest, AmxTilesAndVnniGiveTheSameBits) {
   const int64_t rows = 50, cols = 33 * 32, tokens = 48;
   std::mt19937 rng(8);
   PackedWeights p = MakePacked(rows, cols, rng);
-  std::vector<float> x(tokens * cols);
-  std::normal_distribution<float> n(0.f, 1.f);
-  for (float& v : x) v = n(rng);
+  const std::vector<float> x = RandomActivations(tokens * cols, rng);
   ThreadPool pool(2);
   std::vector<float> amx(tokens * rows), vnni(tokens * rows);
   SetMatMulIsa("amx");
@@ -417,9 +415,7 @@ TEST_F(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
   const int64_t rows = 19, cols = 4 * 32, tokens = 3;
   std::mt19937 rng(4);
   PackedWeights p = MakePacked(rows, cols, rng);
-  std::vector<float> x(tokens * cols);
-  std::normal_distribution<float> n(0.f, 1.f);
-  for (float& v : x) v = n(rng);
+  const std::vector<float> x = RandomActivations(tokens * cols, rng);
   ThreadPool pool(1);
   for (const char* isa : {"avx2", "generic"}) {
     ASSERT_TRUE(SetMatMulIsa(isa));
