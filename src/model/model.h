@@ -47,8 +47,8 @@ struct ModelOptions {
   int max_batch_tokens = 512;  // most tokens one Forward() may carry
   int max_context = 0;         // most KV slots one sequence may attend to (0 = model context)
   MlaForm mla_form = MlaForm::kAbsorbed;
-  // Repack the weights the matmul kernels take packed (ops PackWeights: Q8_0 on AVX-512 VNNI and
-  // AMX CPUs) once at load; the file's pages of those matrices are then given back, so they are
+  // Repack the weights the matmul kernels take packed (ops PackWeights: Q8_0 and Q4_0 on AVX-512
+  // VNNI CPUs) once at load; the file's pages of those matrices are then given back, so they are
   // resident once. Off: every matmul reads the file's layout.
   bool pack_weights = true;
 };

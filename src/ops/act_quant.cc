@@ -39,7 +39,7 @@ void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1) {
       const int8_t* q = out.q + t * out.cols + b * 32;
       int32_t sum = 0;
       for (int k = 0; k < 32; ++k) sum += q[k];
-      out.neg_sum128[t * nb + b] = -128 * sum;
+      out.sum[t * nb + b] = sum;
     }
   }
 }

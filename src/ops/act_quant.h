@@ -19,9 +19,9 @@ struct ActQ8_0 {
   // (blocks 2p and 2p+1; a missing last block reads as q = 0, d = 0):
   uint8_t* pair_q = nullptr;  // [num_tokens, pairs * 64]: q + 128, as unsigned bytes
   float* pair_d = nullptr;    // [num_tokens, pairs * 16]: d of block 2p in lanes 0-7, 2p+1 in 8-15
-  // Optional, for the packed kernels (ops/matmul_packed.h): -128 * sum(q) of each block,
+  // Optional, for the packed kernels (ops/matmul_packed.h): sum(q) of each block,
   // [num_tokens, cols / 32], filled by SumActQ8_0.
-  int32_t* neg_sum128 = nullptr;
+  int32_t* sum = nullptr;
 };
 
 struct ActQ8K {
@@ -34,7 +34,7 @@ struct ActQ8K {
 // REQUIRES: cols % 32 == 0 (ActQ8_0), cols % 256 == 0 (ActQ8K); buffers sized as above.
 void QuantizeActQ8_0(const float* x, int64_t num_tokens, ActQ8_0& out);
 void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out);
-// Fills out.neg_sum128 for tokens [t0, t1) from out.q (out's pointers address token 0).
+// Fills out.sum for tokens [t0, t1) from out.q (out's pointers address token 0).
 void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1);
 
 }  // namespace kvserve

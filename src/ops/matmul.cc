@@ -158,34 +158,30 @@ bool MatMulQ8_0(const WeightMatrix& w, kernels::Q8_0Panel panel, const float* x,
   return true;
 }
 
-// Packed Q8_0 (ops/matmul_packed.h): whole 16-token tiles to the AMX kernel where there is one,
-// every other token to the VNNI kernel; both sum each (row, token) the same way.
-bool MatMulQ8_0Packed(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
-                      ThreadPool& pool) {
-  const kernels::KernelTable& k = Table();
-  if (w.packed == nullptr || k.q8_0_packed == nullptr || w.cols % 32 != 0) return false;
+// Packed weights (ops/matmul_packed.h): whole 16-token tiles to the tile kernel where there is
+// one (AMX, Q8_0), every other token to `panel`; both sum each (row, token) the same way.
+bool MatMulPacked(const WeightMatrix& w, kernels::Q8_0Panel panel, kernels::Q8_0Panel tiles,
+                  const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
+  if (w.packed == nullptr || panel == nullptr || w.cols % 32 != 0) return false;
   const int64_t nb = w.cols / 32;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<int32_t> sums;
   ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * nb), w.cols};
-  act.neg_sum128 = ScratchOf(sums, num_tokens * nb);
+  act.sum = ScratchOf(sums, num_tokens * nb);
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
     ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * nb, w.cols};
     QuantizeActQ8_0(x + t0 * w.cols, t1 - t0, part);
     SumActQ8_0(act, t0, t1);
   });
-  const int64_t tiled =
-      k.q8_0_packed_tiles != nullptr ? num_tokens / packed::kGroupRows * packed::kGroupRows : 0;
+  const int64_t tiled = tiles != nullptr ? num_tokens / packed::kGroupRows * packed::kGroupRows : 0;
   ActQ8_0 rest{act.q + tiled * w.cols, act.d + tiled * nb, w.cols};
-  rest.neg_sum128 = act.neg_sum128 + tiled * nb;
+  rest.sum = act.sum + tiled * nb;
   pool.ParallelFor(
       w.rows,
       [&](int64_t r0, int64_t r1) {
-        if (tiled > 0) k.q8_0_packed_tiles({&w, tiled, y}, act, r0, r1);
-        if (num_tokens > tiled) {
-          k.q8_0_packed({&w, num_tokens - tiled, y + tiled * w.rows}, rest, r0, r1);
-        }
+        if (tiled > 0) tiles({&w, tiled, y}, act, r0, r1);
+        if (num_tokens > tiled) panel({&w, num_tokens - tiled, y + tiled * w.rows}, rest, r0, r1);
       },
       packed::kGroupRows);
   return true;
@@ -223,10 +219,13 @@ bool MatMulHalf(const WeightMatrix& w, kernels::HalfPanel panel, const float* x,
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
   switch (w.type) {
     case GgmlType::kQ8_0:
-      if (MatMulQ8_0Packed(w, x, num_tokens, y, pool)) return;
+      if (MatMulPacked(w, Table().q8_0_packed, Table().q8_0_packed_tiles, x, num_tokens, y, pool)) {
+        return;
+      }
       if (MatMulQ8_0(w, Table().q8_0, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kQ4_0:
+      if (MatMulPacked(w, Table().q4_0_packed, nullptr, x, num_tokens, y, pool)) return;
       if (MatMulQ8_0(w, Table().q4_0, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kMXFP4:
@@ -252,41 +251,70 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
 }
 
 size_t PackedWeightBytes(const WeightMatrix& w) {
-  if (w.type != GgmlType::kQ8_0 || w.cols % 32 != 0 || w.rows <= 0 ||
-      Table().q8_0_packed == nullptr) {
-    return 0;
+  if (w.cols % 32 != 0 || w.rows <= 0) return 0;
+  const auto groups = static_cast<size_t>(packed::Groups(w.rows));
+  if (w.type == GgmlType::kQ8_0 && Table().q8_0_packed != nullptr) {
+    return groups * packed::GroupBytes<packed::Q8_0>(w.cols);
   }
-  return static_cast<size_t>(packed::Groups(w.rows)) * packed::GroupBytes(w.cols);
+  if (w.type == GgmlType::kQ4_0 && Table().q4_0_packed != nullptr) {
+    return groups * packed::GroupBytes<packed::Q4_0>(w.cols);
+  }
+  return 0;
 }
 
-void PackWeightsInto(const WeightMatrix& w, uint8_t* out) {
+namespace {
+
+// Row i of a group's block b: Q8_0's 8 slices of 4 values, each value + 128.
+void PackRowBlock(packed::Q8_0, const BlockQ8_0* block, uint8_t* values, int64_t i) {
+  uint32_t four[8] = {};  // a padding row's weights are 0
+  if (block != nullptr) std::memcpy(four, block->qs, sizeof four);
+  for (int k = 0; k < 8; ++k) {
+    four[k] ^= 0x80808080u;
+    std::memcpy(values + k * 64 + i * 4, &four[k], 4);
+  }
+}
+
+// Q4_0's nibbles as stored (value + 8), bytes 4m..4m+3 into vector m.
+void PackRowBlock(packed::Q4_0, const BlockQ4_0* block, uint8_t* values, int64_t i) {
+  uint32_t four[4] = {0x88888888u, 0x88888888u, 0x88888888u, 0x88888888u};  // padding: 0
+  if (block != nullptr) std::memcpy(four, block->qs, sizeof four);
+  for (int m = 0; m < 4; ++m) std::memcpy(values + m * 64 + i * 4, &four[m], 4);
+}
+
+template <typename F, typename Block>
+void PackGroups(const WeightMatrix& w, uint8_t* out) {
   const int64_t nb = w.cols / 32;
-  const size_t group_bytes = packed::GroupBytes(w.cols);
+  const size_t group_bytes = packed::GroupBytes<F>(w.cols);
   for (int64_t g = 0; g < packed::Groups(w.rows); ++g) {
     uint8_t* group = out + static_cast<size_t>(g) * group_bytes;
     if (nb % 2 != 0) {  // the padding block of the last pair: never read, but defined
-      std::memset(packed::BlockValues(group, nb), 0x80, packed::kBlockBytes);
-      std::memset(group + packed::ScalesOffset(nb), 0, packed::kGroupRows * 2);
+      std::memset(packed::BlockValues<F>(group, nb), 0, F::kValueBytes);
+      std::memset(group + packed::ScalesOffset<F>(nb), 0, packed::kGroupRows * 2);
     }
-    const BlockQ8_0* rows[packed::kGroupRows];
+    const Block* rows[packed::kGroupRows];
     for (int64_t i = 0; i < packed::kGroupRows; ++i) {
       const int64_t r = g * packed::kGroupRows + i;
-      rows[i] = r < w.rows ? reinterpret_cast<const BlockQ8_0*>(w.row(r)) : nullptr;
+      rows[i] = r < w.rows ? reinterpret_cast<const Block*>(w.row(r)) : nullptr;
     }
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* values = packed::BlockValues(group, b);
+      uint8_t* values = packed::BlockValues<F>(group, b);
       uint16_t scales[packed::kGroupRows];
       for (int64_t i = 0; i < packed::kGroupRows; ++i) {
-        uint32_t four[8] = {};  // a padding row's weights are 0: w + 128 = 0x80
-        if (rows[i] != nullptr) std::memcpy(four, rows[i][b].qs, 32);
-        for (int k = 0; k < 8; ++k) {
-          four[k] ^= 0x80808080u;
-          std::memcpy(values + k * 64 + i * 4, &four[k], 4);
-        }
+        PackRowBlock(F{}, rows[i] != nullptr ? rows[i] + b : nullptr, values, i);
         scales[i] = rows[i] != nullptr ? rows[i][b].d : uint16_t{0};
       }
-      std::memcpy(group + packed::ScalesOffset(b), scales, sizeof scales);
+      std::memcpy(group + packed::ScalesOffset<F>(b), scales, sizeof scales);
     }
+  }
+}
+
+}  // namespace
+
+void PackWeightsInto(const WeightMatrix& w, uint8_t* out) {
+  if (w.type == GgmlType::kQ8_0) {
+    PackGroups<packed::Q8_0, BlockQ8_0>(w, out);
+  } else {
+    PackGroups<packed::Q4_0, BlockQ4_0>(w, out);
   }
 }
 

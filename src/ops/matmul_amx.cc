@@ -30,6 +30,7 @@
 namespace kvserve::kernels {
 namespace {
 
+using Format = packed::Q8_0;
 constexpr int64_t kTileTokens = 16;
 constexpr int64_t kChunk = 64;  // tokens whose activations stay in L2 while groups pass
 
@@ -46,10 +47,10 @@ struct alignas(64) TileConfig {
 inline void Accumulate(const int32_t (&c)[16][16], const uint8_t* group, const ActQ8_0& x,
                        int64_t nb, int64_t t0, int64_t b, __m512 (&acc)[16]) {
   const __m512 dw = _mm512_cvtph_ps(
-      _mm256_load_si256(reinterpret_cast<const __m256i*>(packed::BlockScales(group, b))));
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(packed::BlockScales<Format>(group, b))));
   for (int t = 0; t < 16; ++t) {
-    const __m512i s = _mm512_add_epi32(_mm512_load_si512(c[t]),
-                                       _mm512_set1_epi32(x.neg_sum128[(t0 + t) * nb + b]));
+    const __m512i s = _mm512_add_epi32(
+        _mm512_load_si512(c[t]), _mm512_set1_epi32(-Format::kOffset * x.sum[(t0 + t) * nb + b]));
     const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d[(t0 + t) * nb + b]));
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
   }
@@ -68,12 +69,12 @@ void Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float*
   int buf = 0;
   for (int64_t b = 0; b < nb; b += 2) {
     _tile_loadd(0, xa + b * 32, stride);
-    _tile_loadd(2, packed::BlockValues(group, b), 64);
+    _tile_loadd(2, packed::BlockValues<Format>(group, b), 64);
     _tile_zero(4);
     _tile_dpbsud(4, 0, 2);
     if (b + 1 < nb) {
       _tile_loadd(1, xa + (b + 1) * 32, stride);
-      _tile_loadd(3, packed::BlockValues(group, b + 1), 64);
+      _tile_loadd(3, packed::BlockValues<Format>(group, b + 1), 64);
       _tile_zero(5);
       _tile_dpbsud(5, 1, 3);
     }
@@ -105,7 +106,7 @@ void PackedQ8_0PanelAmx(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_
       const int64_t n = std::min(packed::kGroupRows, w.rows - r);
       const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
       for (int64_t t = c0; t < c1; t += kTileTokens) {
-        Tile(packed::Group(w, g), nb, x, t, a.y + t * w.rows + r, w.rows, rows);
+        Tile(packed::Group<Format>(w, g), nb, x, t, a.y + t * w.rows + r, w.rows, rows);
       }
     }
   }

@@ -193,12 +193,13 @@ void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r
   for (; r < r1; ++r) Q8_0Rows<1, false>(a, x, r);
 }
 
-// --- Packed Q8_0 (ops/matmul_packed.h) ------------------------------------------------------
+// --- Packed Q8_0 and Q4_0 (ops/matmul_packed.h) ---------------------------------------------
 // One register holds a block's exact integer sums for the 16 rows of a group: per 4-column
-// slice k, dpbusd multiplies the slice's 64 unsigned weight bytes with the token's 4 activation
-// bytes broadcast to every row. A token tile of NT tokens reads each slice once for all of them.
-// Tiles of up to 2 tokens (decode) split a block's 8 slices over two chains, so the dependent
-// dpbusd latency does not bound them; the integer sum is the same.
+// slice k, dpbusd multiplies the slice's 64 unsigned weight bytes (16 rows x 4) with the
+// token's 4 activation bytes broadcast to every row. A token tile of NT tokens takes each
+// block's slices out of memory (and Q4_0's out of their nibbles) once for all of them. Tiles of
+// up to 2 tokens (decode) split a block's 8 slices over two chains, so the dependent dpbusd
+// latency does not bound them; the integer sum is the same.
 // A thread's groups are one stream; the first token tile over a group prefetches it a page
 // ahead (the hardware prefetchers stop at page boundaries), the other tiles find it in cache.
 
@@ -212,26 +213,40 @@ inline __m512i Broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-template <int NT>
-void PackedQ8_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
-                    int64_t y_stride, __mmask16 rows, bool prefetch) {
+// The 8 slices of block values at v (unsigned bytes w + offset).
+inline void Slices(packed::Q8_0, const uint8_t* v, __m512i (&w)[8]) {
+  for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(v + k * 64);
+}
+
+inline void Slices(packed::Q4_0, const uint8_t* v, __m512i (&w)[8]) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int m = 0; m < 4; ++m) {
+    const __m512i bytes = _mm512_load_si512(v + m * 64);
+    w[m] = _mm512_and_si512(bytes, low);
+    w[m + 4] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low);
+  }
+}
+
+template <typename F, int NT>
+void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
+                int64_t y_stride, __mmask16 rows, bool prefetch) {
   constexpr int kChains = NT <= 2 ? 2 : 1;
+  constexpr int kPairLines = packed::PairBytes<F>() / 64;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if (prefetch && b % 2 == 0) {  // a pair is 17 lines
-      const char* ahead = reinterpret_cast<const char*>(group + packed::PairOffset(b)) +
-                          kPackedPrefetch;
-      for (int k = 0; k < 17; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
+    if (prefetch && b % 2 == 0) {
+      const char* ahead =
+          reinterpret_cast<const char*>(group + packed::PairOffset<F>(b)) + kPackedPrefetch;
+      for (int k = 0; k < kPairLines; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
     }
-    const uint8_t* wb = packed::BlockValues(group, b);
     __m512i w[8];
-    for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(wb + k * 64);
+    Slices(F{}, packed::BlockValues<F>(group, b), w);
     const __m512 dw = _mm512_cvtph_ps(
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(packed::BlockScales(group, b))));
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(packed::BlockScales<F>(group, b))));
     __m512i sum[NT][kChains];
     for (int t = 0; t < NT; ++t) {
-      sum[t][0] = _mm512_set1_epi32(x.neg_sum128[(t0 + t) * nb + b]);
+      sum[t][0] = _mm512_set1_epi32(-F::kOffset * x.sum[(t0 + t) * nb + b]);
       if constexpr (kChains == 2) sum[t][1] = _mm512_setzero_si512();
     }
     for (int k = 0; k < 8; ++k) {
@@ -250,7 +265,8 @@ void PackedQ8_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t 
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
 }
 
-void PackedQ8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
+template <typename F>
+void PackedPanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nb = w.cols / 32;
   for (int64_t c0 = 0; c0 < a.num_tokens; c0 += kPackedChunk) {
@@ -258,15 +274,14 @@ void PackedQ8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int
     for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
       const int64_t n = std::min(packed::kGroupRows, w.rows - r);
       const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
-      const uint8_t* group = packed::Group(w, r / packed::kGroupRows);
+      const uint8_t* group = packed::Group<F>(w, r / packed::kGroupRows);
       int64_t t = c0;
       for (; t + kPackedTokens <= c1; t += kPackedTokens) {
-        PackedQ8_0Tile<kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows,
-                                      t == c0);
+        PackedTile<F, kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
       }
       auto tail = [&](auto nt, int64_t at) {
-        PackedQ8_0Tile<decltype(nt)::value>(group, nb, x, at, a.y + at * w.rows + r, w.rows,
-                                            rows, at == c0);
+        PackedTile<F, decltype(nt)::value>(group, nb, x, at, a.y + at * w.rows + r, w.rows, rows,
+                                           at == c0);
       };
       LastTile<kPackedTokens - 1>(c1 - t, t, tail);
     }
@@ -528,7 +543,8 @@ bool InitAvx512(KernelTable& table) {
   table.q8_0_prepare = &Q8_0PrepareAvx512;
   table.q8_0_prepare_min_tokens = kPairedMinTokens;
   table.q8_0_prepare_max_tokens = kPairedMaxTokens;
-  table.q8_0_packed = &PackedQ8_0PanelAvx512;
+  table.q8_0_packed = &PackedPanelAvx512<packed::Q8_0>;
+  table.q4_0_packed = &PackedPanelAvx512<packed::Q4_0>;
   table.q4_0 = &block32::Panel<block32::Q4_0, VnniDot>;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, VnniDot>;
   table.q4_k = &Q4KPanelAvx512;

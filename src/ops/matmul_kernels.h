@@ -39,9 +39,10 @@ struct KernelTable {
   Q8_0Prepare q8_0_prepare = nullptr;
   int64_t q8_0_prepare_min_tokens = 0;
   int64_t q8_0_prepare_max_tokens = 0;
-  // Q8_0 weights packed by PackWeights (ops/matmul_packed.h) x ActQ8_0 with neg_sum128, rows
-  // [r0, r1) in whole groups (r0 a multiple of 16, r1 too or w->rows).
+  // Q8_0 / Q4_0 weights packed by PackWeights (ops/matmul_packed.h) x ActQ8_0 with its block
+  // sums, rows [r0, r1) in whole groups (r0 a multiple of 16, r1 too or w->rows).
   Q8_0Panel q8_0_packed = nullptr;
+  Q8_0Panel q4_0_packed = nullptr;
   // The same product with AMX tiles, for num_tokens a multiple of 16; the same bits as
   // q8_0_packed (MatMul gives it whole tiles and q8_0_packed the rest).
   Q8_0Panel q8_0_packed_tiles = nullptr;

@@ -1,20 +1,27 @@
-// The packed Q8_0 layout (PackWeights) that the tile kernels read. Internal to ops/.
+// The packed layouts (PackWeights) that the tile kernels read, for Q8_0 and Q4_0. Internal to
+// ops/.
 //
 // Rows in groups of kGroupRows (16; a last partial group is padded with zero rows). A group is
-// GroupBytes(cols) bytes holding its nb = cols / 32 blocks in pairs of kPairBytes (17 cache
-// lines; a missing last block of an odd nb is padding, never read):
-//   values of block b: 512 bytes at PairOffset(b) + (b % 2) * 512. The block's 32 columns as 8
-//           slices of 4: byte k * 64 + r * 4 + j holds row r's weight at column b * 32 + k * 4
-//           + j, stored as an unsigned byte w + 128. That is an AMX tile's second operand (8
-//           rows of 64 bytes) and a VNNI operand (one 64-byte slice: 16 rows x 4 columns).
-//   scales of block b: 16 halves (one per row) at PairOffset(b) + 1024 + (b % 2) * 32.
-// The same bytes per block as the file's Q8_0 (16 x 34), and a group, like the groups after
-// it, is one stream read front to back: a decode prefetches it at a fixed distance.
+// GroupBytes<F>(cols) bytes holding its nb = cols / 32 blocks in pairs of PairBytes<F>() (one
+// pair: both blocks' values, then their scales; a missing last block of an odd nb is padding,
+// never read):
+//   values of block b at PairOffset<F>(b) + (b % 2) * F::kValueBytes, as 64-byte vectors of
+//     16 rows x 4 bytes (byte r * 4 + j of a vector is row r's):
+//     Q8_0: 8 vectors, slice k (columns b * 32 + k * 4 + j) in vector k, each weight stored as
+//           the unsigned byte w + 128. That is also an AMX tile's second operand (8 rows of 64
+//           bytes).
+//     Q4_0: 4 vectors, the file's nibbles as stored (w + 8): vector m holds bytes 4m..4m+3 of
+//           each row's block, so its low nibbles are slice m and its high nibbles slice m + 4.
+//   scales of block b: 16 halves (one per row) at ScalesOffset<F>(b).
+// The same bytes per block as the file's (16 x 34 for Q8_0, 16 x 18 for Q4_0), and a group,
+// like the groups after it, is one stream read front to back: a decode prefetches it at a
+// fixed distance.
 //
-// Arithmetic (every kernel, bit for bit): with x's Q8_0 block (q, d) and s = sum(q),
-//   sum = sum_j (w_j + 128) * q_j - 128 * s            (exact in int32)
-//   acc = fma(float(sum), d_w * d_x, acc)               (blocks in order, one lane per row)
-// and y[t, r] = acc. ActQ8_0::neg_sum128 carries -128 * s per token and block.
+// Arithmetic (every kernel, bit for bit): with x's Q8_0 block (q, d), s = sum(q) and the
+// format's offset o (128 or 8),
+//   sum = sum_j (w_j + o) * q_j - o * s                (exact in int32)
+//   acc = fma(float(sum), d_w * d_x, acc)              (blocks in order, one lane per row)
+// and y[t, r] = acc. ActQ8_0::sum carries s per token and block.
 #pragma once
 
 #include <cstddef>
@@ -25,33 +32,53 @@
 namespace kvserve::packed {
 
 constexpr int64_t kGroupRows = 16;
-constexpr int64_t kBlockBytes = 512;  // one block's values
-constexpr int64_t kPairBytes = 2 * kBlockBytes + 2 * kGroupRows * 2;
+
+struct Q8_0 {
+  static constexpr int64_t kValueBytes = 512;  // one block's values
+  static constexpr int32_t kOffset = 128;
+};
+
+struct Q4_0 {
+  static constexpr int64_t kValueBytes = 256;
+  static constexpr int32_t kOffset = 8;
+};
+
+template <typename F>
+constexpr int64_t PairBytes() {
+  return 2 * F::kValueBytes + 2 * kGroupRows * 2;  // 17 (Q8_0) or 9 (Q4_0) cache lines
+}
 
 inline int64_t Groups(int64_t rows) { return (rows + kGroupRows - 1) / kGroupRows; }
 
-inline size_t GroupBytes(int64_t cols) {
-  return static_cast<size_t>((cols / 32 + 1) / 2 * kPairBytes);
+template <typename F>
+size_t GroupBytes(int64_t cols) {
+  return static_cast<size_t>((cols / 32 + 1) / 2 * PairBytes<F>());
 }
 
-inline const uint8_t* Group(const WeightMatrix& w, int64_t g) {
-  return w.packed + static_cast<size_t>(g) * GroupBytes(w.cols);
+template <typename F>
+const uint8_t* Group(const WeightMatrix& w, int64_t g) {
+  return w.packed + static_cast<size_t>(g) * GroupBytes<F>(w.cols);
 }
 
-inline int64_t PairOffset(int64_t b) { return b / 2 * kPairBytes; }
+template <typename F>
+int64_t PairOffset(int64_t b) {
+  return b / 2 * PairBytes<F>();
+}
 
 // Block b's values and scales within a group (const or not).
-template <typename Byte>
+template <typename F, typename Byte>
 Byte* BlockValues(Byte* group, int64_t b) {
-  return group + PairOffset(b) + (b % 2) * kBlockBytes;
+  return group + PairOffset<F>(b) + (b % 2) * F::kValueBytes;
 }
 
-inline int64_t ScalesOffset(int64_t b) {
-  return PairOffset(b) + 2 * kBlockBytes + (b % 2) * kGroupRows * 2;
+template <typename F>
+int64_t ScalesOffset(int64_t b) {
+  return PairOffset<F>(b) + 2 * F::kValueBytes + (b % 2) * kGroupRows * 2;
 }
 
-inline const uint16_t* BlockScales(const uint8_t* group, int64_t b) {
-  return reinterpret_cast<const uint16_t*>(group + ScalesOffset(b));
+template <typename F>
+const uint16_t* BlockScales(const uint8_t* group, int64_t b) {
+  return reinterpret_cast<const uint16_t*>(group + ScalesOffset<F>(b));
 }
 
 }  // namespace kvserve::packed

@@ -289,9 +289,10 @@ TEST_P(HalfMatMulTest, ActivationsAreNotRounded) {
   }
 }
 
-// --- Packed Q8_0 (PackWeights) ---------------------------------------------------------------
-// On AVX-512 VNNI CPUs Q8_0 matrices are repacked in groups of 16 interleaved rows; where AMX
-// exists, whole 16-token tiles go through its tile product and the other tokens through VNNI.
+// --- Packed Q8_0 and Q4_0 (PackWeights) -------------------------------------------------------
+// On AVX-512 VNNI CPUs Q8_0 and Q4_0 matrices are repacked in groups of 16 interleaved rows;
+// where AMX exists, Q8_0's whole 16-token tiles go through its tile product and the other
+// tokens through VNNI.
 
 // The ISAs with a packed kernel on this CPU ("avx512", and "amx" where it exists).
 std::vector<const char*> PackedIsas() {
@@ -308,33 +309,41 @@ struct PackedWeights {
   AlignedBuffer<uint8_t> packed;
 };
 
-PackedWeights MakePacked(int64_t rows, int64_t cols, std::mt19937& rng) {
-  PackedWeights p{MakeWeights(GgmlType::kQ8_0, rows, cols, rng), {}};
+PackedWeights MakePacked(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  PackedWeights p{MakeWeights(type, rows, cols, rng), {}};
   p.packed = PackWeights(p.q.w);
   p.q.w.packed = p.packed.data();
   return p;
 }
 
-class PackedMatMulTest : public ::testing::Test {
+class PackedMatMulTest : public ::testing::TestWithParam<GgmlType> {
  protected:
   void TearDown() override { SetMatMulIsa("best"); }
 };
 
-TEST_F(PackedMatMulTest, OnlyQ8_0OnCpusWithAPackedKernelIsPacked) {
+TEST(PackedWeightsTest, OnlyQ8_0AndQ4_0OnCpusWithAPackedKernelArePacked) {
   std::mt19937 rng(1);
-  Quantized q4 = MakeWeights(GgmlType::kQ4_0, 16, 64, rng);
-  EXPECT_EQ(PackWeights(q4.w).size(), 0u);
+  Quantized mx = MakeWeights(GgmlType::kMXFP4, 16, 64, rng);
+  EXPECT_EQ(PackWeights(mx.w).size(), 0u);
   Quantized q8 = MakeWeights(GgmlType::kQ8_0, 17, 64, rng);
+  Quantized q4 = MakeWeights(GgmlType::kQ4_0, 17, 64, rng);
   ASSERT_TRUE(SetMatMulIsa("avx2") || SetMatMulIsa("generic"));
   EXPECT_EQ(PackWeights(q8.w).size(), 0u);
-  if (PackedIsas().empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
+  EXPECT_EQ(PackWeights(q4.w).size(), 0u);
+  if (PackedIsas().empty()) {
+    SetMatMulIsa("best");
+    GTEST_SKIP() << "needs AVX-512 VNNI";
+  }
   SetMatMulIsa("avx512");
-  // Two groups of 16 rows (the second padded), each 2 blocks of 512 value bytes and 32 scale
-  // bytes, rounded to 64.
+  // Two groups of 16 rows (the second padded), each one pair of blocks: both blocks' values
+  // (16 x 32 bytes for Q8_0, 16 x 16 for Q4_0) and 2 x 16 scales of 2 bytes.
   EXPECT_EQ(PackWeights(q8.w).size(), 2u * 1088u);
+  EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
+  SetMatMulIsa("best");
 }
 
-TEST_F(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
+TEST_P(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
+  const GgmlType type = GetParam();
   const std::vector<const char*> isas = PackedIsas();
   if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
   std::mt19937 rng(42);
@@ -345,14 +354,14 @@ TEST_F(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
       ThreadPool pool(threads);
       for (int64_t cols : {32, 64, 17 * 32, 96 * 32}) {
         for (int64_t rows : {1, 3, 16, 17, 40}) {
-          PackedWeights p = MakePacked(rows, cols, rng);
+          PackedWeights p = MakePacked(type, rows, cols, rng);
           for (int64_t tokens : {1, 2, 5, 9, 16, 21, 33, 80}) {
             std::vector<float> x(tokens * cols);
             std::uniform_real_distribution<float> u(-1.f, 1.f);
             for (float& v : x) v = u(rng);
             std::vector<float> got(tokens * rows), want(tokens * rows);
             MatMul(p.q.w, x.data(), tokens, got.data(), pool);
-            const std::vector<float> xe = EffectiveActivations(GgmlType::kQ8_0, x, tokens, cols);
+            const std::vector<float> xe = EffectiveActivations(type, x, tokens, cols);
             MatMulReference(p.q.w, xe.data(), tokens, want.data());
             ASSERT_LT(MaxRelError(p.q.w, xe.data(), tokens, got, want), 1e-6)
                 << "rows=" << rows << " cols=" << cols << " tokens=" << tokens
@@ -364,14 +373,14 @@ TEST_F(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
   }
 }
 
-TEST_F(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
+TEST_P(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
   // Token tiles of 8 and their remainders, 64-token chunks, and with AMX 16-token tiles with
   // VNNI for the rest: a token alone and in any batch gives the same bits.
   const std::vector<const char*> isas = PackedIsas();
   if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
   const int64_t rows = 37, cols = 9 * 32, tokens = 83;
   std::mt19937 rng(3);
-  PackedWeights p = MakePacked(rows, cols, rng);
+  PackedWeights p = MakePacked(GetParam(), rows, cols, rng);
   std::vector<float> x(tokens * cols);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (float& v : x) v = u(rng);
@@ -393,11 +402,11 @@ TEST_F(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
   }
 }
 
-TEST_F(PackedMatMulTest, AmxTilesAndVnniGiveTheSameBits) {
+TEST(PackedWeightsTest, AmxTilesAndVnniGiveTheSameBits) {
   if (!SetMatMulIsa("amx")) GTEST_SKIP() << "needs AMX-INT8 (and Linux's grant of it)";
   const int64_t rows = 50, cols = 33 * 32, tokens = 48;
   std::mt19937 rng(8);
-  PackedWeights p = MakePacked(rows, cols, rng);
+  PackedWeights p = MakePacked(GgmlType::kQ8_0, rows, cols, rng);
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
   ThreadPool pool(2);
   std::vector<float> amx(tokens * rows), vnni(tokens * rows);
@@ -405,16 +414,17 @@ TEST_F(PackedMatMulTest, AmxTilesAndVnniGiveTheSameBits) {
   MatMul(p.q.w, x.data(), tokens, amx.data(), pool);
   SetMatMulIsa("avx512");
   MatMul(p.q.w, x.data(), tokens, vnni.data(), pool);
+  SetMatMulIsa("best");
   EXPECT_EQ(amx, vnni);
 }
 
-TEST_F(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
+TEST_P(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
   // Packed weights stay valid beside the file's: kernels without a packed form read `data`.
   if (PackedIsas().empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
   SetMatMulIsa("avx512");
   const int64_t rows = 19, cols = 4 * 32, tokens = 3;
   std::mt19937 rng(4);
-  PackedWeights p = MakePacked(rows, cols, rng);
+  PackedWeights p = MakePacked(GetParam(), rows, cols, rng);
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
   ThreadPool pool(1);
   for (const char* isa : {"avx2", "generic"}) {
@@ -427,6 +437,10 @@ TEST_F(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
     EXPECT_EQ(with, without) << isa;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatMulTest,
+                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0),
+                         [](const auto& p) { return std::string(Traits(p.param).name); });
 
 INSTANTIATE_TEST_SUITE_P(HalfTypes, HalfMatMulTest,
                          ::testing::Values(GgmlType::kF16, GgmlType::kBF16),
