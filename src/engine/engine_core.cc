@@ -131,6 +131,7 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
       PoolSpin(config.poll_us));
   const Clock::time_point digest_start = Clock::now();
   const Digest256 weights = WeightsDigest(core->model_->file(), *core->pool_);
+  core->model_->ReleasePackedFilePages();  // the digest read them back in
   core->weights_digest_seconds_ = Seconds(digest_start, Clock::now());
   core->model_fingerprint_ = ModelFingerprint(*core->model_, layout, weights);
   KV_RETURN_IF_ERROR(core->OpenTiers());

@@ -83,6 +83,10 @@ class Model {
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes of the repacked copies (ModelOptions::pack_weights; 0 when nothing was packed).
   uint64_t packed_weight_bytes() const { return packed_weight_bytes_; }
+  // Gives back the file's pages of every packed matrix (the matmuls read the packed copy). Load
+  // does it once; call it again after anything that reads the whole file (the weights digest),
+  // which faults those pages back in.
+  void ReleasePackedFilePages();
   // Weight bytes one decode step of one token reads: all of them, except that an embedding
   // table not tied to the output matrix is read one row per token, and of the routed experts
   // only the top-k of each layer (assuming experts of equal size).
@@ -124,6 +128,7 @@ class Model {
   Model(GgufFile file, ModelConfig config, ModelOptions options);
   Status LoadWeights();
   void PackMatrices();
+  std::vector<WeightMatrix*> PackableMatrices();
   Status LoadAttention(int layer);
   Status LoadMlaAttention(int layer);
   Status LoadFeedForward(int layer);

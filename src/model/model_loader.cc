@@ -167,10 +167,8 @@ Status Model::LoadWeights() {
 }
 
 // Every matrix the kernels multiply by, except views that other matrices share (MLA's kv_b and
-// its per-head slices) and the small router, is repacked where the kernels want it, into one
-// run of huge pages, by as many threads as the machine has; the file's pages of a packed matrix
-// then go back (unless the tied embedding table still reads its rows).
-void Model::PackMatrices() {
+// its per-head slices) and the small router.
+std::vector<WeightMatrix*> Model::PackableMatrices() {
   std::vector<WeightMatrix*> matrices = {&output_};
   for (Layer& l : layers_) {
     for (WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.w_gate,
@@ -181,9 +179,15 @@ void Model::PackMatrices() {
       for (WeightMatrix& w : *experts) matrices.push_back(&w);
     }
   }
+  return matrices;
+}
+
+// Those the kernels want packed are repacked into one run of huge pages, by as many threads as
+// the machine has; then the file's pages of each go back.
+void Model::PackMatrices() {
   std::vector<std::pair<WeightMatrix*, size_t>> jobs;  // matrix, offset into packed_
   size_t total = 0;
-  for (WeightMatrix* w : matrices) {
+  for (WeightMatrix* w : PackableMatrices()) {
     const size_t bytes = w->data != nullptr ? PackedWeightBytes(*w) : 0;
     if (bytes == 0) continue;
     jobs.emplace_back(w, total);
@@ -203,10 +207,15 @@ void Model::PackMatrices() {
   for (unsigned t = 0; t < helpers && t + 1 < jobs.size(); ++t) threads.emplace_back(work);
   work();
   for (std::thread& t : threads) t.join();
+  for (auto& [w, offset] : jobs) w->packed = packed_.data() + offset;
+  ReleasePackedFilePages();
+}
+
+// A tied embedding table keeps its pages: the token lookup reads its rows.
+void Model::ReleasePackedFilePages() {
   const bool tied = output_.data == token_embd_.data;
-  for (auto& [w, offset] : jobs) {
-    w->packed = packed_.data() + offset;
-    if (!(w == &output_ && tied)) file_.ReleasePages(w->data, w->bytes());
+  for (const WeightMatrix* w : PackableMatrices()) {
+    if (w->packed != nullptr && !(w == &output_ && tied)) file_.ReleasePages(w->data, w->bytes());
   }
 }
 
