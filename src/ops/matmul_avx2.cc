@@ -2,12 +2,14 @@
 // run-time CPU check (InitAvx2).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/kquant_unpack.h"
 #include "ops/matmul_block32_impl.h"
 #include "ops/matmul_f16_impl.h"
 #include "ops/matmul_kernels.h"
+#include "ops/matmul_packed.h"
 
 namespace kvserve::kernels {
 namespace {
@@ -250,6 +252,99 @@ struct Avx2Vec {
   static float Sum(Vec v) { return HorizontalSum(v); }
 };
 
+// --- Packed Q4_0 (ops/matmul_packed.h) --------------------------------------------------------
+// A group's 64-byte vectors as two halves of 8 rows. Per 4-column slice, maddubs multiplies the
+// 8 rows' unsigned nibbles (w + 8 <= 15, so the int16 pairs stay below 2 * 15 * 127) with the
+// token's 4 activation bytes broadcast, and madd sums the pairs: 8 rows' exact block sums in one
+// register, then the packed kernels' float epilogue per lane, bit for bit the AVX-512 one.
+// (Q8_0's w + 128 would saturate maddubs' int16 pairs: AVX2 reads Q8_0 as stored.)
+
+using PackedQ4 = packed::Q4_0;
+constexpr int kPackedTokens = 2;      // two tokens x two halves of sums and accumulators
+constexpr int64_t kPackedChunk = 64;  // tokens whose activations stay in L2 while groups pass
+constexpr int64_t kPackedPrefetch = 4096;
+
+inline __m256i Broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+template <int NT>
+void PackedQ4_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
+                    int64_t y_stride, int64_t rows, bool prefetch) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (prefetch && b % 2 == 0) {
+      const char* ahead =
+          reinterpret_cast<const char*>(group + packed::PairOffset<PackedQ4>(b)) + kPackedPrefetch;
+      for (int k = 0; k < packed::PairBytes<PackedQ4>() / 64; ++k) {
+        _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
+      }
+    }
+    const uint8_t* v = packed::BlockValues<PackedQ4>(group, b);
+    const uint16_t* scales = packed::BlockScales<PackedQ4>(group, b);
+    for (int h = 0; h < 2; ++h) {
+      __m256i sum[NT];
+      for (int t = 0; t < NT; ++t) {
+        sum[t] = _mm256_set1_epi32(-PackedQ4::kOffset * x.sum[(t0 + t) * nb + b]);
+      }
+      for (int m = 0; m < 4; ++m) {
+        const __m256i bytes =
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(v + m * 64 + h * 32));
+        const __m256i lo = _mm256_and_si256(bytes, low);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* xq = x.q + (t0 + t) * x.cols + b * 32;
+          const __m256i plo =
+              _mm256_madd_epi16(_mm256_maddubs_epi16(lo, Broadcast4(xq + m * 4)), ones);
+          const __m256i phi =
+              _mm256_madd_epi16(_mm256_maddubs_epi16(hi, Broadcast4(xq + 16 + m * 4)), ones);
+          sum[t] = _mm256_add_epi32(sum[t], _mm256_add_epi32(plo, phi));
+        }
+      }
+      const __m256 dw =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + h * 8)));
+      for (int t = 0; t < NT; ++t) {
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[(t0 + t) * nb + b]));
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), scale, acc[t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    float* out = y + t * y_stride;
+    if (rows == packed::kGroupRows) {
+      _mm256_storeu_ps(out, acc[t][0]);
+      _mm256_storeu_ps(out + 8, acc[t][1]);
+    } else {
+      alignas(32) float lanes[16];
+      _mm256_store_ps(lanes, acc[t][0]);
+      _mm256_store_ps(lanes + 8, acc[t][1]);
+      std::memcpy(out, lanes, static_cast<size_t>(rows) * sizeof(float));
+    }
+  }
+}
+
+void PackedQ4_0PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
+  const WeightMatrix& w = *a.w;
+  const int64_t nb = w.cols / 32;
+  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += kPackedChunk) {
+    const int64_t c1 = std::min(a.num_tokens, c0 + kPackedChunk);
+    for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
+      const int64_t rows = std::min(packed::kGroupRows, w.rows - r);
+      const uint8_t* group = packed::Group<PackedQ4>(w, r / packed::kGroupRows);
+      int64_t t = c0;
+      for (; t + kPackedTokens <= c1; t += kPackedTokens) {
+        PackedQ4_0Tile<kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
+      }
+      if (t < c1) PackedQ4_0Tile<1>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
+    }
+  }
+}
+
 }  // namespace
 
 bool InitAvx2(KernelTable& table) {
@@ -258,6 +353,7 @@ bool InitAvx2(KernelTable& table) {
   table.isa = "avx2";
   table.q8_0 = &block32::Panel<block32::Q8_0, MaddubsDot>;
   table.q4_0 = &block32::Panel<block32::Q4_0, MaddubsDot>;
+  table.q4_0_packed = &PackedQ4_0PanelAvx2;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, MaddubsDot>;
   table.q4_k = &Q4KPanelAvx2;
   table.q6_k = &Q6KPanelAvx2;

@@ -294,11 +294,14 @@ TEST_P(HalfMatMulTest, ActivationsAreNotRounded) {
 // where AMX exists, Q8_0's whole 16-token tiles go through its tile product and the other
 // tokens through VNNI.
 
-// The ISAs with a packed kernel on this CPU ("avx512", and "amx" where it exists).
-std::vector<const char*> PackedIsas() {
+// The ISAs with a packed kernel for `type` on this CPU (Q4_0: "avx2" too).
+std::vector<const char*> PackedIsas(GgmlType type = GgmlType::kQ8_0) {
   std::vector<const char*> out;
-  for (const char* isa : {"avx512", "amx"}) {
-    if (SetMatMulIsa(isa)) out.push_back(isa);
+  const int64_t cols = 64;
+  std::vector<uint8_t> bytes(static_cast<size_t>(*RowBytes(type, cols)));
+  const WeightMatrix probe{type, bytes.data(), 1, cols, bytes.size()};
+  for (const char* isa : {"avx2", "avx512", "amx"}) {
+    if (SetMatMulIsa(isa) && PackedWeightBytes(probe) > 0) out.push_back(isa);
   }
   SetMatMulIsa("best");
   return out;
@@ -327,24 +330,42 @@ TEST(PackedWeightsTest, OnlyQ8_0AndQ4_0OnCpusWithAPackedKernelArePacked) {
   EXPECT_EQ(PackWeights(mx.w).size(), 0u);
   Quantized q8 = MakeWeights(GgmlType::kQ8_0, 17, 64, rng);
   Quantized q4 = MakeWeights(GgmlType::kQ4_0, 17, 64, rng);
-  ASSERT_TRUE(SetMatMulIsa("avx2") || SetMatMulIsa("generic"));
+  ASSERT_TRUE(SetMatMulIsa("generic"));
   EXPECT_EQ(PackWeights(q8.w).size(), 0u);
   EXPECT_EQ(PackWeights(q4.w).size(), 0u);
-  if (PackedIsas().empty()) {
-    SetMatMulIsa("best");
-    GTEST_SKIP() << "needs AVX-512 VNNI";
-  }
-  SetMatMulIsa("avx512");
   // Two groups of 16 rows (the second padded), each one pair of blocks: both blocks' values
   // (16 x 32 bytes for Q8_0, 16 x 16 for Q4_0) and 2 x 16 scales of 2 bytes.
-  EXPECT_EQ(PackWeights(q8.w).size(), 2u * 1088u);
-  EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
+  if (SetMatMulIsa("avx2")) {  // Q4_0 only: Q8_0's w + 128 does not fit maddubs
+    EXPECT_EQ(PackWeights(q8.w).size(), 0u);
+    EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
+  }
+  if (SetMatMulIsa("avx512")) {
+    EXPECT_EQ(PackWeights(q8.w).size(), 2u * 1088u);
+    EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
+  }
   SetMatMulIsa("best");
+}
+
+TEST(PackedWeightsTest, PackedQ4_0GivesTheSameBitsWithAvxTwoAndVnni) {
+  // maddubs pairs or dpbusd: the same exact block sums, the same float epilogue per lane.
+  if (!SetMatMulIsa("avx2") || !SetMatMulIsa("avx512")) GTEST_SKIP() << "needs AVX-512 VNNI";
+  const int64_t rows = 37, cols = 11 * 32, tokens = 7;
+  std::mt19937 rng(6);
+  PackedWeights p = MakePacked(GgmlType::kQ4_0, rows, cols, rng);
+  const std::vector<float> x = RandomActivations(tokens * cols, rng);
+  ThreadPool pool(2);
+  std::vector<float> avx2(tokens * rows), vnni(tokens * rows);
+  SetMatMulIsa("avx2");
+  MatMul(p.q.w, x.data(), tokens, avx2.data(), pool);
+  SetMatMulIsa("avx512");
+  MatMul(p.q.w, x.data(), tokens, vnni.data(), pool);
+  SetMatMulIsa("best");
+  EXPECT_EQ(avx2, vnni);
 }
 
 TEST_P(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
   const GgmlType type = GetParam();
-  const std::vector<const char*> isas = PackedIsas();
+  const std::vector<const char*> isas = PackedIsas(type);
   if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
   std::mt19937 rng(42);
   for (const char* isa : isas) {
@@ -376,7 +397,7 @@ TEST_P(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
 TEST_P(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
   // Token tiles of 8 and their remainders, 64-token chunks, and with AMX 16-token tiles with
   // VNNI for the rest: a token alone and in any batch gives the same bits.
-  const std::vector<const char*> isas = PackedIsas();
+  const std::vector<const char*> isas = PackedIsas(GetParam());
   if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
   const int64_t rows = 37, cols = 9 * 32, tokens = 83;
   std::mt19937 rng(3);
@@ -420,15 +441,16 @@ TEST(PackedWeightsTest, AmxTilesAndVnniGiveTheSameBits) {
 
 TEST_P(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
   // Packed weights stay valid beside the file's: kernels without a packed form read `data`.
-  if (PackedIsas().empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
-  SetMatMulIsa("avx512");
+  const std::vector<const char*> isas = PackedIsas(GetParam());
+  if (isas.empty()) GTEST_SKIP() << "needs a packed kernel";
+  ASSERT_TRUE(SetMatMulIsa(isas.front()));
   const int64_t rows = 19, cols = 4 * 32, tokens = 3;
   std::mt19937 rng(4);
   PackedWeights p = MakePacked(GetParam(), rows, cols, rng);
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
   ThreadPool pool(1);
   for (const char* isa : {"avx2", "generic"}) {
-    ASSERT_TRUE(SetMatMulIsa(isa));
+    if (!SetMatMulIsa(isa) || PackedWeightBytes(p.q.w) > 0) continue;
     std::vector<float> with(tokens * rows), without(tokens * rows);
     MatMul(p.q.w, x.data(), tokens, with.data(), pool);
     WeightMatrix plain = p.q.w;
