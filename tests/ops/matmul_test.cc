@@ -346,6 +346,17 @@ TEST(PackedWeightsTest, OnlyQ8_0AndQ4_0OnCpusWithAPackedKernelArePacked) {
   SetMatMulIsa("best");
 }
 
+// y = w x under kernels `isa` (then back to the best), for tests that compare two ISAs.
+std::vector<float> ProductUnder(const char* isa, const WeightMatrix& w, const std::vector<float>& x,
+                                int64_t tokens) {
+  ThreadPool pool(2);
+  std::vector<float> y(tokens * w.rows);
+  EXPECT_TRUE(SetMatMulIsa(isa));
+  MatMul(w, x.data(), tokens, y.data(), pool);
+  SetMatMulIsa("best");
+  return y;
+}
+
 TEST(PackedWeightsTest, PackedQ4_0GivesTheSameBitsWithAvxTwoAndVnni) {
   // maddubs pairs or dpbusd: the same exact block sums, the same float epilogue per lane.
   if (!SetMatMulIsa("avx2") || !SetMatMulIsa("avx512")) GTEST_SKIP() << "needs AVX-512 VNNI";
@@ -353,14 +364,7 @@ TEST(PackedWeightsTest, PackedQ4_0GivesTheSameBitsWithAvxTwoAndVnni) {
   std::mt19937 rng(6);
   PackedWeights p = MakePacked(GgmlType::kQ4_0, rows, cols, rng);
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
-  ThreadPool pool(2);
-  std::vector<float> avx2(tokens * rows), vnni(tokens * rows);
-  SetMatMulIsa("avx2");
-  MatMul(p.q.w, x.data(), tokens, avx2.data(), pool);
-  SetMatMulIsa("avx512");
-  MatMul(p.q.w, x.data(), tokens, vnni.data(), pool);
-  SetMatMulIsa("best");
-  EXPECT_EQ(avx2, vnni);
+  EXPECT_EQ(ProductUnder("avx2", p.q.w, x, tokens), ProductUnder("avx512", p.q.w, x, tokens));
 }
 
 TEST_P(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
@@ -429,14 +433,7 @@ TEST(PackedWeightsTest, AmxTilesAndVnniGiveTheSameBits) {
   std::mt19937 rng(8);
   PackedWeights p = MakePacked(GgmlType::kQ8_0, rows, cols, rng);
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
-  ThreadPool pool(2);
-  std::vector<float> amx(tokens * rows), vnni(tokens * rows);
-  SetMatMulIsa("amx");
-  MatMul(p.q.w, x.data(), tokens, amx.data(), pool);
-  SetMatMulIsa("avx512");
-  MatMul(p.q.w, x.data(), tokens, vnni.data(), pool);
-  SetMatMulIsa("best");
-  EXPECT_EQ(amx, vnni);
+  EXPECT_EQ(ProductUnder("amx", p.q.w, x, tokens), ProductUnder("avx512", p.q.w, x, tokens));
 }
 
 TEST_P(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
