@@ -128,30 +128,42 @@ void DequantizeWeightRow(const WeightMatrix& w, int64_t r, float* out) {
 namespace {
 
 // Integer paths: quantize the activations once, then each thread takes a share of the rows.
-// Q8_0, Q4_0 and MXFP4 weights (32-value blocks) share the activations' Q8_0 quantization;
-// only Q8_0's panel takes the paired layout.
-bool MatMulQ8_0(const WeightMatrix& w, kernels::Q8_0Panel panel, const float* x, int64_t num_tokens,
-                float* y, ThreadPool& pool) {
+// Q8_0, Q4_0 and MXFP4 weights (32-value blocks) share the activations' Q8_0 quantization, in
+// per-thread scratch kept between calls, with what a panel reads beside it: the paired layout
+// (Q8_0's own panel) or the block sums (the packed panels).
+ActQ8_0 QuantizeForPanels(const WeightMatrix& w, const float* x, int64_t num_tokens, bool paired,
+                          bool sums, ThreadPool& pool) {
   const kernels::KernelTable& k = Table();
-  if (panel == nullptr || w.cols % 32 != 0) return false;
+  const int64_t nb = w.cols / 32;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<uint8_t> pair_q;
   thread_local std::vector<float> pair_d;
-  ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 32), w.cols};
-  const bool paired = panel == k.q8_0 && k.q8_0_prepare != nullptr &&
-                      num_tokens >= k.q8_0_prepare_min_tokens &&
-                      num_tokens <= k.q8_0_prepare_max_tokens;
+  thread_local std::vector<int32_t> block_sums;
+  ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * nb), w.cols};
   if (paired) {
-    const int64_t pairs = (w.cols / 32 + 1) / 2;
+    const int64_t pairs = (nb + 1) / 2;
     act.pair_q = ScratchOf(pair_q, num_tokens * pairs * 64);
     act.pair_d = ScratchOf(pair_d, num_tokens * pairs * 16);
   }
+  if (sums) act.sum = ScratchOf(block_sums, num_tokens * nb);
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
-    ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * (w.cols / 32), w.cols};
+    ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * nb, w.cols};
     QuantizeActQ8_0(x + t0 * w.cols, t1 - t0, part);
     if (paired) k.q8_0_prepare(act, t0, t1);
+    if (sums) SumActQ8_0(act, t0, t1);
   });
+  return act;
+}
+
+bool MatMulQ8_0(const WeightMatrix& w, kernels::Q8_0Panel panel, const float* x, int64_t num_tokens,
+                float* y, ThreadPool& pool) {
+  const kernels::KernelTable& k = Table();
+  if (panel == nullptr || w.cols % 32 != 0) return false;
+  const bool paired = panel == k.q8_0 && k.q8_0_prepare != nullptr &&
+                      num_tokens >= k.q8_0_prepare_min_tokens &&
+                      num_tokens <= k.q8_0_prepare_max_tokens;
+  const ActQ8_0 act = QuantizeForPanels(w, x, num_tokens, paired, /*sums=*/false, pool);
   const kernels::PanelArgs args{&w, num_tokens, y};
   pool.ParallelFor(
       w.rows, [&](int64_t r0, int64_t r1) { panel(args, act, r0, r1); }, 4);
@@ -164,16 +176,7 @@ bool MatMulPacked(const WeightMatrix& w, kernels::Q8_0Panel panel, kernels::Q8_0
                   const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
   if (w.packed == nullptr || panel == nullptr || w.cols % 32 != 0) return false;
   const int64_t nb = w.cols / 32;
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> d;
-  thread_local std::vector<int32_t> sums;
-  ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * nb), w.cols};
-  act.sum = ScratchOf(sums, num_tokens * nb);
-  pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
-    ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * nb, w.cols};
-    QuantizeActQ8_0(x + t0 * w.cols, t1 - t0, part);
-    SumActQ8_0(act, t0, t1);
-  });
+  const ActQ8_0 act = QuantizeForPanels(w, x, num_tokens, /*paired=*/false, /*sums=*/true, pool);
   const int64_t tiled = tiles != nullptr ? num_tokens / packed::kGroupRows * packed::kGroupRows : 0;
   ActQ8_0 rest{act.q + tiled * w.cols, act.d + tiled * nb, w.cols};
   rest.sum = act.sum + tiled * nb;

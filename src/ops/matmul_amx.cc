@@ -32,7 +32,6 @@ namespace {
 
 using Format = packed::Q8_0;
 constexpr int64_t kTileTokens = 16;
-constexpr int64_t kChunk = 64;  // tokens whose activations stay in L2 while groups pass
 
 // Palette 1: tiles 0-1 activations (16 x 32 bytes), 2-3 weights (8 x 64), 4-5 sums (16 x 64).
 struct alignas(64) TileConfig {
@@ -99,8 +98,8 @@ void PackedQ8_0PanelAmx(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_
   _tile_loadconfig(&config);
   const WeightMatrix& w = *a.w;
   const int64_t nb = w.cols / 32;
-  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += kChunk) {
-    const int64_t c1 = std::min(a.num_tokens, c0 + kChunk);
+  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += packed::kTokenChunk) {
+    const int64_t c1 = std::min(a.num_tokens, c0 + packed::kTokenChunk);
     for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
       const int64_t g = r / packed::kGroupRows;
       const int64_t n = std::min(packed::kGroupRows, w.rows - r);

@@ -260,15 +260,9 @@ struct Avx2Vec {
 // (Q8_0's w + 128 would saturate maddubs' int16 pairs: AVX2 reads Q8_0 as stored.)
 
 using PackedQ4 = packed::Q4_0;
-constexpr int kPackedTokens = 2;      // two tokens x two halves of sums and accumulators
-constexpr int64_t kPackedChunk = 64;  // tokens whose activations stay in L2 while groups pass
-constexpr int64_t kPackedPrefetch = 4096;
+constexpr int kPackedTokens = 2;  // two tokens x two halves of sums and accumulators
 
-inline __m256i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return _mm256_set1_epi32(v);
-}
+inline __m256i Broadcast4(const int8_t* p) { return _mm256_set1_epi32(packed::Slice4(p)); }
 
 template <int NT>
 void PackedQ4_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
@@ -278,13 +272,7 @@ void PackedQ4_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t 
   __m256 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if (prefetch && b % 2 == 0) {
-      const char* ahead =
-          reinterpret_cast<const char*>(group + packed::PairOffset<PackedQ4>(b)) + kPackedPrefetch;
-      for (int k = 0; k < packed::PairBytes<PackedQ4>() / 64; ++k) {
-        _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
-      }
-    }
+    if (prefetch && b % 2 == 0) packed::PrefetchPairAhead<PackedQ4>(group, b);
     const uint8_t* v = packed::BlockValues<PackedQ4>(group, b);
     const uint16_t* scales = packed::BlockScales<PackedQ4>(group, b);
     for (int h = 0; h < 2; ++h) {
@@ -331,8 +319,8 @@ void PackedQ4_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t 
 void PackedQ4_0PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nb = w.cols / 32;
-  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += kPackedChunk) {
-    const int64_t c1 = std::min(a.num_tokens, c0 + kPackedChunk);
+  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += packed::kTokenChunk) {
+    const int64_t c1 = std::min(a.num_tokens, c0 + packed::kTokenChunk);
     for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
       const int64_t rows = std::min(packed::kGroupRows, w.rows - r);
       const uint8_t* group = packed::Group<PackedQ4>(w, r / packed::kGroupRows);

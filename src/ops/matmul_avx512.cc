@@ -200,18 +200,9 @@ void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r
 // block's slices out of memory (and Q4_0's out of their nibbles) once for all of them. Tiles of
 // up to 2 tokens (decode) split a block's 8 slices over two chains, so the dependent dpbusd
 // latency does not bound them; the integer sum is the same.
-// A thread's groups are one stream; the first token tile over a group prefetches it a page
-// ahead (the hardware prefetchers stop at page boundaries), the other tiles find it in cache.
+// A thread's groups are one stream (see packed::PrefetchPairAhead).
 
 constexpr int kPackedTokens = 8;
-constexpr int64_t kPackedChunk = 64;  // tokens whose activations stay in L2 while groups pass
-constexpr int64_t kPackedPrefetch = 4096;
-
-inline __m512i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return _mm512_set1_epi32(v);
-}
 
 // The 8 slices of block values at v (unsigned bytes w + offset).
 inline void Slices(packed::Q8_0, const uint8_t* v, __m512i (&w)[8]) {
@@ -231,15 +222,10 @@ template <typename F, int NT>
 void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
                 int64_t y_stride, __mmask16 rows, bool prefetch) {
   constexpr int kChains = NT <= 2 ? 2 : 1;
-  constexpr int kPairLines = packed::PairBytes<F>() / 64;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if (prefetch && b % 2 == 0) {
-      const char* ahead =
-          reinterpret_cast<const char*>(group + packed::PairOffset<F>(b)) + kPackedPrefetch;
-      for (int k = 0; k < kPairLines; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
-    }
+    if (prefetch && b % 2 == 0) packed::PrefetchPairAhead<F>(group, b);
     __m512i w[8];
     Slices(F{}, packed::BlockValues<F>(group, b), w);
     const __m512 dw = _mm512_cvtph_ps(
@@ -252,7 +238,8 @@ void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, 
     for (int k = 0; k < 8; ++k) {
       for (int t = 0; t < NT; ++t) {
         const int8_t* xq = x.q + (t0 + t) * x.cols + b * 32 + k * 4;
-        sum[t][k % kChains] = _mm512_dpbusd_epi32(sum[t][k % kChains], w[k], Broadcast4(xq));
+        sum[t][k % kChains] =
+            _mm512_dpbusd_epi32(sum[t][k % kChains], w[k], _mm512_set1_epi32(packed::Slice4(xq)));
       }
     }
     for (int t = 0; t < NT; ++t) {
@@ -269,8 +256,8 @@ template <typename F>
 void PackedPanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nb = w.cols / 32;
-  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += kPackedChunk) {
-    const int64_t c1 = std::min(a.num_tokens, c0 + kPackedChunk);
+  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += packed::kTokenChunk) {
+    const int64_t c1 = std::min(a.num_tokens, c0 + packed::kTokenChunk);
     for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
       const int64_t n = std::min(packed::kGroupRows, w.rows - r);
       const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);

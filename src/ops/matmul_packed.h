@@ -24,8 +24,11 @@
 // and y[t, r] = acc. ActQ8_0::sum carries s per token and block.
 #pragma once
 
+#include <xmmintrin.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "ops/matmul.h"
 
@@ -79,6 +82,25 @@ int64_t ScalesOffset(int64_t b) {
 template <typename F>
 const uint16_t* BlockScales(const uint8_t* group, int64_t b) {
   return reinterpret_cast<const uint16_t*>(group + ScalesOffset<F>(b));
+}
+
+// The kernels walk tokens in chunks whose activations stay in L2 while the groups pass.
+constexpr int64_t kTokenChunk = 64;
+
+// The first token tile over a group prefetches the group's stream a page ahead, a pair of
+// blocks at a time (the hardware prefetchers stop at page boundaries); the other tiles find
+// the group in cache.
+template <typename F>
+void PrefetchPairAhead(const uint8_t* group, int64_t b) {
+  const char* ahead = reinterpret_cast<const char*>(group + PairOffset<F>(b)) + 4096;
+  for (int64_t k = 0; k < PairBytes<F>() / 64; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
+}
+
+// The 4 activation bytes of one slice as one int32 (for a broadcast to every row).
+inline int32_t Slice4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
 }  // namespace kvserve::packed
