@@ -18,7 +18,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
@@ -98,17 +97,14 @@ void PackedQ8_0PanelAmx(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_
   _tile_loadconfig(&config);
   const WeightMatrix& w = *a.w;
   const int64_t nb = w.cols / 32;
-  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += packed::kTokenChunk) {
-    const int64_t c1 = std::min(a.num_tokens, c0 + packed::kTokenChunk);
-    for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
-      const int64_t g = r / packed::kGroupRows;
-      const int64_t n = std::min(packed::kGroupRows, w.rows - r);
-      const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
-      for (int64_t t = c0; t < c1; t += kTileTokens) {
-        Tile(packed::Group<Format>(w, g), nb, x, t, a.y + t * w.rows + r, w.rows, rows);
-      }
-    }
-  }
+  packed::ForChunksAndGroups<Format>(
+      w, a.num_tokens, r0, r1,
+      [&](const uint8_t* group, int64_t r, int64_t n, int64_t c0, int64_t c1) {
+        const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
+        for (int64_t t = c0; t < c1; t += kTileTokens) {
+          Tile(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows);
+        }
+      });
   _tile_release();
 }
 

@@ -2,7 +2,6 @@
 // run-time CPU check (InitAvx2).
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "ops/kquant_unpack.h"
@@ -319,18 +318,18 @@ void PackedQ4_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t 
 void PackedQ4_0PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nb = w.cols / 32;
-  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += packed::kTokenChunk) {
-    const int64_t c1 = std::min(a.num_tokens, c0 + packed::kTokenChunk);
-    for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
-      const int64_t rows = std::min(packed::kGroupRows, w.rows - r);
-      const uint8_t* group = packed::Group<PackedQ4>(w, r / packed::kGroupRows);
-      int64_t t = c0;
-      for (; t + kPackedTokens <= c1; t += kPackedTokens) {
-        PackedQ4_0Tile<kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
-      }
-      if (t < c1) PackedQ4_0Tile<1>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
-    }
-  }
+  packed::ForChunksAndGroups<PackedQ4>(
+      w, a.num_tokens, r0, r1,
+      [&](const uint8_t* group, int64_t r, int64_t rows, int64_t c0, int64_t c1) {
+        int64_t t = c0;
+        for (; t + kPackedTokens <= c1; t += kPackedTokens) {
+          PackedQ4_0Tile<kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows,
+                                        t == c0);
+        }
+        if (t < c1) {
+          PackedQ4_0Tile<1>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
+        }
+      });
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #endif
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -256,23 +255,21 @@ template <typename F>
 void PackedPanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nb = w.cols / 32;
-  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += packed::kTokenChunk) {
-    const int64_t c1 = std::min(a.num_tokens, c0 + packed::kTokenChunk);
-    for (int64_t r = r0; r < r1; r += packed::kGroupRows) {
-      const int64_t n = std::min(packed::kGroupRows, w.rows - r);
-      const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
-      const uint8_t* group = packed::Group<F>(w, r / packed::kGroupRows);
-      int64_t t = c0;
-      for (; t + kPackedTokens <= c1; t += kPackedTokens) {
-        PackedTile<F, kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
-      }
-      auto tail = [&](auto nt, int64_t at) {
-        PackedTile<F, decltype(nt)::value>(group, nb, x, at, a.y + at * w.rows + r, w.rows, rows,
-                                           at == c0);
-      };
-      LastTile<kPackedTokens - 1>(c1 - t, t, tail);
-    }
-  }
+  packed::ForChunksAndGroups<F>(
+      w, a.num_tokens, r0, r1,
+      [&](const uint8_t* group, int64_t r, int64_t n, int64_t c0, int64_t c1) {
+        const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
+        int64_t t = c0;
+        for (; t + kPackedTokens <= c1; t += kPackedTokens) {
+          PackedTile<F, kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows,
+                                       t == c0);
+        }
+        auto tail = [&](auto nt, int64_t at) {
+          PackedTile<F, decltype(nt)::value>(group, nb, x, at, a.y + at * w.rows + r, w.rows, rows,
+                                             at == c0);
+        };
+        LastTile<kPackedTokens - 1>(c1 - t, t, tail);
+      });
 }
 
 // --- K-quants --------------------------------------------------------------------------------

@@ -87,6 +87,21 @@ const uint16_t* BlockScales(const uint8_t* group, int64_t b) {
 // The kernels walk tokens in chunks whose activations stay in L2 while the groups pass.
 constexpr int64_t kTokenChunk = 64;
 
+// The walk of every packed kernel over rows [r0, r1) (whole groups) and tokens
+// [0, num_tokens): fn(group, r, rows, c0, c1) for each chunk [c0, c1) of kTokenChunk tokens
+// and, inside it, each group starting at row r with `rows` real rows (16, fewer in the last).
+template <typename F, typename Fn>
+void ForChunksAndGroups(const WeightMatrix& w, int64_t num_tokens, int64_t r0, int64_t r1,
+                        Fn&& fn) {
+  for (int64_t c0 = 0; c0 < num_tokens; c0 += kTokenChunk) {
+    const int64_t c1 = c0 + kTokenChunk < num_tokens ? c0 + kTokenChunk : num_tokens;
+    for (int64_t r = r0; r < r1; r += kGroupRows) {
+      const int64_t rows = w.rows - r < kGroupRows ? w.rows - r : kGroupRows;
+      fn(Group<F>(w, r / kGroupRows), r, rows, c0, c1);
+    }
+  }
+}
+
 // The first token tile over a group prefetches the group's stream a page ahead, a pair of
 // blocks at a time (the hardware prefetchers stop at page boundaries); the other tiles find
 // the group in cache.
