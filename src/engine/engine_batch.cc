@@ -24,6 +24,12 @@ Result<KvEvictionPlan> EngineCore::EvictionPlanFor(const EngineRequest& r) const
       model_->options().mla_form == MlaForm::kDecompressed) {
     return InvalidArgument("kv_eviction h2o and snapkv need --mla-attention absorbed");
   }
+  // Windows count slots back from each query; eviction moves slots, so the two do not mix.
+  if (plan.budget_blocks > 0 && model_->config().has_windows()) {
+    return InvalidArgument(
+        "kv_eviction is not available for models with sliding-window layers (their windows "
+        "already bound what those layers attend to)");
+  }
   return plan;
 }
 

@@ -153,6 +153,9 @@ void WriteMetadata(const SyntheticModelSpec& s, int head_dim, GgufWriter& w) {
   w.SetUint32(a + ".rope.dimension_count", head_dim);
   w.SetFloat32(a + ".rope.freq_base", s.rope_base);
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.sliding_window > 0) w.SetUint32(a + ".attention.sliding_window", s.sliding_window);
+  if (s.attn_softcap > 0.f) w.SetFloat32(a + ".attn_logit_softcapping", s.attn_softcap);
+  if (s.final_softcap > 0.f) w.SetFloat32(a + ".final_logit_softcapping", s.final_softcap);
   WriteMoeMetadata(s, w);
   if (a == "deepseek2") WriteMlaMetadata(s, w);  // overrides the per-head keys
   WriteTokenizerSpec(s.tokenizer, w);
@@ -271,6 +274,10 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
       KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_q_norm.weight"), head_dim, 1.f));
       KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_k_norm.weight"), head_dim, 1.f));
     }
+    }
+    if (arch->gemma) {
+      KV_RETURN_IF_ERROR(AddVector(w, rng, n("post_attention_norm.weight"), s.hidden, 1.f));
+      KV_RETURN_IF_ERROR(AddVector(w, rng, n("post_ffw_norm.weight"), s.hidden, 1.f));
     }
     KV_RETURN_IF_ERROR(AddVector(w, rng, n("ffn_norm.weight"), s.hidden, 1.f));
     if (s.moe.num_experts > 0 && i >= s.moe.leading_dense) {

@@ -1,6 +1,6 @@
 // Synthetic models: GGUF files with seeded random weights in the exact layout of real llama /
-// qwen2 / qwen3 / qwen3moe / deepseek2 files (Mixtral-style llama with experts), for tests and
-// benchmarks.
+// qwen2 / qwen3 / qwen3moe / deepseek2 / gemma2 / gemma3 files (Mixtral-style llama with
+// experts, Mistral-style llama with a sliding window), for tests and benchmarks.
 //
 // Weights are drawn uniformly with standard deviation 1/sqrt(fan_in) from a splitmix64 stream of
 // the seed (so the same seed gives the same bytes on every platform and compiler); norms are
@@ -48,7 +48,7 @@ struct SyntheticMlaSpec {
 };
 
 struct SyntheticModelSpec {
-  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, deepseek2
+  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3
   int num_layers = 2;
   int hidden = 256;
   int num_heads = 8;
@@ -64,6 +64,12 @@ struct SyntheticModelSpec {
   TokenizerSpec tokenizer;       // vocabulary size = tokenizer.tokens.size()
   SyntheticMoeSpec moe;
   SyntheticMlaSpec mla;          // deepseek2 only
+  // Sliding-window attention (attention.sliding_window; 0: not written): every layer of a
+  // llama (Mistral v0.1), gemma2's and gemma3's local layers. Gemma's logit soft-caps
+  // (attn_logit_softcapping, final_logit_softcapping; 0: not written).
+  int sliding_window = 0;
+  float attn_softcap = 0.f;
+  float final_softcap = 0.f;
 };
 
 // Builds the GGUF in memory. A matrix whose row length does not fit `type`'s block size falls

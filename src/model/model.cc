@@ -72,6 +72,9 @@ Status Model::ValidateBatch(const ForwardBatch& batch, const KvStorage& kv) cons
       return OutOfRange(fmt::format("sequence of {} tokens exceeds the context of {}", slots,
                                     options_.max_context));
     }
+    if (s.scores != nullptr && config_.has_windows()) {
+      return InvalidArgument("attention scores (h2o, snapkv) are not kept for sliding windows");
+    }
     if (s.scores != nullptr && config_.is_mla() && options_.mla_form == MlaForm::kDecompressed) {
       return InvalidArgument("attention scores (h2o, snapkv) need the absorbed MLA form");
     }
@@ -121,8 +124,15 @@ Status Model::Forward(const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool
 void Model::Embed(const ForwardBatch& batch, ThreadPool& pool) {
   float* x = scratch_->x.data();
   const int hidden = config_.hidden;
+  const float scale = config_.embed_scale;
   pool.ParallelFor(batch.num_tokens(), [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) DequantizeWeightRow(token_embd_, batch.tokens[t], x + t * hidden);
+    for (int64_t t = b; t < e; ++t) {
+      float* row = x + t * hidden;
+      DequantizeWeightRow(token_embd_, batch.tokens[t], row);
+      if (scale != 1.f) {
+        for (int i = 0; i < hidden; ++i) row[i] *= scale;
+      }
+    }
   });
 }
 
@@ -141,6 +151,7 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
 
   // Per token: optional per-head Q/K norm, RoPE, then store K and V into the token's slot.
   const KvLayout& kl = kv.layout();
+  const Rope& rope = LayerRope(li);
   for (const ForwardSeq& seq : batch.seqs) {
     pool.ParallelFor(seq.num_new, [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j) {
@@ -155,8 +166,8 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
             RmsNorm(k + h * c.head_dim, L.k_norm.data(), c.head_dim, c.rms_eps, k + h * c.head_dim);
           }
         }
-        rope_->Apply(q, c.num_heads, c.head_dim, batch.positions[t]);
-        rope_->Apply(k, c.num_kv_heads, c.head_dim, batch.positions[t]);
+        rope.Apply(q, c.num_heads, c.head_dim, batch.positions[t]);
+        rope.Apply(k, c.num_kv_heads, c.head_dim, batch.positions[t]);
         const int slot = seq.num_cached + static_cast<int>(j);
         const BlockId blk = seq.block_table[slot / kl.block_size];
         const int off = slot % kl.block_size;
@@ -171,9 +182,21 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
     });
   }
   Attend(li, batch, KvLayerView(kv, li), s.q.data(), s.attn.data(), c.q_dim(), c.group(),
-         1.0f / std::sqrt(static_cast<float>(c.head_dim)), pool);
+         c.attn_scale, pool);
   MatMul(L.wo, s.attn.data(), n, s.proj.data(), pool);
-  AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * c.hidden);
+  AddToResidual(s.proj.data(), L.post_attn_norm, n, pool);
+}
+
+void Model::AddToResidual(float* y, const std::vector<float>& post_norm, int n, ThreadPool& pool) {
+  const int64_t hidden = config_.hidden;
+  if (!post_norm.empty()) {
+    pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        RmsNorm(y + t * hidden, post_norm.data(), hidden, config_.rms_eps, y + t * hidden);
+      }
+    });
+  }
+  AddInPlace(scratch_->x.data(), y, static_cast<int64_t>(n) * hidden);
 }
 
 void Model::ShiftKeys(KvStorage& kv, std::span<const BlockId> blocks, int32_t delta,
@@ -253,6 +276,7 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
   Scratch& s = *scratch_;
   const int num_kv_heads = view.num_kv_heads;
   const int head_dim = view.head_dim;
+  const int window = config_.LayerWindow(li);
   // Tiles: a run of consecutive tokens of one sequence x one kv head, about kTileRows query rows,
   // so that each K/V chunk serves many rows while it is in cache.
   // NOTE: tiling, the split into partitions and the thread that runs a piece never change a
@@ -280,6 +304,8 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
         t.kv_head = h;
         t.first_slots = seq.num_cached + j0 + 1;
         t.block_table = seq.block_table;
+        t.window = window;
+        t.softcap = config_.attn_softcap;
         // Scored tiles (a token at a slot >= score_from_slot): their rows' log-sum-exps.
         if (seq.scores != nullptr && t.first_slots + t.num_tokens - 1 > seq.score_from_slot) {
           s.attn_scored.push_back(
@@ -287,7 +313,8 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
           lse_rows += static_cast<size_t>(t.num_tokens) * group;
         }
         tiles.push_back(t);
-        max_parts = std::max(max_parts, AttentionPartitions(t.first_slots + t.num_tokens - 1));
+        max_parts = std::max(max_parts, AttentionPartitions(t.first_slots + t.num_tokens - 1) -
+                                            AttentionTileFirstPartition(t));
       }
     }
   }
@@ -311,13 +338,15 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
   for (size_t i = 0; i < tiles.size(); ++i) {
     const AttentionTile& t = tiles[i];
     const int np = AttentionPartitions(t.first_slots + t.num_tokens - 1);
-    if (!split || np == 1) {
+    const int p0 = AttentionTileFirstPartition(t);
+    if (!split || np - p0 == 1) {
       items.push_back({static_cast<int32_t>(i), -1});
       continue;
     }
+    // Partials of partition p at offset + p * rows * pf (those before p0 unused).
     s.attn_partial_offset[i] = partial_floats;
     partial_floats += static_cast<size_t>(np) * t.num_tokens * group * pf;
-    for (int p = 0; p < np; ++p) items.push_back({static_cast<int32_t>(i), p});
+    for (int p = p0; p < np; ++p) items.push_back({static_cast<int32_t>(i), p});
   }
   if (s.attn_partials.size() < partial_floats) s.attn_partials.resize(partial_floats);
   // Items are claimed one at a time, last first: later tiles of a prompt see the most context.
@@ -336,12 +365,17 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
   if (partial_floats > 0) {
     pool.ForEach(static_cast<int64_t>(tiles.size()), [&](int64_t i) {
       const AttentionTile& t = tiles[i];
-      if (AttentionPartitions(t.first_slots + t.num_tokens - 1) == 1) return;
+      if (AttentionPartitions(t.first_slots + t.num_tokens - 1) - AttentionTileFirstPartition(t) ==
+          1) {
+        return;
+      }
       const int rows = t.num_tokens * group;
       const float* base = s.attn_partials.data() + s.attn_partial_offset[i];
       for (int r = 0; r < rows; ++r) {
         const int j = r / group, g = r % group;
-        MergeAttentionPartials(base + r * pf, AttentionPartitions(t.first_slots + j),
+        const int p0 = AttentionRowFirstPartition(t, j);
+        MergeAttentionPartials(base + (static_cast<size_t>(p0) * rows + r) * pf,
+                               AttentionPartitions(t.first_slots + j) - p0,
                                static_cast<int64_t>(rows * pf), head_dim,
                                t.out + j * t.out_stride + static_cast<int64_t>(g) * head_dim,
                                t.lse != nullptr ? t.lse + r : nullptr);
@@ -374,15 +408,22 @@ void Model::NormRows(const std::vector<float>& weight, int n, ThreadPool& pool) 
 
 namespace {
 
-// y = down(silu(gate x) * up x) for n rows of x (dense, expert and shared feed-forwards); g and
-// u: scratch of n * gate.rows floats each.
+// y = down(act(gate x) * up x) for n rows of x (dense, expert and shared feed-forwards), act
+// SiLU (SwiGLU) or GELU (GeGLU); g and u: scratch of n * gate.rows floats each.
 void SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-                       const float* x, int64_t n, float* g, float* u, float* y, ThreadPool& pool) {
+                       const float* x, int64_t n, float* g, float* u, float* y, ThreadPool& pool,
+                       FfnActivation act = FfnActivation::kSilu) {
   MatMul(gate, x, n, g, pool);
   MatMul(up, x, n, u, pool);
   const int64_t ff = gate.rows;
   pool.ParallelFor(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) SwiGlu(g + t * ff, u + t * ff, ff);
+    for (int64_t t = b; t < e; ++t) {
+      if (act == FfnActivation::kGeluTanh) {
+        GeGluTanh(g + t * ff, u + t * ff, ff);
+      } else {
+        SwiGlu(g + t * ff, u + t * ff, ff);
+      }
+    }
   });
   MatMul(down, g, n, y, pool);
 }
@@ -395,8 +436,8 @@ void Model::FeedForwardBlock(int li, int n, ThreadPool& pool) {
   const ModelConfig& c = config_;
   NormRows(L.ffn_norm, n, pool);
   SwiGluFeedForward(L.w_gate, L.w_up, L.w_down, s.xn.data(), n, s.gate.data(), s.up.data(),
-                    s.proj.data(), pool);
-  AddInPlace(s.x.data(), s.proj.data(), static_cast<int64_t>(n) * c.hidden);
+                    s.proj.data(), pool, c.arch->ffn_act);
+  AddToResidual(s.proj.data(), L.post_ffn_norm, n, pool);
 }
 
 namespace {
@@ -693,6 +734,13 @@ void Model::ComputeLogits(const ForwardBatch& batch, ThreadPool& pool, float* lo
             hidden, config_.rms_eps, s.logit_x.data() + i * hidden);
   }
   MatMul(output_, s.logit_x.data(), rows, logits, pool);
+  if (config_.final_softcap > 0.f) {
+    pool.ParallelFor(rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        SoftCap(logits + r * config_.vocab, config_.vocab, config_.final_softcap);
+      }
+    });
+  }
 }
 
 }  // namespace kvserve

@@ -144,6 +144,12 @@ class Model {
                              ThreadPool& pool);
   // xn = RMSNorm(x) * weight for the batch's n rows of the residual stream.
   void NormRows(const std::vector<float>& weight, int n, ThreadPool& pool);
+  // x += y for the batch's n rows, y first normalised by `post_norm` if it is not empty
+  // (gemma's post-attention and post-feed-forward norms); y is overwritten.
+  void AddToResidual(float* y, const std::vector<float>& post_norm, int n, ThreadPool& pool);
+  const Rope& LayerRope(int layer) const {
+    return rope_local_ && config_.LayerWindow(layer) > 0 ? *rope_local_ : *rope_;
+  }
   void FeedForwardBlock(int layer, int num_tokens, ThreadPool& pool);
   void MoeFeedForward(int layer, int num_tokens, ThreadPool& pool);
   // Attention of every query row of the batch over the paged view: query heads of token t at
@@ -157,6 +163,7 @@ class Model {
   ModelConfig config_;
   ModelOptions options_;
   std::optional<Rope> rope_;
+  std::optional<Rope> rope_local_;  // sliding-window layers' rope when it differs (gemma3)
   WeightMatrix token_embd_;
   WeightMatrix output_;
   std::vector<float> output_norm_;

@@ -9,12 +9,27 @@
 namespace kvserve {
 namespace {
 
-constexpr std::array<ArchSpec, 5> kArchs = {{
-    {"llama", RopeStyle::kAdjacentPairs, false, false, false, true},  // experts: Mixtral
-    {"qwen2", RopeStyle::kHalves, true, false, false, true},
-    {"qwen3", RopeStyle::kHalves, false, true, false, true},
-    {"qwen3moe", RopeStyle::kHalves, false, true, false, true},
-    {"deepseek2", RopeStyle::kAdjacentPairs, false, false, true, false},
+constexpr std::array<ArchSpec, 7> kArchs = {{
+    {.name = "llama"},  // with experts: Mixtral; with attention.sliding_window: Mistral v0.1
+    {.name = "qwen2", .rope_style = RopeStyle::kHalves, .has_qkv_bias = true},
+    {.name = "qwen3", .rope_style = RopeStyle::kHalves, .has_qk_norm = true},
+    {.name = "qwen3moe", .rope_style = RopeStyle::kHalves, .has_qk_norm = true},
+    {.name = "deepseek2", .mla = true, .moe_weights_norm = false},
+    {.name = "gemma2",
+     .rope_style = RopeStyle::kHalves,
+     .gemma = true,
+     .ffn_act = FfnActivation::kGeluTanh,
+     .swa_period = 2,
+     .default_window = 4096,
+     .hidden_scale_layers = 46},
+    {.name = "gemma3",
+     .rope_style = RopeStyle::kHalves,
+     .has_qk_norm = true,
+     .gemma = true,
+     .ffn_act = FfnActivation::kGeluTanh,
+     .swa_period = 6,
+     .local_rope_base = 10000.f,
+     .hidden_scale_layers = 62},
 }};
 
 // Reads `{arch}.{suffix}` as a positive int; `fallback` < 0 means required.
@@ -187,6 +202,50 @@ Status ReadRope(const GgufFile& f, const std::string& arch, ModelConfig* c) {
   return Status::Ok();
 }
 
+// Sliding windows, the softmax scale, soft-caps and the embedding scale (after ReadRope).
+Status ReadWindowsAndScales(const GgufFile& f, const std::string& arch, ModelConfig* c) {
+  const ArchSpec& a = *c->arch;
+  KV_ASSIGN_OR_RETURN(c->sliding_window,
+                      CountOr(f, arch, "attention.sliding_window", a.default_window));
+  KV_ASSIGN_OR_RETURN(c->swa_period,
+                      CountOr(f, arch, "attention.sliding_window_pattern", a.swa_period));
+  c->rope_local = c->rope;
+  if (c->sliding_window > 0 && a.local_rope_base > 0.f) {
+    KV_ASSIGN_OR_RETURN(double base,
+                        OptionalFloat(f, arch + ".rope.freq_base_swa", a.local_rope_base));
+    if (!(base > 1.0)) {
+      return InvalidArgument(fmt::format("rope.freq_base_swa {} must be > 1", base));
+    }
+    c->rope_local.freq_base = static_cast<float>(base);
+    c->rope_local.scaling = RopeScaling::kNone;
+    c->rope_local.scaling_factor = 1.f;
+  }
+  float pre_attn = static_cast<float>(c->head_dim);
+  if (a.hidden_scale_layers > 0 && c->num_layers == a.hidden_scale_layers) {
+    pre_attn = static_cast<float>(c->hidden) / static_cast<float>(c->num_heads);
+  }
+  c->attn_scale = 1.f / std::sqrt(pre_attn);
+  if (f.Find(arch + ".attention.scale") != nullptr) {
+    KV_ASSIGN_OR_RETURN(double s, f.GetFloat(arch + ".attention.scale"));
+    if (!(s > 0.0 && s < 1e6)) {
+      return InvalidArgument(fmt::format("attention.scale {} is out of range", s));
+    }
+    c->attn_scale = static_cast<float>(s);
+  }
+  if (a.gemma) {
+    c->embed_scale = std::sqrt(static_cast<float>(c->hidden));
+    for (auto [key, out] : {std::pair{".attn_logit_softcapping", &c->attn_softcap},
+                            std::pair{".final_logit_softcapping", &c->final_softcap}}) {
+      KV_ASSIGN_OR_RETURN(double cap, OptionalFloat(f, arch + key, 0.0));
+      if (!(cap >= 0.0 && cap < 1e6)) {
+        return InvalidArgument(fmt::format("{}{} = {} is out of range", arch, key, cap));
+      }
+      *out = static_cast<float>(cap);
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const ArchSpec* FindArch(std::string_view arch) {
@@ -248,6 +307,7 @@ Result<ModelConfig> ModelConfigFromGguf(const GgufFile& f) {
   }
   KV_RETURN_IF_ERROR(ReadRope(f, arch, &c));
   KV_RETURN_IF_ERROR(ReadMoe(f, arch, &c));
+  KV_RETURN_IF_ERROR(ReadWindowsAndScales(f, arch, &c));
   return c;
 }
 

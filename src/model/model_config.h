@@ -11,14 +11,31 @@
 
 namespace kvserve {
 
+enum class FfnActivation { kSilu, kGeluTanh };  // SwiGLU, or GeGLU with tanh-approximate GELU
+
 // What distinguishes the supported architectures. One row per GGUF `general.architecture`.
 struct ArchSpec {
-  std::string_view name;   // as in general.architecture
-  RopeStyle rope_style;    // adjacent pairs (llama, deepseek2) or halves (qwen2, qwen3)
-  bool has_qkv_bias;       // qwen2: attn_q/k/v.bias
-  bool has_qk_norm;        // qwen3: per-head RMSNorm of Q and K before RoPE
-  bool mla;                // deepseek2: multi-head latent attention (MlaConfig)
-  bool moe_weights_norm;   // the router's top-k weights are renormalised unless the file says
+  std::string_view name;                             // as in general.architecture
+  RopeStyle rope_style = RopeStyle::kAdjacentPairs;  // or halves (qwen2, qwen3, gemma)
+  bool has_qkv_bias = false;                         // qwen2: attn_q/k/v.bias
+  bool has_qk_norm = false;      // qwen3, gemma3: per-head RMSNorm of Q and K before RoPE
+  bool mla = false;              // deepseek2: multi-head latent attention (MlaConfig)
+  bool moe_weights_norm = true;  // the router's top-k weights are renormalised unless
+                                 // the file says otherwise
+  // Gemma: the embedding scaled by sqrt(hidden), RMSNorms after attention and after the
+  // feed-forward (post_attention_norm, post_ffw_norm) before each joins the residual stream,
+  // and the logit soft-caps read from the file.
+  bool gemma = false;
+  FfnActivation ffn_act = FfnActivation::kSilu;
+  // Sliding-window layers: with a window, layer il is local iff il % P < P - 1 for this period
+  // P (gemma2: 2, every other layer from 0; gemma3: 6, five local then one global); 0: every
+  // layer (llama files with attention.sliding_window, Mistral v0.1).
+  int swa_period = 0;
+  int default_window = 0;     // the window when the file has no attention.sliding_window
+  float local_rope_base = 0;  // local layers' rope base without rope.freq_base_swa (0: global's)
+  // The 27B models' query scale is 1/sqrt(hidden / heads) rather than 1/sqrt(head_dim)
+  // (query_pre_attn_scalar, which the files do not carry): their layer count (0: none).
+  int hidden_scale_layers = 0;
 };
 
 // The table's row for `arch`, or nullptr.
@@ -76,6 +93,16 @@ struct ModelConfig {
   int context_length = 0;      // trained context
   float rms_eps = 1e-5f;
   RopeConfig rope;
+  // Sliding-window attention (ArchSpec::swa_period): a local layer's query at slot p sees slots
+  // (p - sliding_window, p]; 0: none. Local layers rotate with rope_local (gemma3: base 10000, no
+  // scaling), global ones with rope.
+  int sliding_window = 0;
+  int swa_period = 0;
+  RopeConfig rope_local;
+  float attn_scale = 0.f;     // softmax scale (1/sqrt(head_dim) unless the model says otherwise)
+  float attn_softcap = 0.f;   // gemma2: scores become c * tanh(score / c); 0: none
+  float final_softcap = 0.f;  // gemma2: logits likewise
+  float embed_scale = 1.f;    // gemma: sqrt(hidden)
   MoeConfig moe;
   MlaConfig mla;               // kv_lora_rank > 0 for MLA; then num_kv_heads is 1 and head_dim
                                // the latent vector's length (the cache layout)
@@ -84,6 +111,12 @@ struct ModelConfig {
   int q_dim() const { return is_mla() ? num_heads * mla.q_head() : num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
   int group() const { return num_heads / num_kv_heads; }  // query heads per KV head
+  // The slots a query of `layer` sees back from its own (0: all).
+  int LayerWindow(int layer) const {
+    if (sliding_window == 0) return 0;
+    return swa_period <= 1 || layer % swa_period < swa_period - 1 ? sliding_window : 0;
+  }
+  bool has_windows() const { return sliding_window > 0; }
 };
 
 // Reads and validates the config. Errors name the missing or bad key; an unsupported

@@ -15,6 +15,9 @@ struct Model::Layer {
   std::vector<float> bq, bk, bv;       // qwen2 biases, empty otherwise
   std::vector<float> q_norm, k_norm;   // qwen3 per-head norms [head_dim], empty otherwise
   std::vector<float> ffn_norm;         // [hidden]
+  // Gemma: RMSNorm weights of the attention output and the feed-forward output [hidden], empty
+  // otherwise.
+  std::vector<float> post_attn_norm, post_ffn_norm;
   WeightMatrix w_gate, w_up, w_down;   // dense: [ffn, hidden] x2, [hidden, ffn]
 
   // Mixture of experts (MoeConfig::LayerIsMoe): the router, then each expert's matrices as

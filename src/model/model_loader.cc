@@ -149,6 +149,11 @@ Status Model::LoadWeights() {
     DequantizeRow(rf->type, rf->data, c.rope.freq_factors.data(), c.rope.rotary_dim / 2);
   }
   rope_.emplace(c.rope);
+  if (c.has_windows() &&
+      (c.rope_local.freq_base != c.rope.freq_base || c.rope_local.scaling != c.rope.scaling)) {
+    c.rope_local.freq_factors = c.rope.freq_factors;
+    rope_local_.emplace(c.rope_local);
+  }
 
   layers_.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
@@ -156,6 +161,11 @@ Status Model::LoadWeights() {
     auto name = [i](std::string_view s) { return TensorName(i, s); };
     KV_ASSIGN_OR_RETURN(l.attn_norm, Vector(f, name("attn_norm.weight"), c.hidden));
     KV_ASSIGN_OR_RETURN(l.ffn_norm, Vector(f, name("ffn_norm.weight"), c.hidden));
+    if (c.arch->gemma) {
+      KV_ASSIGN_OR_RETURN(l.post_attn_norm,
+                          Vector(f, name("post_attention_norm.weight"), c.hidden));
+      KV_ASSIGN_OR_RETURN(l.post_ffn_norm, Vector(f, name("post_ffw_norm.weight"), c.hidden));
+    }
     KV_RETURN_IF_ERROR(c.is_mla() ? LoadMlaAttention(i) : LoadAttention(i));
     KV_RETURN_IF_ERROR(LoadFeedForward(i));
   }

@@ -1,5 +1,7 @@
 #include "ops/attention.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -61,11 +63,12 @@ void AttendTile(const AttentionTile& tile, const PagedKvLayerView& kv, float sca
   thread_local std::vector<float> scratch;
   const int d = kv.head_dim;
   for (int j = 0; j < tile.num_tokens; ++j) {
-    const size_t need = AttentionScratchFloats(tile.first_slots + j, tile.group, d);
+    const int n = tile.first_slots + j;
+    const size_t need = AttentionScratchFloats(n, tile.group, d);
     if (scratch.size() < need) scratch.resize(need);
-    AttendGroupReference(tile.q + j * tile.q_stride, tile.group, tile.kv_head, kv,
-                         tile.block_table, tile.first_slots + j, scale, scratch.data(),
-                         tile.out + j * tile.out_stride);
+    AttendGroupReference(tile.q + j * tile.q_stride, tile.group, tile.kv_head, kv, tile.block_table,
+                         n, scale, scratch.data(), tile.out + j * tile.out_stride,
+                         AttentionFirstSlot(n, tile.window), tile.softcap);
   }
 }
 
@@ -99,9 +102,10 @@ void AccumulateAttentionScores(const AttentionTile& tile, const PagedKvLayerView
     const int n = tile.first_slots + j;
     const size_t need = AttentionScratchFloats(n, tile.group, kv.head_dim);
     if (scratch.size() < need) scratch.resize(need);
+    const int first = AttentionFirstSlot(n, tile.window);
     ReferenceProbabilities(tile.q + j * tile.q_stride, tile.group, tile.kv_head, kv,
-                           tile.block_table, n, scale, scratch.data());
-    for (int s = 0; s < n; ++s) {
+                           tile.block_table, n, scale, scratch.data(), first, tile.softcap);
+    for (int s = first; s < n; ++s) {
       int64_t sum = 0;
       for (int g = 0; g < tile.group; ++g) {
         sum += static_cast<int32_t>(scratch[static_cast<size_t>(g) * n + s] *
@@ -127,11 +131,14 @@ void AttendGroup(const float* q, int group, int kv_head, const PagedKvLayerView&
 
 void ReferenceProbabilities(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                             std::span<const BlockId> block_table, int num_slots, float scale,
-                            float* scratch) {
+                            float* scratch, int first_slot, float softcap) {
   const int d = kv.head_dim;
   float* scores = scratch;                                        // [group, num_slots]
   float* vec = scratch + static_cast<size_t>(group) * num_slots;  // [head_dim]
-  for (int s = 0; s < num_slots; ++s) {
+  for (int g = 0; g < group; ++g) {
+    std::fill_n(scores + static_cast<size_t>(g) * num_slots, first_slot, 0.f);
+  }
+  for (int s = first_slot; s < num_slots; ++s) {
     const BlockId b = block_table[s / kv.block_size];
     const uint8_t* k = kv.KSlot(b, kv_head, s % kv.block_size);
     const float* kf;
@@ -142,21 +149,26 @@ void ReferenceProbabilities(const float* q, int group, int kv_head, const PagedK
       kf = vec;
     }
     for (int g = 0; g < group; ++g) {
-      scores[static_cast<size_t>(g) * num_slots + s] = simd::Dot(q + g * d, kf, d) * scale;
+      float x = simd::Dot(q + g * d, kf, d) * scale;
+      if (softcap > 0.f) x = softcap * std::tanh(x / softcap);
+      scores[static_cast<size_t>(g) * num_slots + s] = x;
     }
   }
-  for (int g = 0; g < group; ++g) Softmax(scores + static_cast<size_t>(g) * num_slots, num_slots);
+  for (int g = 0; g < group; ++g) {
+    Softmax(scores + static_cast<size_t>(g) * num_slots + first_slot, num_slots - first_slot);
+  }
 }
 
 void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                           std::span<const BlockId> block_table, int num_slots, float scale,
-                          float* scratch, float* out) {
+                          float* scratch, float* out, int first_slot, float softcap) {
   const int d = kv.head_dim;
-  ReferenceProbabilities(q, group, kv_head, kv, block_table, num_slots, scale, scratch);
+  ReferenceProbabilities(q, group, kv_head, kv, block_table, num_slots, scale, scratch, first_slot,
+                         softcap);
   const float* scores = scratch;                                        // [group, num_slots]
   float* vec = scratch + static_cast<size_t>(group) * num_slots;  // [head_dim]
   std::memset(out, 0, sizeof(float) * group * d);
-  for (int s = 0; s < num_slots; ++s) {
+  for (int s = first_slot; s < num_slots; ++s) {
     const BlockId b = block_table[s / kv.block_size];
     const uint8_t* v = kv.VSlot(b, kv_head, s % kv.block_size);
     const float* vf;

@@ -53,9 +53,19 @@ inline int AttentionPartitions(int num_slots) {
 // Floats of one row's partial state (AttendTilePartition): head_dim + 2.
 inline size_t AttentionPartialFloats(int head_dim) { return static_cast<size_t>(head_dim) + 2; }
 
+// The first slot a query that sees slots [0, num_slots) attends to: 0, or with a sliding window
+// of `window` slots (0: none) the last `window` of them.
+inline int AttentionFirstSlot(int num_slots, int window) {
+  return window > 0 && num_slots > window ? num_slots - window : 0;
+}
+
 // Consecutive query tokens of one sequence and the `group` query heads that share kv_head.
 // Token j's heads are q + j * q_stride ([group, head_dim]) and attend to slots
-// [0, first_slots + j); they are written to out + j * out_stride. Row r = j * group + g.
+// [AttentionFirstSlot(first_slots + j, window), first_slots + j); they are written to
+// out + j * out_stride. Row r = j * group + g.
+// A sliding window (gemma2/3's local layers, Mistral) only narrows what a row sees: its
+// partitions are still those of kAttentionPartition slots from slot 0 (the ones before its first
+// slot are skipped), so its arithmetic depends on its first and last slot only.
 struct AttentionTile {
   const float* q = nullptr;
   int64_t q_stride = 0;
@@ -66,18 +76,31 @@ struct AttentionTile {
   int kv_head = 0;
   int first_slots = 1;
   std::span<const BlockId> block_table;
+  int window = 0;       // sliding window in slots (0: every earlier slot)
+  float softcap = 0.f;  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (gemma2)
   // If set, AttendTile (and MergeAttentionPartials, given lse + r) also write row r's
   // log-sum-exp of its scaled scores (m + log l) to lse[r], for AccumulateAttentionScores.
   float* lse = nullptr;
 };
+
+// The partitions a tile's rows attend to: [first, last] (its first row's first slot, its last
+// row's last slot).
+inline int AttentionTileFirstPartition(const AttentionTile& t) {
+  return AttentionFirstSlot(t.first_slots, t.window) / kAttentionPartition;
+}
+// The first partition of the tile's token j.
+inline int AttentionRowFirstPartition(const AttentionTile& t, int j) {
+  return AttentionFirstSlot(t.first_slots + j, t.window) / kAttentionPartition;
+}
 
 // Whole tile: every partition of every row, written to out. K/V chunks are converted once and
 // used by every row of the tile while they are in cache.
 void AttendTile(const AttentionTile& tile, const PagedKvLayerView& kv, float scale);
 
 // Partition p only: for each row r that has slots in it (first_slots + j > p *
-// kAttentionPartition) writes its partial state to partials + r * AttentionPartialFloats(d);
-// other rows' entries are left alone. Returns nothing in out.
+// kAttentionPartition and, with a window, its first slot below the partition's end) writes its
+// partial state to partials + r * AttentionPartialFloats(d); other rows' entries are left alone
+// or hold an empty state. Returns nothing in out.
 void AttendTilePartition(const AttentionTile& tile, const PagedKvLayerView& kv, float scale,
                          int partition, float* partials);
 
@@ -85,8 +108,9 @@ void AttendTilePartition(const AttentionTile& tile, const PagedKvLayerView& kv, 
 // AttendTile, which then runs the reference token by token).
 bool AttentionCanSplit(int head_dim);
 
-// Folds one row's `num_partitions` partial states (partition p at partials + p * stride floats)
-// in partition order and writes the row's head_dim outputs. AttendTilePartition followed by this
+// Folds one row's `num_partitions` partial states (partition p at partials + p * stride floats;
+// with a window, pass the row's first partition's state and count from there) in partition order
+// and writes the row's head_dim outputs. AttendTilePartition followed by this
 // gives bit-identical results to AttendTile.
 // With lse, also writes the row's log-sum-exp there.
 void MergeAttentionPartials(const float* partials, int num_partitions, int64_t stride, int head_dim,
@@ -114,16 +138,17 @@ bool SetAttentionIsa(std::string_view isa);
 size_t AttentionScratchFloats(int num_slots, int group, int head_dim);
 
 // The reference's first half: scratch[g * num_slots + s] = query head g's softmax probability of
-// slot s (scratch as AttendGroupReference's).
+// slot s (scratch as AttendGroupReference's; 0 for slots before first_slot).
 void ReferenceProbabilities(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                             std::span<const BlockId> block_table, int num_slots, float scale,
-                            float* scratch);
+                            float* scratch, int first_slot = 0, float softcap = 0.f);
 
 // Reference kernel (two passes, plain softmax): attends the `group` query heads that share
-// kv_head (q: [group, head_dim]) over slots [0, num_slots), writing out: [group, head_dim].
+// kv_head (q: [group, head_dim]) over slots [first_slot, num_slots), writing out:
+// [group, head_dim]. softcap as AttentionTile's.
 void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                           std::span<const BlockId> block_table, int num_slots, float scale,
-                          float* scratch, float* out);
+                          float* scratch, float* out, int first_slot = 0, float softcap = 0.f);
 
 // One token through the fast kernel (AttendTile with one token); same arguments as the
 // reference, scratch unused.

@@ -330,6 +330,16 @@ inline VF Exp(VF x) {
 }
 inline float ExpScalar(float x) { return Exp(SplatF(x))[0]; }
 
+// c * tanh(x / c) (gemma2's soft-capped scores): tanh(|a|) = (1 - e) / (1 + e) with
+// e = exp(-2|a|), the sign put back.
+inline VF SoftCap(VF x, float c) {
+  const VF a = x * (1.f / c);
+  const VF abs = a < 0.f ? -a : a;
+  const VF e = Exp(abs * -2.f);
+  const VF t = (1.f - e) / (1.f + e);
+  return (a < 0.f ? -t : t) * c;
+}
+
 // The rotation of rotated KV types (quant/kv_dtype.h): R = H·S / sqrt(d). Stage for stage the
 // same additions as RotateKvVector / UnrotateKvVector, so the results are bit-identical to them.
 template <int D>
@@ -422,7 +432,7 @@ struct TileScratch {
   // Long head vectors (D > 128): per row of a chunk, its rescale factor (< 0: none), the int4
   // minimums' share and its visible slots, between the two passes over the rows.
   std::vector<float> row_alpha, row_pm;
-  std::vector<int> row_v;
+  std::vector<int> row_v, row_u;
   void Reserve(int rows, int d) {
     auto grow = [](std::vector<float>& v, size_t n) {
       if (v.size() < n) v.resize(n);
@@ -431,6 +441,7 @@ struct TileScratch {
       grow(row_alpha, static_cast<size_t>(rows));
       grow(row_pm, static_cast<size_t>(rows));
       if (row_v.size() < static_cast<size_t>(rows)) row_v.resize(static_cast<size_t>(rows));
+      if (row_u.size() < static_cast<size_t>(rows)) row_u.resize(static_cast<size_t>(rows));
       grow(probs, static_cast<size_t>(rows) * W);
     }
     grow(kt, static_cast<size_t>(d) * W);
@@ -512,15 +523,15 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
   }
 }
 
-// One row's online-softmax step over a chunk (its v visible slots' scores at `scores`): the
+// One row's online-softmax step over a chunk (its visible slots u..v-1's scores at `scores`): the
 // running maximum and sum in st[D] and st[D + 1] are updated, the probabilities (times the value
 // scales) written to probs, the int4 minimums' share Σ p_s m_s to *pm, and the factor the row's
 // running values must be rescaled by is returned (< 0: none; an alpha of 0 still zeroes them).
 template <int D>
-inline float SoftmaxStep(float* st, const float* scores, int v, VI iota, bool v_scaled, VF vs,
-                         bool v_min, VF vm, float* probs, float* pm) {
+inline float SoftmaxStep(float* st, const float* scores, int u, int v, VI iota, bool v_scaled,
+                         VF vs, bool v_min, VF vm, float* probs, float* pm) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const VI valid = iota < (VI{} + v);
+  const VI valid = (iota < (VI{} + v)) & (iota >= (VI{} + u));
   VF s = LoadF(scores);
   s = valid ? s : SplatF(kNegInf);
   const float cm = HMax(s);
@@ -536,9 +547,11 @@ inline float SoftmaxStep(float* st, const float* scores, int v, VI iota, bool v_
   VF pr = Exp(s - m);
   pr = valid ? pr : VF{};
   l += HSum(pr);
-  // Quantized values: Σ p_s (s_s c_s + m_s) = Σ (p_s s_s) c_s + Σ p_s m_s.
-  *pm = v_min ? HSum(pr * vm) : 0.f;
-  if (v_scaled) pr = pr * vs;
+  // Quantized values: Σ p_s (s_s c_s + m_s) = Σ (p_s s_s) c_s + Σ p_s m_s. Lanes the row does
+  // not see are selected out rather than multiplied by zero: their slots' scales may be anything
+  // (slots outside a sliding window).
+  *pm = v_min ? HSum(valid ? pr * vm : VF{}) : 0.f;
+  if (v_scaled) pr = valid ? pr * vs : VF{};
   StoreF(probs, pr);
   st[D] = m;
   st[D + 1] = l;
@@ -547,19 +560,20 @@ inline float SoftmaxStep(float* st, const float* scores, int v, VI iota, bool v_
 
 // One row's running values, NB vectors of columns at st (the row's state; vf holds the chunk's
 // converted values, D floats per slot, offset to the same columns): rescaled by alpha when the
-// row's maximum grew (alpha >= 0, as SoftmaxStep returns it), then acc += Σ_k probs[k] v_k over the row's v visible slots. Two
-// interleaved partial sums (even and odd slots) halve the FMA dependency chains; acc += even + odd
-// (+ pm, the minimums' share, for int4 values).
+// row's maximum grew (alpha >= 0, as SoftmaxStep returns it), then acc += Σ_k probs[k] v_k over
+// the row's visible slots u..v-1. Two interleaved partial sums (slots u, u + 2, ... and u + 1,
+// u + 3, ...) halve the FMA dependency chains; acc += even + odd (+ pm, the minimums' share, for
+// int4 values).
 template <int D, int NB>
-inline void AccumulateValues(float* st, const float* vf, const float* probs, int v, float alpha,
-                             bool v_min, float pm) {
+inline void AccumulateValues(float* st, const float* vf, const float* probs, int u, int v,
+                             float alpha, bool v_min, float pm) {
   VF acc[NB];
   for (int i = 0; i < NB; ++i) acc[i] = LoadF(st + i * W);
   if (alpha >= 0.f) {
     for (int i = 0; i < NB; ++i) acc[i] *= alpha;
   }
   VF even[NB] = {}, odd[NB] = {};
-  int k = 0;
+  int k = u;
   for (; k + 2 <= v; k += 2) {
     const float p0 = probs[k], p1 = probs[k + 1];
     const float* v0 = vf + k * D;
@@ -663,20 +677,34 @@ inline bool HasScale(KvDtype d) {
 }
 inline bool HasMin(KvDtype d) { return d == KvDtype::kInt4; }
 
+// The rows [first, end) of a tile that see slots of partition p.
+struct RowRange {
+  int first = 0, end = 0;
+};
+
+// Tokens [j0, j1) of the tile that see a slot of [s0, s1): token j sees
+// [AttentionFirstSlot(first_slots + j, window), first_slots + j).
+inline void TokensSeeing(const AttentionTile& t, int s0, int s1, int* j0, int* j1) {
+  *j0 = std::max(0, s0 - t.first_slots + 1);
+  *j1 = t.num_tokens;
+  if (t.window > 0) *j1 = std::clamp(s1 - t.first_slots + t.window, 0, t.num_tokens);
+}
+
 // Runs partition `p` for every row of the tile that has slots in it, leaving each such row's
-// partial state (acc[D], m, l) at state + r * (D + 2). Returns the first such row.
+// partial state (acc[D], m, l) at state + r * (D + 2). Returns those rows.
 template <int D, int kConv>
-int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
-                 TileScratch& sc, const float* const* qrows) {
-  const int rows = t.num_tokens * t.group;
+RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
+                      TileScratch& sc, const float* const* qrows) {
   const int n_max = t.first_slots + t.num_tokens - 1;  // slots seen by the last token
   const int s0 = p * kAttentionPartition;
   const int s1 = std::min(n_max, s0 + kAttentionPartition);
-  // Rows of token j see first_slots + j slots; tokens before j0 see nothing of this partition.
-  const int j0 = std::max(0, s0 - t.first_slots + 1);
-  const int r_first = j0 * t.group;
+  // Rows of token j see first_slots + j slots (the last `window` of them); tokens outside
+  // [j0, j1) see nothing of this partition.
+  int j0 = 0, j1 = 0;
+  TokensSeeing(t, s0, s1, &j0, &j1);
+  const int r_first = j0 * t.group, r_end = std::max(r_first, j1 * t.group);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int r = r_first; r < rows; ++r) {
+  for (int r = r_first; r < r_end; ++r) {
     float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
     std::memset(st, 0, sizeof(float) * D);
     st[D] = kNegInf;
@@ -692,7 +720,11 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
   const bool v_scaled = !kPlain && HasScale(kv.v_dtype), v_min = !kPlain && HasMin(kv.v_dtype);
   const float k_factor = scale * RawFactor(kv.k_dtype), v_factor = RawFactor(kv.v_dtype);
   ChunkScales kcs, vcs;
-  for (int c0 = s0; c0 < s1; c0 += W) {
+  // Chunks start at multiples of W from s0; with a window, the ones before the first row's first
+  // slot are skipped.
+  const int lo0 = AttentionFirstSlot(t.first_slots + j0, t.window);
+  const int c_begin = lo0 > s0 ? s0 + (lo0 - s0) / W * W : s0;
+  for (int c0 = c_begin; c0 < s1 && r_first < r_end; c0 += W) {
     const int nc = std::min(W, s1 - c0);  // slots of the chunk any row sees
     // K: convert and transpose to kt[D][W]; slots past nc are zero (and masked below).
     {
@@ -727,12 +759,19 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
         ConvertVChunkOutOfLine<D, DT>(kv, t.block_table, t.kv_head, c0, nc, vf, &vcs);
       });
     }
-    // First row that sees slot c0.
-    const int jc = std::max(0, c0 - t.first_slots + 1);
-    const int rc = jc * t.group;
+    // The rows that see a slot of the chunk.
+    int jc = 0, je = 0;
+    TokensSeeing(t, c0, c0 + nc, &jc, &je);
+    const int rc = jc * t.group, re = std::min(r_end, je * t.group);
     const VF ks = k_scaled ? kcs.Scales() * k_factor : SplatF(scale);
     const VF km = k_min ? kcs.Mins() * scale : VF{};
-    ScoreChunk<D>(rc, rows, qrows, kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
+    ScoreChunk<D>(rc, re, qrows, kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
+    if (t.softcap > 0.f) {
+      for (int r = rc; r < re; ++r) {
+        float* sr = sc.scores.data() + static_cast<size_t>(r) * W;
+        StoreF(sr, SoftCap(LoadF(sr), t.softcap));
+      }
+    }
     const VF vs = v_scaled ? vcs.Scales() * v_factor : SplatF(1.f);
     const VF vm = v_min ? vcs.Mins() : VF{};
     // Long vectors (D > 128): every row's softmax step first, then the values a block of 128
@@ -740,28 +779,32 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
     // rows use it (and a row's accumulators fit the registers). Each element's arithmetic is the
     // same either way.
     float* probs_rows = sc.probs.data();
-    for (int r = rc; r < rows; ++r) {
-      const int v = std::min(W, t.first_slots + r / t.group - c0);  // slots the row sees, >= 1
+    for (int r = rc; r < re; ++r) {
+      const int n = t.first_slots + r / t.group;  // the row sees slots [lo, n)
+      const int v = std::min(W, n - c0);          // of the chunk's: [u, v), not empty
+      const int u = std::max(0, AttentionFirstSlot(n, t.window) - c0);
       float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
       float* probs = D > 128 ? probs_rows + static_cast<size_t>(r) * W : probs_rows;
       float pm = 0.f;
-      const float alpha = SoftmaxStep<D>(st, sc.scores.data() + static_cast<size_t>(r) * W, v,
+      const float alpha = SoftmaxStep<D>(st, sc.scores.data() + static_cast<size_t>(r) * W, u, v,
                                          iota, v_scaled, vs, v_min, vm, probs, &pm);
       if constexpr (D > 128) {
         sc.row_alpha[static_cast<size_t>(r)] = alpha;
         sc.row_pm[static_cast<size_t>(r)] = pm;
         sc.row_v[static_cast<size_t>(r)] = v;
+        sc.row_u[static_cast<size_t>(r)] = u;
       } else {
-        AccumulateValues<D, D / W>(st, vf, probs, v, alpha, v_min, pm);
+        AccumulateValues<D, D / W>(st, vf, probs, u, v, alpha, v_min, pm);
       }
     }
     if constexpr (D > 128) {
       constexpr int kAccBlock = 128;
       auto columns = [&]<int NB>(int b) {
-        for (int r = rc; r < rows; ++r) {
+        for (int r = rc; r < re; ++r) {
           const size_t ur = static_cast<size_t>(r);
           AccumulateValues<D, NB>(sc.state.data() + ur * (D + 2) + b, vf + b, probs_rows + ur * W,
-                                  sc.row_v[ur], sc.row_alpha[ur], v_min, sc.row_pm[ur]);
+                                  sc.row_u[ur], sc.row_v[ur], sc.row_alpha[ur], v_min,
+                                  sc.row_pm[ur]);
         }
       };
       for (int b = 0; b + kAccBlock <= D; b += kAccBlock) columns.template operator()<kAccBlock / W>(b);
@@ -773,17 +816,17 @@ int RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale
   // Rotated values: the partial sums are in the rotated basis; map them back (linear, so doing
   // it per partition equals doing it after the merge, and both paths do the same).
   if (!kPlain && KvDtypeIsRotated(kv.v_dtype)) {
-    for (int r = r_first; r < rows; ++r) {
+    for (int r = r_first; r < r_end; ++r) {
       UnrotateAcc<D>(sc.state.data() + static_cast<size_t>(r) * (D + 2));
     }
   }
-  return r_first;
+  return RowRange{r_first, r_end};
 }
 
 // The instantiation of RunPartition for the tile's K/V types.
 template <int D>
-int RunPartitionFor(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
-                    TileScratch& sc, const float* const* qrows) {
+RowRange RunPartitionFor(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
+                         TileScratch& sc, const float* const* qrows) {
   if (IsPlain(kv.k_dtype) && IsPlain(kv.v_dtype)) {
     return RunPartition<D, kConvPlain>(t, kv, scale, p, sc, qrows);
   }
@@ -843,12 +886,12 @@ void TileAll(const AttentionTile& t, const PagedKvLayerView& kv, float scale) {
   const int rows = t.num_tokens * t.group;
   const std::vector<const float*>& q = sc.qrows;
   const int np = AttentionPartitions(t.first_slots + t.num_tokens - 1);
-  for (int p = 0; p < np; ++p) {
-    const int r0 = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
-    for (int r = r0; r < rows; ++r) {
+  for (int p = AttentionTileFirstPartition(t); p < np; ++p) {
+    const RowRange rr = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
+    for (int r = rr.first; r < rr.end; ++r) {
       float* merged = sc.merged.data() + static_cast<size_t>(r) * (D + 2);
       const float* part = sc.state.data() + static_cast<size_t>(r) * (D + 2);
-      if (p == 0) {
+      if (p == AttentionRowFirstPartition(t, r / t.group)) {
         std::memcpy(merged, part, sizeof(float) * (D + 2));
       } else {
         FoldPartial<D>(merged, part);
@@ -866,12 +909,11 @@ template <int D>
 void TilePartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
                    float* partials) {
   TileScratch& sc = PrepareTile<D>(t, kv);
-  const int rows = t.num_tokens * t.group;
   const std::vector<const float*>& q = sc.qrows;
-  const int r0 = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
-  std::memcpy(partials + static_cast<size_t>(r0) * (D + 2),
-              sc.state.data() + static_cast<size_t>(r0) * (D + 2),
-              sizeof(float) * (rows - r0) * (D + 2));
+  const RowRange rr = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
+  std::memcpy(partials + static_cast<size_t>(rr.first) * (D + 2),
+              sc.state.data() + static_cast<size_t>(rr.first) * (D + 2),
+              sizeof(float) * (rr.end - rr.first) * (D + 2));
 }
 
 template <int D>
@@ -911,8 +953,12 @@ void TileScores(const AttentionTile& t, const PagedKvLayerView& kv, float scale,
     ScoreChunk<D>(rc, rows, q.data(), kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
     int64_t sums[W] = {};
     for (int r = rc; r < rows; ++r) {
-      const int v = std::min(W, t.first_slots + r / t.group - c0);
-      const VI valid = iota < (VI{} + v);
+      const int n = t.first_slots + r / t.group;
+      const int v = std::min(W, n - c0);
+      const int u = AttentionFirstSlot(n, t.window) - c0;
+      const VI valid = (iota < (VI{} + v)) & (iota >= (VI{} + u));
+      float* sr = sc.scores.data() + static_cast<size_t>(r) * W;
+      if (t.softcap > 0.f) StoreF(sr, SoftCap(LoadF(sr), t.softcap));
       const VF p = Exp(LoadF(sc.scores.data() + static_cast<size_t>(r) * W) - t.lse[r]);
       const VI fixed = __builtin_convertvector(p * kAttentionScoreFixedOne, VI);
       const VI kept = valid ? fixed : VI{};

@@ -20,6 +20,19 @@ void SwiGlu(float* gate, const float* up, int64_t n) {
   }
 }
 
+void GeGluTanh(float* gate, const float* up, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void SoftCap(float* x, int64_t n, float c) {
+  const float inv = 1.0f / c;
+  for (int64_t i = 0; i < n; ++i) x[i] = c * std::tanh(x[i] * inv);
+}
+
 void AddInPlace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }

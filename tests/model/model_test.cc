@@ -30,7 +30,10 @@ std::unique_ptr<Model> MakeModel(SyntheticModelSpec spec, int max_batch_tokens =
 // An architecture by name, or a variant: "mixtral" (llama with experts), "deepseek2" (V2-Lite
 // style: full attn_q, combined attn_kv_b, softmax router, a shared expert, a leading dense
 // layer), "deepseek2-qlora" (V3 style: low-rank query, split attn_k_b / attn_v_b, sigmoid router
-// with a selection bias, renormalised and scaled weights, YaRN).
+// with a selection bias, renormalised and scaled weights, YaRN); "gemma2-swa" (every other
+// layer a 5-slot window, soft-capped scores and logits), "gemma3-swa" (five local layers of 5
+// slots then a global one, local rope base 10000, global 1e6 with linear scaling),
+// "mistral-swa" (llama with a 5-slot window on every layer).
 SyntheticModelSpec SmallSpec(std::string_view name) {
   SyntheticModelSpec s;
   s.arch = std::string(name);
@@ -46,6 +49,17 @@ SyntheticModelSpec SmallSpec(std::string_view name) {
     s.moe.num_used = 2;
     s.moe.expert_ffn = name == "mixtral" ? 0 : 32;  // Mixtral's experts have ffn rows
     if (name == "mixtral") s.ffn = 48;
+  } else if (name.ends_with("-swa")) {
+    s.arch = name == "mistral-swa" ? "llama" : std::string(name.substr(0, 6));
+    s.sliding_window = 5;
+    if (name == "gemma2-swa") {
+      s.attn_softcap = 3.f;
+      s.final_softcap = 4.f;
+    } else if (name == "gemma3-swa") {
+      s.num_layers = 6;
+      s.head_dim = 32;
+      s.rope_base = 1e6f;
+    }
   } else if (name.starts_with("deepseek2")) {
     s.arch = "deepseek2";
     s.num_layers = 3;
@@ -154,7 +168,8 @@ TEST_P(ForwardTest, OneBatchOfSeveralSequencesEqualsEachAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe", "mixtral",
-                                           "deepseek2", "deepseek2-qlora"),
+                                           "deepseek2", "deepseek2-qlora", "gemma2-swa",
+                                           "gemma3-swa", "mistral-swa"),
                          [](const auto& param_info) {
                            std::string n = param_info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
@@ -179,6 +194,57 @@ std::vector<float> PrefillLogits(Model& model, const std::vector<TokenId>& ids, 
     EXPECT_TRUE(st.ok()) << st.ToString();
   }
   return logits;
+}
+
+// Sliding windows: a prompt no longer than the window gives the same logits (bit for bit) as
+// with a window past the context, a longer one does not.
+TEST(SlidingWindow, OnlyPromptsLongerThanTheWindowSeeIt) {
+  for (const char* name : {"gemma2-swa", "gemma3-swa", "mistral-swa"}) {
+    SyntheticModelSpec narrow = SmallSpec(name), wide = SmallSpec(name);
+    wide.sliding_window = 4000;
+    auto a = MakeModel(narrow), b = MakeModel(wide);
+    const std::vector<TokenId> short_ids = Tokens(5, 1), long_ids = Tokens(14, 1);
+    EXPECT_EQ(PrefillLogits(*a, short_ids, KvDtype::kF32),
+              PrefillLogits(*b, short_ids, KvDtype::kF32))
+        << name;
+    EXPECT_NE(PrefillLogits(*a, long_ids, KvDtype::kF32),
+              PrefillLogits(*b, long_ids, KvDtype::kF32))
+        << name;
+  }
+}
+
+// What the files say, as llama.cpp reads it: gemma2's local layers are the even ones (window
+// 4096 when the file has none), gemma3's five of every six with rope base 10000 and no scaling;
+// the 27B layer counts scale queries by 1/sqrt(hidden / heads); soft-caps and the embedding
+// scale; llama windows every layer.
+TEST(SlidingWindow, ConfigFollowsTheFile) {
+  auto config = [](SyntheticModelSpec s) { return MakeModel(s)->config(); };
+  SyntheticModelSpec g2 = SmallSpec("gemma2-swa");
+  g2.sliding_window = 0;
+  const ModelConfig c2 = config(g2);
+  EXPECT_EQ(c2.sliding_window, 4096);
+  EXPECT_EQ(c2.LayerWindow(0), 4096);
+  EXPECT_EQ(c2.LayerWindow(1), 0);
+  EXPECT_FLOAT_EQ(c2.attn_scale, 1.f / 4.f);  // head_dim 16
+  EXPECT_FLOAT_EQ(c2.attn_softcap, 3.f);
+  EXPECT_FLOAT_EQ(c2.final_softcap, 4.f);
+  EXPECT_FLOAT_EQ(c2.embed_scale, 8.f);  // sqrt(64)
+  SyntheticModelSpec g3 = SmallSpec("gemma3-swa");
+  g3.num_layers = 62;  // the 27B's count: queries scaled by hidden / heads = 16, not head_dim 32
+  g3.hidden = 64;
+  const ModelConfig c3 = config(g3);
+  for (int layer = 0; layer < 12; ++layer) {
+    EXPECT_EQ(c3.LayerWindow(layer), layer % 6 == 5 ? 0 : 5) << layer;
+  }
+  EXPECT_FLOAT_EQ(c3.attn_scale, 1.f / 4.f);
+  EXPECT_FLOAT_EQ(c3.rope.freq_base, 1e6f);
+  EXPECT_FLOAT_EQ(c3.rope_local.freq_base, 10000.f);
+  EXPECT_FLOAT_EQ(c3.attn_softcap, 0.f);
+  const ModelConfig cm = config(SmallSpec("mistral-swa"));
+  EXPECT_EQ(cm.LayerWindow(0), 5);
+  EXPECT_EQ(cm.LayerWindow(1), 5);
+  EXPECT_FLOAT_EQ(cm.embed_scale, 1.f);
+  EXPECT_EQ(config(SmallSpec("llama")).LayerWindow(0), 0);
 }
 
 TEST(Mla, LatentLayoutHoldsOneVectorPerTokenAndLayer) {

@@ -378,6 +378,115 @@ TEST(AttentionFast, QuantizedTypesStayCloseToUnquantizedAttention) {
   }
 }
 
+// Sliding windows (gemma2/3's local layers, Mistral) and gemma2's score soft-cap. Rows see the
+// last `window` slots only: the kernel against the reference (which attends [first_slot, n)
+// alone), the slots below the earliest window poisoned with NaN so that reading one shows, and
+// rows bit-identical alone, in tiles of any size, and from partitions merged from each row's
+// first partition (windows that start inside, at and across partition boundaries).
+TEST(AttentionFast, SlidingWindowAndSoftCap) {
+  IsaGuard guard;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int cached = 1000, num_new = 24, total = cached + num_new;
+  for (const std::string& isa : Isas()) {
+    ASSERT_TRUE(SetAttentionIsa(isa));
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kF32, KvDtype::kInt8, KvDtype::kInt4}) {
+      for (int head_dim : {64, 256, 40}) {
+        if (!Supports(dtype, head_dim)) continue;
+        for (int window : {1, 7, 100, 500, 520, 700, 5000}) {
+          // The long head (two passes over the rows) and the reference's head dim, and the
+          // quantized types: fewer cases.
+          const bool full = head_dim == 64 && dtype == KvDtype::kF16;
+          if (!full && window != 7 && window != 520) continue;
+          if (head_dim != 64 && dtype != KvDtype::kF16) continue;
+          for (float softcap : {0.f, 2.5f}) {
+            const int group = window % 2 == 0 ? 4 : 1;
+            Arena a(dtype, head_dim, 16, 1, total, rng);
+            // Slots no row sees: NaN.
+            const int lo_min = AttentionFirstSlot(cached + 1, window);
+            for (int s = 0; s < lo_min; ++s) {
+              const BlockId b = a.table[s / 16];
+              std::memset(const_cast<uint8_t*>(a.view.KSlot(b, 0, s % 16)), 0xFF, a.head_bytes);
+              std::memset(const_cast<uint8_t*>(a.view.VSlot(b, 0, s % 16)), 0xFF, a.head_bytes);
+            }
+            const int64_t stride = static_cast<int64_t>(group) * head_dim;
+            std::vector<float> q(static_cast<size_t>(num_new) * stride);
+            for (float& x : q) x = nd(rng) * 2.f;
+            const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+            auto tile_at = [&](int j0, int n, float* out) {
+              AttentionTile t;
+              t.q = q.data() + j0 * stride;
+              t.q_stride = stride;
+              t.out = out + j0 * stride;
+              t.out_stride = stride;
+              t.num_tokens = n;
+              t.group = group;
+              t.first_slots = cached + j0 + 1;
+              t.block_table = a.table;
+              t.window = window;
+              t.softcap = softcap;
+              return t;
+            };
+            const std::string what =
+                isa + " " + std::string(KvDtypeName(dtype)) + " d=" + std::to_string(head_dim) +
+                " window=" + std::to_string(window) + " cap=" + std::to_string(softcap);
+            // Each token alone, against the reference.
+            std::vector<float> alone(q.size(), -1.f);
+            for (int j = 0; j < num_new; ++j)
+              AttendTile(tile_at(j, 1, alone.data()), a.view, scale);
+            for (int j = 0; j < num_new; ++j) {
+              const int n = cached + j + 1;
+              std::vector<float> scratch(AttentionScratchFloats(n, group, head_dim));
+              std::vector<float> want(static_cast<size_t>(stride));
+              AttendGroupReference(q.data() + j * stride, group, 0, a.view, a.table, n, scale,
+                                   scratch.data(), want.data(), AttentionFirstSlot(n, window),
+                                   softcap);
+              double max_ref = 0;
+              for (float x : want) max_ref = std::max(max_ref, std::fabs(static_cast<double>(x)));
+              for (int64_t i = 0; i < stride; ++i) {
+                const float got = alone[static_cast<size_t>(j * stride + i)];
+                ASSERT_TRUE(std::isfinite(got)) << what << " j=" << j;
+                ASSERT_LE(std::fabs(got - want[static_cast<size_t>(i)]), 1e-5 + 3e-5 * max_ref)
+                    << what << " j=" << j << " i=" << i;
+              }
+            }
+            // Tiles of several sizes.
+            for (int tile : {3, 16, num_new}) {
+              std::vector<float> out(q.size(), -1.f);
+              for (int j0 = 0; j0 < num_new; j0 += tile) {
+                AttendTile(tile_at(j0, std::min(tile, num_new - j0), out.data()), a.view, scale);
+              }
+              ASSERT_EQ(0, std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)))
+                  << what << " tile=" << tile;
+            }
+            // Partitions from the tile's first, in reverse order, merged per row from its own.
+            if (!AttentionCanSplit(head_dim)) continue;
+            std::vector<float> out(q.size(), -1.f);
+            const AttentionTile t = tile_at(0, num_new, out.data());
+            const int rows = num_new * group;
+            const size_t pf = AttentionPartialFloats(head_dim);
+            const int np = AttentionPartitions(total);
+            std::vector<float> partials(static_cast<size_t>(np) * rows * pf, 0.f);
+            for (int p = np - 1; p >= AttentionTileFirstPartition(t); --p) {
+              AttendTilePartition(t, a.view, scale, p, partials.data() + p * rows * pf);
+            }
+            for (int r = 0; r < rows; ++r) {
+              const int j = r / group, g = r % group;
+              const int p0 = AttentionRowFirstPartition(t, j);
+              MergeAttentionPartials(partials.data() + (static_cast<size_t>(p0) * rows + r) * pf,
+                                     AttentionPartitions(cached + j + 1) - p0,
+                                     static_cast<int64_t>(rows * pf), head_dim,
+                                     out.data() + j * stride + g * head_dim);
+            }
+            ASSERT_EQ(0, std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)))
+                << what << " partitions";
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvserve
 

@@ -21,6 +21,8 @@ struct MakeModelOptions {
   std::string gating = "softmax";
   SyntheticMlaSpec mla;
   std::string kv_b = "split";
+  int sliding_window = 0;
+  float attn_softcap = 0.f, final_softcap = 0.f;
 };
 
 void RunMakeModel(const MakeModelOptions& o) {
@@ -40,6 +42,9 @@ void RunMakeModel(const MakeModelOptions& o) {
   s.moe.gating = o.gating == "sigmoid" ? 2 : 1;
   s.mla = o.mla;
   s.mla.split_kv_b = o.kv_b == "split";
+  s.sliding_window = o.sliding_window;
+  s.attn_softcap = o.attn_softcap;
+  s.final_softcap = o.final_softcap;
   const auto type = ParseGgmlType(o.type);
   if (!type || !CanQuantize(*type)) {
     Fail(fmt::format("--type {} is not a weight type make-model writes (F32, F16, BF16, Q8_0, "
@@ -67,8 +72,9 @@ void AddMakeModelCommand(CLI::App& app) {
   auto o = std::make_shared<MakeModelOptions>();
   CLI::App* cmd = app.add_subcommand("make-model", "Write a synthetic GGUF model with random weights");
   cmd->add_option("--out", o->out, "Output GGUF path")->required();
-  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, qwen3moe or deepseek2")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"}));
+  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2 or gemma3")
+      ->check(
+          CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "gemma2", "gemma3"}));
   cmd->add_option("--layers", o->layers, "Transformer blocks");
   cmd->add_option("--hidden", o->hidden, "Embedding length");
   cmd->add_option("--heads", o->heads, "Attention heads");
@@ -108,6 +114,15 @@ void AddMakeModelCommand(CLI::App& app) {
   cmd->add_option("--kv-b", o->kv_b, "split (attn_k_b, attn_v_b) or combined (attn_kv_b)")
       ->check(CLI::IsMember({"split", "combined"}));
   cmd->add_option("--yarn-factor", o->mla.yarn_factor, "YaRN context factor (deepseek2; 0: none)");
+  // Sliding windows and gemma's soft-caps.
+  cmd->add_option("--sliding-window", o->sliding_window,
+                  "attention.sliding_window: every layer of a llama (Mistral v0.1), the local "
+                  "layers of gemma2 (every other) and gemma3 (5 of 6); 0: not written")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--attn-softcap", o->attn_softcap, "attn_logit_softcapping (gemma2; 0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--final-softcap", o->final_softcap, "final_logit_softcapping (gemma2; 0: none)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([o] { RunMakeModel(*o); });
 }
 
