@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 
 namespace kvserve {
 namespace {
@@ -21,7 +22,9 @@ constexpr std::array<ArchSpec, 7> kArchs = {{
      .ffn_act = FfnActivation::kGeluTanh,
      .swa_period = 2,
      .default_window = 4096,
-     .hidden_scale_layers = 46},
+     .hidden_scale_layers = 46,
+     .default_attn_softcap = 50.f,
+     .default_final_softcap = 30.f},
     {.name = "gemma3",
      .rope_style = RopeStyle::kHalves,
      .has_qk_norm = true,
@@ -225,6 +228,8 @@ Status ReadWindowsAndScales(const GgufFile& f, const std::string& arch, ModelCon
     pre_attn = static_cast<float>(c->hidden) / static_cast<float>(c->num_heads);
   }
   c->attn_scale = 1.f / std::sqrt(pre_attn);
+  if (!a.gemma) return Status::Ok();
+  // Gemma: an explicit query scale if the file has one, the soft-caps and the embedding scale.
   if (f.Find(arch + ".attention.scale") != nullptr) {
     KV_ASSIGN_OR_RETURN(double s, f.GetFloat(arch + ".attention.scale"));
     if (!(s > 0.0 && s < 1e6)) {
@@ -232,16 +237,14 @@ Status ReadWindowsAndScales(const GgufFile& f, const std::string& arch, ModelCon
     }
     c->attn_scale = static_cast<float>(s);
   }
-  if (a.gemma) {
-    c->embed_scale = std::sqrt(static_cast<float>(c->hidden));
-    for (auto [key, out] : {std::pair{".attn_logit_softcapping", &c->attn_softcap},
-                            std::pair{".final_logit_softcapping", &c->final_softcap}}) {
-      KV_ASSIGN_OR_RETURN(double cap, OptionalFloat(f, arch + key, 0.0));
-      if (!(cap >= 0.0 && cap < 1e6)) {
-        return InvalidArgument(fmt::format("{}{} = {} is out of range", arch, key, cap));
-      }
-      *out = static_cast<float>(cap);
-    }
+  c->embed_scale = std::sqrt(static_cast<float>(c->hidden));
+  for (auto [key, fallback, out] :
+       {std::tuple{".attn_logit_softcapping", a.default_attn_softcap, &c->attn_softcap},
+        std::tuple{".final_logit_softcapping", a.default_final_softcap, &c->final_softcap}}) {
+    KV_ASSIGN_OR_RETURN(double cap, OptionalFloat(f, arch + key, fallback));
+    if (!(cap < 1e6))
+      return InvalidArgument(fmt::format("{}{} = {} is out of range", arch, key, cap));
+    *out = cap > 0.0 ? static_cast<float>(cap) : 0.f;  // <= 0: none
   }
   return Status::Ok();
 }

@@ -36,6 +36,10 @@ struct ArchSpec {
   // The 27B models' query scale is 1/sqrt(hidden / heads) rather than 1/sqrt(head_dim)
   // (query_pre_attn_scalar, which the files do not carry): their layer count (0: none).
   int hidden_scale_layers = 0;
+  // Gemma: the soft-caps when the file has no attn_logit_softcapping / final_logit_softcapping
+  // (gemma2: 50 and 30, as llama.cpp assumes; 0: none).
+  float default_attn_softcap = 0.f;
+  float default_final_softcap = 0.f;
 };
 
 // The table's row for `arch`, or nullptr.

@@ -214,9 +214,9 @@ TEST(SlidingWindow, OnlyPromptsLongerThanTheWindowSeeIt) {
 }
 
 // What the files say, as llama.cpp reads it: gemma2's local layers are the even ones (window
-// 4096 when the file has none), gemma3's five of every six with rope base 10000 and no scaling;
-// the 27B layer counts scale queries by 1/sqrt(hidden / heads); soft-caps and the embedding
-// scale; llama windows every layer.
+// 4096 and soft-caps 50 and 30 when the file has none), gemma3's five of every six with rope base
+// 10000 and no scaling; the 27B layer counts scale queries by 1/sqrt(hidden / heads); soft-caps and
+// the embedding scale; llama windows every layer.
 TEST(SlidingWindow, ConfigFollowsTheFile) {
   auto config = [](SyntheticModelSpec s) { return MakeModel(s)->config(); };
   SyntheticModelSpec g2 = SmallSpec("gemma2-swa");
@@ -229,6 +229,10 @@ TEST(SlidingWindow, ConfigFollowsTheFile) {
   EXPECT_FLOAT_EQ(c2.attn_softcap, 3.f);
   EXPECT_FLOAT_EQ(c2.final_softcap, 4.f);
   EXPECT_FLOAT_EQ(c2.embed_scale, 8.f);  // sqrt(64)
+  g2.attn_softcap = g2.final_softcap = 0.f;  // keys not written: llama.cpp's 50 and 30
+  const ModelConfig c2d = config(g2);
+  EXPECT_FLOAT_EQ(c2d.attn_softcap, 50.f);
+  EXPECT_FLOAT_EQ(c2d.final_softcap, 30.f);
   SyntheticModelSpec g3 = SmallSpec("gemma3-swa");
   g3.num_layers = 62;  // the 27B's count: queries scaled by hidden / heads = 16, not head_dim 32
   g3.hidden = 64;

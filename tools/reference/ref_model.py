@@ -18,6 +18,35 @@ Supported `general.architecture` values and what they change (llama.cpp's conven
   deepseek2: multi-head latent attention (MLA) + DeepSeek MoE, see below; rope on adjacent
              pairs (llama_model_rope_type: "normal" for deepseek2; the converter permutes
              nothing, DeepSeek's HF code de-interleaves before its rotate-half).
+  gemma2   : NEOX rope; the Gemma block below; sliding window on layers il % 2 == 0 (window
+             `attention.sliding_window`, 4096 when absent); attention and final soft-capping
+             (`attn_logit_softcapping` / `final_logit_softcapping`, 50 / 30 when absent, none
+             when <= 0); tied output unless the file has output.weight.
+  gemma3   : the Gemma block with qwen3's per-head q/k RMSNorm before rope; with
+             `attention.sliding_window` W > 0, layer il is windowed ("local") iff il % P < P - 1,
+             P = `attention.sliding_window_pattern` or 6 (5, 11, ... are global); local layers
+             use rope base `rope.freq_base_swa` (default 10000) without rope scaling, global
+             layers `rope.freq_base` and the file's scaling; soft-capping only when the file
+             has the keys.
+  Any architecture with `{arch}.attention.sliding_window` W > 0 and no pattern of its own
+  (llama: Mistral 7B v0.1) windows every layer.
+
+Sliding window (llama.cpp's LLAMA_SWA_TYPE_STANDARD): on a windowed layer a query at position p
+sees key positions j with p - W < j <= p, i.e. j is masked when j > p or p - j >= W.
+
+Gemma block (llama.cpp's build_gemma2 / llm_build_gemma3_iswa), per layer, with x0 = token_embd
+row * sqrt(hidden):
+  n = RMSNorm(x) * attn_norm;  q, k, v = Wq·n, Wk·n, Wv·n;  [q, k = per-head RMSNorm (gemma3)]
+  q, k = NEOX rope;  scores = (q * s)·k with s = attention.scale if present, else
+  1/sqrt(head_dim), or 1/sqrt(hidden / heads) for the 27B models (46 layers gemma2, 62 gemma3);
+  scores = c * tanh(scores / c) (soft-cap c > 0);  mask;  softmax (scale 1)
+  h = x + RMSNorm(Wo·attn) * post_attention_norm
+  m = RMSNorm(h) * ffn_norm;  f = Wdown·(gelu_tanh(Wgate·m) * Wup·m)     (GeGLU)
+  x' = h + RMSNorm(f) * post_ffw_norm
+  logits = c_f * tanh((Wout·(RMSNorm(x_L) * output_norm)) / c_f)   (final soft-cap c_f > 0)
+  The converter adds 1 to every Gemma norm weight, so the file's norm weights are used as stored.
+  gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); ggml's CPU backend looks it up
+  in a table of f16 values (GGML_GELU_FP16), which --ggml-activations reproduces.
 
 Mixture of experts (llama.cpp's build_moe_ffn), for one token with FFN input m:
   probs = softmax(Wgate_inp·m) or sigmoid(Wgate_inp·m)   (expert_gating_func 1 / 2)
@@ -66,7 +95,7 @@ Where each rule was read in llama.cpp, and the self-test that pins it: tools/ref
 
 Per layer:  h = x + Wo · Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n),  n = RMSNorm(x) * attn_norm
             x' = h + Wdown · (silu(Wgate·m) * (Wup·m)),       m = RMSNorm(h) * ffn_norm
-            (or the MoE above in place of the FFN)
+            (or the MoE above in place of the FFN; Gemma: the block above)
 Logits = Woutput · (RMSNorm(x_L) * output_norm); output.weight absent -> token_embd (tied).
 
 CLI:
@@ -89,7 +118,8 @@ from gguf_ref import GGUFFile  # noqa: E402
 
 # Per architecture: rope pairing ("adjacent" = (2i, 2i+1), "neox" = (i, i + n_rot/2)), q/k/v
 # biases, per-head q/k norms, mixture-of-experts FFNs ("moe": always, "optional": when
-# expert_count > 0), and multi-head latent attention.
+# expert_count > 0), multi-head latent attention, and the Gemma block ("gemma": embeddings
+# scaled by sqrt(hidden), post-attention / post-FFN norms, GeGLU, its own attention scale).
 ARCHITECTURES = {
     "llama": {"rope": "adjacent", "qkv_bias": False, "qk_norm": False, "moe": "optional"},
     "qwen2": {"rope": "neox", "qkv_bias": True, "qk_norm": False, "moe": "never"},
@@ -97,10 +127,42 @@ ARCHITECTURES = {
     "qwen3moe": {"rope": "neox", "qkv_bias": False, "qk_norm": True, "moe": "always"},
     "deepseek2": {"rope": "adjacent", "qkv_bias": False, "qk_norm": False, "moe": "always",
                   "mla": True},
+    "gemma2": {"rope": "neox", "qkv_bias": False, "qk_norm": False, "moe": "never",
+               "gemma": True},
+    "gemma3": {"rope": "neox", "qkv_bias": False, "qk_norm": True, "moe": "never",
+               "gemma": True},
 }
+# Sliding-window defaults (llama.cpp's hyper-parameter loading): gemma2 has a window of 4096
+# when the file has none and windows every other layer; gemma3 windows 5 of every 6 layers, and
+# its windowed ("local") layers use rope base 10000 without rope scaling. Other architectures
+# window every layer when the file has `{arch}.attention.sliding_window` (Mistral 7B v0.1).
+GEMMA2_DEFAULT_WINDOW = 4096
+SWA_PATTERN = {"gemma2": 2, "gemma3": 6}   # layer il windowed iff il % P < P - 1; 0: all layers
+GEMMA3_LOCAL_ROPE_BASE = 10000.0
+# gemma2 always soft-caps (llama.cpp's defaults when a file has no softcapping keys).
+GEMMA2_DEFAULT_SOFTCAP = {"attn": 50.0, "final": 30.0}
+# The layer counts of Gemma 2 27B and Gemma 3 27B: their attention scale is
+# 1/sqrt(hidden / heads), every other size's is 1/sqrt(head_dim).
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 MLA_FORMS = ("decompressed", "absorbed")
 GATING = {1: "softmax", 2: "sigmoid"}  # expert_gating_func
 MIN_WEIGHT_SUM = 6.103515625e-5  # build_moe_ffn clamps the sum of the chosen weights (2^-14)
+
+
+def swa_layer(il: int, pattern: int) -> bool:
+    """llama_hparams::set_swa_pattern (dense_first = false): with pattern P, layer il is
+    windowed iff il % P < P - 1, so every P-th layer (P-1, 2P-1, ...) is global; P = 0 windows
+    every layer."""
+    return pattern == 0 or il % pattern < pattern - 1
+
+
+def gemma_attn_scale(arch: str, n_layers: int, dim: int, n_heads: int, head_dim: int) -> float:
+    """The factor gemma2 / gemma3 multiply q by (the softmax scale is then 1): 1/sqrt(head_dim),
+    except for the 27B models (recognised by their layer count), 1/sqrt(hidden / heads) with
+    the integer division llama.cpp uses."""
+    if n_layers == GEMMA_27B_LAYERS[arch]:
+        return 1.0 / math.sqrt(dim // n_heads)
+    return 1.0 / math.sqrt(head_dim)
 
 
 def yarn_mscale(scale: float, m: float) -> float:
@@ -147,10 +209,33 @@ class Config:
     kv_lora_rank: int = 0
     qk_nope: int = 0
     v_head_dim: int = 0
+    # Sliding-window attention: a query at position p sees key positions j with
+    # p - W < j <= p on the layers marked in swa_layers (W = sliding_window; 0: no window).
+    sliding_window: int = 0
+    swa_layers: tuple = ()          # per layer: windowed ("local")?
+    local_rope: bool = False        # gemma3: local layers use rope_base_swa and no scaling
+    rope_base_swa: float = 10000.0
+    rope_mag_local: float = 1.0     # rope's cos/sin factor on local layers when local_rope
+    # Gemma.
+    embed_scale: float = 1.0        # token embeddings are multiplied by this (sqrt(dim))
+    attn_softcap: float = 0.0       # scores = c * tanh(scores / c) when c > 0
+    final_softcap: float = 0.0      # logits = c * tanh(logits / c) when c > 0
+    ffn_act: str = "silu"           # "silu" (SwiGLU) | "gelu_tanh" (GeGLU)
 
     @property
     def mla(self) -> bool:
         return bool(ARCHITECTURES[self.arch].get("mla"))
+
+    @property
+    def gemma(self) -> bool:
+        return bool(ARCHITECTURES[self.arch].get("gemma"))
+
+    def is_swa_layer(self, i: int) -> bool:
+        return bool(self.swa_layers) and bool(self.swa_layers[i])
+
+    def layer_window(self, i: int) -> int:
+        """The sliding window of layer i (0: plain causal attention)."""
+        return self.sliding_window if self.sliding_window > 0 and self.is_swa_layer(i) else 0
 
     def is_moe_layer(self, i: int) -> bool:
         return self.n_expert > 0 and i >= self.n_dense_lead
@@ -260,7 +345,51 @@ class Config:
             **extra,
         )
         c.rope_mag, c.kq_scale = c.rope_magnitude_and_kq_scale()
+        c.set_sliding_window(f)
+        if c.gemma:
+            c.set_gemma(f)
         return c
+
+    def set_sliding_window(self, f: GGUFFile):
+        """sliding_window, swa_layers and the local layers' rope, from the file's metadata."""
+        arch = self.arch
+        window = f.get(f"{arch}.attention.sliding_window")
+        if window is None:
+            window = GEMMA2_DEFAULT_WINDOW if arch == "gemma2" else 0
+        window = int(window)
+        if window < 0:
+            raise ValueError(f"{arch}.attention.sliding_window {window} < 0")
+        self.sliding_window = window
+        pattern = f.get(f"{arch}.attention.sliding_window_pattern")
+        if window == 0:
+            self.swa_layers = (False,) * self.n_layers
+        elif isinstance(pattern, list):  # one flag per layer
+            if len(pattern) != self.n_layers:
+                raise ValueError(f"sliding_window_pattern has {len(pattern)} entries for "
+                                 f"{self.n_layers} layers")
+            self.swa_layers = tuple(bool(v) for v in pattern)
+        else:
+            period = SWA_PATTERN.get(arch, 0) if pattern is None else int(pattern)
+            self.swa_layers = tuple(swa_layer(i, period) for i in range(self.n_layers))
+        if arch == "gemma3":
+            self.local_rope = True
+            self.rope_base_swa = float(f.get(f"{arch}.rope.freq_base_swa",
+                                             GEMMA3_LOCAL_ROPE_BASE))
+            # No rope scaling on local layers: without YaRN's own magnitude factor.
+            s = self.rope_factor if self.rope_scaling == "yarn" else 1.0
+            self.rope_mag_local = self.rope_mag / (1.0 + 0.1 * math.log(s))
+
+    def set_gemma(self, f: GGUFFile):
+        """Gemma's embedding scale, attention scale, soft-capping and GeGLU."""
+        arch = self.arch
+        self.embed_scale = math.sqrt(self.dim)
+        self.ffn_act = "gelu_tanh"
+        scale = float(f.get(f"{arch}.attention.scale", 0.0) or 0.0)
+        self.kq_scale = scale if scale != 0.0 else gemma_attn_scale(
+            arch, self.n_layers, self.dim, self.n_heads, self.head_dim)
+        default = GEMMA2_DEFAULT_SOFTCAP if arch == "gemma2" else {"attn": 0.0, "final": 0.0}
+        self.attn_softcap = float(f.get(f"{arch}.attn_logit_softcapping", default["attn"]))
+        self.final_softcap = float(f.get(f"{arch}.final_logit_softcapping", default["final"]))
 
     def rope_magnitude_and_kq_scale(self) -> tuple:
         """(factor on rope's cos and sin, softmax scale of q.k): see the module docstring."""
@@ -316,6 +445,12 @@ class Weights:
             layer = {"types": {}}
             self.load(layer, "attn_norm", p + "attn_norm.weight", (c.dim,))   # [dim]
             self.load(layer, "ffn_norm", p + "ffn_norm.weight", (c.dim,))     # [dim]
+            # Gemma: RMSNorm of the attention output and of the FFN output (the stored
+            # weights already hold 1 + w: the converter adds 1 to every norm weight).
+            self.load(layer, "post_attn_norm", p + "post_attention_norm.weight", (c.dim,),
+                      not c.gemma)                                            # [dim]
+            self.load(layer, "post_ffn_norm", p + "post_ffw_norm.weight", (c.dim,),
+                      not c.gemma)                                            # [dim]
             if c.mla:
                 self.load_mla(layer, p, c)
             else:
@@ -410,6 +545,31 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+GELU_COEF_A = 0.044715
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)))
+
+
+def gelu_like_ggml(x: np.ndarray) -> np.ndarray:
+    """GELU as ggml's CPU backend computes it (GGML_GELU_FP16): x <= -10 -> 0, x >= 10 -> x,
+    otherwise a lookup in a table of f16 values indexed by x rounded to f16, so the input and
+    the result both carry f16 precision (relative error up to ~2^-11)."""
+    xf = x.astype(np.float32)
+    h = xf.astype(np.float16).astype(np.float64)
+    y = gelu_tanh(h).astype(np.float32).astype(np.float16).astype(np.float64)
+    y = np.where(xf >= 10.0, xf.astype(np.float64), y)
+    return np.where(xf <= -10.0, 0.0, y)
+
+
+def softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """Gemma's soft-capping: cap * tanh(x / cap), for cap > 0 (identity otherwise)."""
+    return cap * np.tanh(x / cap) if cap > 0 else x
+
+
 def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -484,7 +644,7 @@ def round_activations_like_ggml(x: np.ndarray, weight_type: str) -> np.ndarray:
     return x
 
 
-def rope_angles(c: Config, positions: np.ndarray, freq_factors) -> tuple:
+def rope_angles(c: Config, positions: np.ndarray, freq_factors, local: bool = False) -> tuple:
     """positions [T] -> (cos [T, n_rot/2], sin [T, n_rot/2]) for pair index i.
 
     theta(pos, i) = pos * base^(-2i/n_rot), divided by freq_factors[i] if the file has them.
@@ -494,13 +654,17 @@ def rope_angles(c: Config, positions: np.ndarray, freq_factors) -> tuple:
     from beta_fast=32 / beta_slow=1 and original_context_length.
     cos and sin are multiplied by c.rope_mag: 1 + 0.1 * ln(factor) for YaRN, except deepseek2
     files with a yarn_log_multiplier, where llama.cpp's attn_factor cancels it to 1.
+    local (gemma3's windowed layers): base c.rope_base_swa and no scaling at all.
     """
     half = c.n_rot // 2
     i = np.arange(half, dtype=np.float64)                          # [n_rot/2]
-    inv_freq = c.rope_base ** (-2.0 * i / c.n_rot)                 # [n_rot/2]
+    base = c.rope_base_swa if local else c.rope_base
+    inv_freq = base ** (-2.0 * i / c.n_rot)                        # [n_rot/2]
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors
     theta = positions[:, None].astype(np.float64) * inv_freq[None, :]  # [T, n_rot/2]
+    if local:
+        return np.cos(theta) * c.rope_mag_local, np.sin(theta) * c.rope_mag_local
     if c.rope_scaling == "linear":
         theta = theta / c.rope_factor
     elif c.rope_scaling == "yarn":
@@ -543,8 +707,10 @@ class Transformer:
     def __init__(self, path: str, ggml_activations: bool = False,
                  mla_form: str = "decompressed"):
         """ggml_activations: round each matmul's input as ggml's CPU backend does (see
-        round_activations_like_ggml) to reproduce llama.cpp's own numbers on quantized files.
-        Off by default: the reference is exact float64 math on the dequantized weights.
+        round_activations_like_ggml), and compute GELU through ggml's f16 table
+        (gelu_like_ggml), to reproduce llama.cpp's own numbers on quantized files and on
+        GeGLU models. Off by default: the reference is exact float64 math on the dequantized
+        weights.
         mla_form (deepseek2 only): "decompressed" (per-head keys and values rebuilt from the
         cached latent) or "absorbed" (attention in the latent space); the same math."""
         if mla_form not in MLA_FORMS:
@@ -579,16 +745,25 @@ class Transformer:
     def n_past(self) -> int:
         return self.k_cache[0].shape[0]
 
-    def causal_mask(self, n_past: int, n_new: int) -> np.ndarray:
-        """[T, S] True where key position s is in the future of query t (at n_past + t)."""
+    @staticmethod
+    def attention_mask(n_past: int, n_new: int, window: int = 0) -> np.ndarray:
+        """[T, S] True where query t (at position p = n_past + t) must not see key position j:
+        j > p (causal), and with a sliding window W > 0 also p - j >= W (llama.cpp's
+        LLAMA_SWA_TYPE_STANDARD), so p sees the W positions p-W+1..p."""
         q_pos = n_past + np.arange(n_new)                               # [T]
-        return np.arange(n_past + n_new)[None, :] > q_pos[:, None]      # [T, S]
+        k_pos = np.arange(n_past + n_new)                               # [S]
+        masked = k_pos[None, :] > q_pos[:, None]                        # [T, S]
+        if window > 0:
+            masked |= q_pos[:, None] - k_pos[None, :] >= window
+        return masked
 
     def attention(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
         """q [T, H, hd], k/v [T, Hkv, hd] (new tokens) -> [T, H*hd]; appends k/v to the cache.
 
-        Query t (absolute position n_past + t) attends to cached positions 0..n_past+t.
-        Head h reads kv head h // (H / Hkv) (GQA; MQA when Hkv == 1, MHA when Hkv == H).
+        Query t (absolute position n_past + t) attends to cached positions 0..n_past+t, or only
+        to the last W of them on a layer with a sliding window W. Head h reads kv head
+        h // (H / Hkv) (GQA; MQA when Hkv == 1, MHA when Hkv == H). Scores are soft-capped
+        (Gemma) after the scale and before the mask.
         """
         c = self.config
         n_past = self.k_cache[layer].shape[0]
@@ -596,12 +771,13 @@ class Transformer:
         self.v_cache[layer] = np.concatenate([self.v_cache[layer], v], axis=0)  # [S, Hkv, hd]
         keys, values = self.k_cache[layer], self.v_cache[layer]
         n_new = q.shape[0]
-        mask = self.causal_mask(n_past, n_new)                          # [T, S]
+        mask = self.attention_mask(n_past, n_new, c.layer_window(layer))  # [T, S]
         group = c.n_heads // c.n_kv_heads
         out = np.zeros((n_new, c.n_heads, c.head_dim))                  # [T, H, hd]
         for h in range(c.n_heads):
             kvh = h // group
             scores = q[:, h, :] @ keys[:, kvh, :].T * c.kq_scale        # [T, S]
+            scores = softcap(scores, c.attn_softcap)                    # [T, S]
             scores[mask] = -np.inf
             att = softmax(scores)                                       # [T, S]
             out[:, h, :] = att @ values[:, kvh, :]                      # [T, hd]
@@ -632,7 +808,7 @@ class Transformer:
         self.k_cache[layer] = np.concatenate([self.k_cache[layer], row], axis=0)  # [S, R+rope]
         cache = self.k_cache[layer]
         lat_all, pe_all = cache[:, :R], cache[:, R:]                    # [S, R], [S, rope]
-        mask = self.causal_mask(n_past, n_new)                          # [T, S]
+        mask = self.attention_mask(n_past, n_new)                       # [T, S]
         out = np.zeros((n_new, H, vd))                                  # [T, H, v]
         if self.mla_form == "decompressed":
             k_nope = np.einsum("hrd,sr->shd", L["wk_b"], lat_all)       # [S, H, nope]
@@ -655,10 +831,17 @@ class Transformer:
                 out[:, h, :] = o_lat @ L["wv_b"][h].T                   # [T, v]
         return out.reshape(n_new, H * vd)
 
+    def act(self, x: np.ndarray) -> np.ndarray:
+        """The FFN's gate activation: silu, or (Gemma) tanh-approximate GELU, which
+        ggml_activations computes through ggml's f16 table."""
+        if self.config.ffn_act == "silu":
+            return silu(x)
+        return gelu_like_ggml(x) if self.ggml_activations else gelu_tanh(x)
+
     def ffn(self, L: dict, xb: np.ndarray) -> np.ndarray:
-        """Dense SwiGLU FFN: xb [T, dim] -> [T, dim]."""
+        """Dense SwiGLU (GeGLU for Gemma) FFN: xb [T, dim] -> [T, dim]."""
         ty = L["types"]
-        gate = silu(self.linear(xb, L["w_gate"], ty["w_gate"]))         # [T, ffn]
+        gate = self.act(self.linear(xb, L["w_gate"], ty["w_gate"]))     # [T, ffn]
         up = self.linear(xb, L["w_up"], ty["w_up"])                     # [T, ffn]
         return self.linear(gate * up, L["w_down"], ty["w_down"])        # [T, dim]
 
@@ -690,7 +873,9 @@ class Transformer:
         n_new = tokens.shape[0]
         positions = self.n_past + np.arange(n_new)                      # [T]
         cos, sin = rope_angles(c, positions, w.rope_freqs)              # [T, n_rot/2] each
-        x = w.token_embd[tokens]                                        # [T, dim]
+        if c.local_rope:  # gemma3's windowed layers: their own base, no scaling
+            cos_l, sin_l = rope_angles(c, positions, w.rope_freqs, local=True)
+        x = w.token_embd[tokens] * c.embed_scale                        # [T, dim]
         for li, L in enumerate(w.layers):
             xb = rmsnorm(x, L["attn_norm"], c.norm_eps)                 # [T, dim]
             ty = L["types"]
@@ -708,14 +893,22 @@ class Transformer:
                 if L["q_norm"] is not None:
                     q = rmsnorm(q, L["q_norm"], c.norm_eps)             # per head, [T, H, hd]
                     k = rmsnorm(k, L["k_norm"], c.norm_eps)             # [T, Hkv, hd]
-                q = apply_rope(q, cos, sin, c.n_rot, c.rope_style)      # [T, H, hd]
-                k = apply_rope(k, cos, sin, c.n_rot, c.rope_style)      # [T, Hkv, hd]
+                cs, sn = (cos_l, sin_l) if c.local_rope and c.is_swa_layer(li) else (cos, sin)
+                q = apply_rope(q, cs, sn, c.n_rot, c.rope_style)        # [T, H, hd]
+                k = apply_rope(k, cs, sn, c.n_rot, c.rope_style)        # [T, Hkv, hd]
                 att = self.attention(li, q, k, v)                       # [T, H*hd]
-            x = x + self.linear(att, L["wo"], ty["wo"])                 # [T, dim]
+            att = self.linear(att, L["wo"], ty["wo"])                   # [T, dim]
+            if L["post_attn_norm"] is not None:
+                att = rmsnorm(att, L["post_attn_norm"], c.norm_eps)     # [T, dim]
+            x = x + att                                                 # [T, dim]
             xb = rmsnorm(x, L["ffn_norm"], c.norm_eps)                  # [T, dim]
-            x = x + (self.moe(L, xb) if c.is_moe_layer(li) else self.ffn(L, xb))  # [T, dim]
+            f = self.moe(L, xb) if c.is_moe_layer(li) else self.ffn(L, xb)  # [T, dim]
+            if L["post_ffn_norm"] is not None:
+                f = rmsnorm(f, L["post_ffn_norm"], c.norm_eps)          # [T, dim]
+            x = x + f                                                   # [T, dim]
         x = rmsnorm(x, w.output_norm, c.norm_eps)                       # [T, dim]
-        return self.linear(x, w.output, w.output_type)                  # [T, vocab]
+        logits = self.linear(x, w.output, w.output_type)                # [T, vocab]
+        return softcap(logits, c.final_softcap)                         # [T, vocab]
 
     def logits(self, ids) -> np.ndarray:
         """Logits [len(ids), vocab] of a fresh sequence."""
@@ -745,6 +938,14 @@ def describe(c: Config) -> str:
     if c.mla:
         s += (f" q_lora={c.q_lora_rank} kv_lora={c.kv_lora_rank} nope={c.qk_nope} "
               f"v_head={c.v_head_dim}")
+    if c.sliding_window:
+        s += (f" window={c.sliding_window} windowed_layers="
+              + "".join("L" if c.is_swa_layer(i) else "G" for i in range(c.n_layers)))
+        if c.local_rope:
+            s += f" local_base={c.rope_base_swa}"
+    if c.gemma:
+        s += (f" embed_scale={c.embed_scale:.6g} attn_softcap={c.attn_softcap:g} "
+              f"final_softcap={c.final_softcap:g} act={c.ffn_act}")
     if c.n_expert:
         s += (f" experts={c.n_expert} used={c.n_expert_used} expert_ffn={c.expert_ffn_dim} "
               f"shared={c.n_expert_shared} dense_lead={c.n_dense_lead} gating={c.expert_gating}"
@@ -761,7 +962,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write logits [n_ids, vocab] (float32) to this .npy")
     ap.add_argument("--greedy", type=int, default=0, help="generate N tokens greedily")
     ap.add_argument("--ggml-activations", action="store_true",
-                    help="round matmul inputs as ggml's CPU backend does (f16 / q8_0 / q8_K)")
+                    help="round matmul inputs as ggml's CPU backend does (f16 / q8_0 / q8_K) "
+                         "and compute GELU through its f16 table")
     ap.add_argument("--mla-form", choices=MLA_FORMS, default="decompressed",
                     help="deepseek2 attention: per-head keys/values decompressed from the "
                          "latent, or queries absorbed into the latent (same math)")
