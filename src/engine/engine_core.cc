@@ -40,17 +40,21 @@ std::string MoeMlaFingerprint(const Model& model) {
 }
 
 // What makes two models' K/V differ for the same tokens: the exact weights (their digest), the
-// configuration read from the metadata, the KV layout.
+// configuration read from the metadata (windows, soft-caps, which LongRoPE factors the context
+// chose), the KV layout.
 std::string ModelFingerprint(const Model& model, const KvLayout& layout,
                              const Digest256& weights) {
   const ModelConfig& c = model.config();
   return fmt::format(
-      "{}|{}|{}|l{} h{} nh{} kv{} hd{} ffn{} v{} eps{} rope{}:{}:{}:{} w{}|k{} v{} bs{}",
-      weights.Hex(),
-      c.arch ? c.arch->name : "?", c.name, c.num_layers, c.hidden, c.num_heads, c.num_kv_heads,
-      c.head_dim, c.ffn, c.vocab, c.rms_eps, c.rope.freq_base, c.rope.rotary_dim,
-      static_cast<int>(c.rope.scaling), c.rope.scaling_factor, model.weight_bytes(),
-      KvDtypeName(layout.k_dtype), KvDtypeName(layout.v_dtype), layout.block_size) +
+             "{}|{}|{}|l{} h{} nh{} kv{} hd{} ffn{} v{} eps{} rope{}:{}:{}:{} w{}|k{} v{} bs{}",
+             weights.Hex(), c.arch ? c.arch->name : "?", c.name, c.num_layers, c.hidden,
+             c.num_heads, c.num_kv_heads, c.head_dim, c.ffn, c.vocab, c.rms_eps, c.rope.freq_base,
+             c.rope.rotary_dim, static_cast<int>(c.rope.scaling), c.rope.scaling_factor,
+             model.weight_bytes(), KvDtypeName(layout.k_dtype), KvDtypeName(layout.v_dtype),
+             layout.block_size) +
+         fmt::format("|swa{}:{} rl{} af{} f{} sc{}:{} qs{}", c.sliding_window, c.swa_period,
+                     c.rope_local.freq_base, c.rope.attn_factor, static_cast<int>(c.rope_factors),
+                     c.attn_softcap, c.final_softcap, c.attn_scale) +
          MoeMlaFingerprint(model);
 }
 

@@ -153,7 +153,18 @@ void WriteMetadata(const SyntheticModelSpec& s, int head_dim, GgufWriter& w) {
   w.SetUint32(a + ".rope.dimension_count", head_dim);
   w.SetFloat32(a + ".rope.freq_base", s.rope_base);
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  if (s.sliding_window > 0) w.SetUint32(a + ".attention.sliding_window", s.sliding_window);
+  if (s.sliding_window > 0 || a == "phi3") {
+    w.SetUint32(a + ".attention.sliding_window", s.sliding_window);
+  }
+  if (s.rope_original_context > 0) {
+    w.SetUint32(a + ".rope.scaling.original_context_length", s.rope_original_context);
+    const double scale = static_cast<double>(s.context_length) / s.rope_original_context;
+    if (scale > 1.0) {
+      w.SetFloat32(
+          a + ".rope.scaling.attn_factor",
+          static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(s.rope_original_context))));
+    }
+  }
   if (s.attn_softcap > 0.f) w.SetFloat32(a + ".attn_logit_softcapping", s.attn_softcap);
   if (s.final_softcap > 0.f) w.SetFloat32(a + ".final_logit_softcapping", s.final_softcap);
   WriteMoeMetadata(s, w);
@@ -254,26 +265,37 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
   if (s.tie_embeddings) ZeroSilentRows(s.tokenizer, s.hidden, embd);
   KV_RETURN_IF_ERROR(
       AddFloats(w, "token_embd.weight", {s.hidden, vocab}, FitType(s.type, s.hidden), embd));
+  if (s.rope_original_context > 0) {
+    for (const char* set : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+      KV_RETURN_IF_ERROR(AddFloats(w, set, {head_dim / 2}, GgmlType::kF32,
+                                   RandomVector(rng, head_dim / 2, 2.5f, 1.5f)));
+    }
+  }
+  const bool fused = s.arch == "phi3";  // attn_qkv and a gate|up ffn_up, as phi3 files have
   const bool mla = arch->mla;
   for (int i = 0; i < s.num_layers; ++i) {
     auto n = [i](const char* suffix) { return fmt::format("blk.{}.{}", i, suffix); };
     KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_norm.weight"), s.hidden, 1.f));
     if (mla) {
       KV_RETURN_IF_ERROR(AddMlaAttention(s, i, rng, w));
+    } else if (fused) {
+      KV_RETURN_IF_ERROR(
+          AddMatrix(w, rng, n("attn_qkv.weight"), q_dim + 2 * kv_dim, s.hidden, s.type));
+      KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_output.weight"), s.hidden, q_dim, s.type));
     } else {
-    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_q.weight"), q_dim, s.hidden, s.type));
-    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_k.weight"), kv_dim, s.hidden, s.type));
-    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_v.weight"), kv_dim, s.hidden, s.type));
-    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_output.weight"), s.hidden, q_dim, s.type));
-    if (arch->has_qkv_bias) {
-      KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_q.bias"), q_dim, 0.f));
-      KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_k.bias"), kv_dim, 0.f));
-      KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_v.bias"), kv_dim, 0.f));
-    }
-    if (arch->has_qk_norm) {
-      KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_q_norm.weight"), head_dim, 1.f));
-      KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_k_norm.weight"), head_dim, 1.f));
-    }
+      KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_q.weight"), q_dim, s.hidden, s.type));
+      KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_k.weight"), kv_dim, s.hidden, s.type));
+      KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_v.weight"), kv_dim, s.hidden, s.type));
+      KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("attn_output.weight"), s.hidden, q_dim, s.type));
+      if (arch->has_qkv_bias) {
+        KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_q.bias"), q_dim, 0.f));
+        KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_k.bias"), kv_dim, 0.f));
+        KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_v.bias"), kv_dim, 0.f));
+      }
+      if (arch->has_qk_norm) {
+        KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_q_norm.weight"), head_dim, 1.f));
+        KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_k_norm.weight"), head_dim, 1.f));
+      }
     }
     if (arch->gemma) {
       KV_RETURN_IF_ERROR(AddVector(w, rng, n("post_attention_norm.weight"), s.hidden, 1.f));
@@ -284,8 +306,13 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
       KV_RETURN_IF_ERROR(AddMoe(s, i, rng, w));
       continue;
     }
-    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_gate.weight"), s.ffn, s.hidden, s.type));
-    KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_up.weight"), s.ffn, s.hidden, s.type));
+    if (fused) {
+      KV_RETURN_IF_ERROR(
+          AddMatrix(w, rng, n("ffn_up.weight"), 2 * int64_t{s.ffn}, s.hidden, s.type));
+    } else {
+      KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_gate.weight"), s.ffn, s.hidden, s.type));
+      KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_up.weight"), s.ffn, s.hidden, s.type));
+    }
     KV_RETURN_IF_ERROR(AddMatrix(w, rng, n("ffn_down.weight"), s.hidden, s.ffn, s.type));
   }
   KV_RETURN_IF_ERROR(AddVector(w, rng, "output_norm.weight", s.hidden, 1.f));

@@ -1,6 +1,7 @@
 // Synthetic models: GGUF files with seeded random weights in the exact layout of real llama /
-// qwen2 / qwen3 / qwen3moe / deepseek2 / gemma2 / gemma3 files (Mixtral-style llama with
-// experts, Mistral-style llama with a sliding window), for tests and benchmarks.
+// qwen2 / qwen3 / qwen3moe / deepseek2 / gemma2 / gemma3 / phi3 files (Mixtral-style llama with
+// experts, Mistral-style llama with a sliding window; phi3's fused attn_qkv and ffn_up), for
+// tests and benchmarks.
 //
 // Weights are drawn uniformly with standard deviation 1/sqrt(fan_in) from a splitmix64 stream of
 // the seed (so the same seed gives the same bytes on every platform and compiler); norms are
@@ -70,6 +71,10 @@ struct SyntheticModelSpec {
   int sliding_window = 0;
   float attn_softcap = 0.f;
   float final_softcap = 0.f;
+  // phi3's LongRoPE (> 0): rope.scaling.original_context_length, random rope_factors_short and
+  // rope_factors_long in [1, 4] and the converter's attn_factor sqrt(1 + ln s / ln orig) with
+  // s = context_length / orig. phi3 files always carry attention.sliding_window (0: none).
+  int rope_original_context = 0;
 };
 
 // Builds the GGUF in memory. A matrix whose row length does not fit `type`'s block size falls

@@ -10,7 +10,7 @@
 namespace kvserve {
 namespace {
 
-constexpr std::array<ArchSpec, 7> kArchs = {{
+constexpr std::array<ArchSpec, 8> kArchs = {{
     {.name = "llama"},  // with experts: Mixtral; with attention.sliding_window: Mistral v0.1
     {.name = "qwen2", .rope_style = RopeStyle::kHalves, .has_qkv_bias = true},
     {.name = "qwen3", .rope_style = RopeStyle::kHalves, .has_qk_norm = true},
@@ -25,6 +25,7 @@ constexpr std::array<ArchSpec, 7> kArchs = {{
      .hidden_scale_layers = 46,
      .default_attn_softcap = 50.f,
      .default_final_softcap = 30.f},
+    {.name = "phi3", .rope_style = RopeStyle::kHalves, .phi3_window_defaults = true},
     {.name = "gemma3",
      .rope_style = RopeStyle::kHalves,
      .has_qk_norm = true,
@@ -194,22 +195,43 @@ Status ReadRope(const GgufFile& f, const std::string& arch, ModelConfig* c) {
     r.scaling = RopeScaling::kLinear;
   } else if (type == "yarn") {
     r.scaling = RopeScaling::kYarn;
-    KV_ASSIGN_OR_RETURN(r.original_context_length,
-                        PositiveInt(f, arch, "rope.scaling.original_context_length", 0));
   } else {
     return Unimplemented(fmt::format("rope scaling type '{}' is not supported (none, linear, yarn)",
                                      type));
   }
+  // YaRN's, and the context LongRoPE's factor sets are chosen against (phi3).
+  KV_ASSIGN_OR_RETURN(r.original_context_length,
+                      CountOr(f, arch, "rope.scaling.original_context_length", 0));
   if (!(factor > 0.0)) return InvalidArgument("rope.scaling.factor must be > 0");
   r.scaling_factor = static_cast<float>(factor);
+  if (!c->arch->mla) {  // deepseek2 folds its own factors into the softmax scale (ReadMlaScale)
+    KV_ASSIGN_OR_RETURN(double attn, OptionalFloat(f, arch + ".rope.scaling.attn_factor", 1.0));
+    if (!(attn > 0.0 && attn < 1e3)) {
+      return InvalidArgument(fmt::format("rope.scaling.attn_factor {} is out of range", attn));
+    }
+    r.attn_factor = static_cast<float>(attn);
+  }
   return Status::Ok();
+}
+
+// llama.cpp's sliding window for phi3 files without attention.sliding_window: Phi-3-mini-4k and
+// Phi-3-medium-4k 2047, Phi-3-mini-128k 262144, Phi-3-medium-128k 131072.
+Result<int> Phi3DefaultWindow(const ModelConfig& c) {
+  if ((c.num_layers == 32 || c.num_layers == 40) && c.context_length == 4096) return 2047;
+  if (c.num_layers == 32 && c.num_kv_heads == 32 && c.context_length == 131072) return 262144;
+  if (c.num_layers == 40 && c.context_length == 131072) return 131072;
+  return InvalidArgument("phi3 model metadata lacks 'phi3.attention.sliding_window'");
 }
 
 // Sliding windows, the softmax scale, soft-caps and the embedding scale (after ReadRope).
 Status ReadWindowsAndScales(const GgufFile& f, const std::string& arch, ModelConfig* c) {
   const ArchSpec& a = *c->arch;
+  int default_window = a.default_window;
+  if (a.phi3_window_defaults && f.Find(arch + ".attention.sliding_window") == nullptr) {
+    KV_ASSIGN_OR_RETURN(default_window, Phi3DefaultWindow(*c));
+  }
   KV_ASSIGN_OR_RETURN(c->sliding_window,
-                      CountOr(f, arch, "attention.sliding_window", a.default_window));
+                      CountOr(f, arch, "attention.sliding_window", default_window));
   KV_ASSIGN_OR_RETURN(c->swa_period,
                       CountOr(f, arch, "attention.sliding_window_pattern", a.swa_period));
   c->rope_local = c->rope;

@@ -40,6 +40,9 @@ struct ArchSpec {
   // (gemma2: 50 and 30, as llama.cpp assumes; 0: none).
   float default_attn_softcap = 0.f;
   float default_final_softcap = 0.f;
+  // phi3: a file without attention.sliding_window takes llama.cpp's defaults for the released
+  // Phi-3 shapes (2047 for the 4k models, ...) and is otherwise an error.
+  bool phi3_window_defaults = false;
 };
 
 // The table's row for `arch`, or nullptr.
@@ -97,6 +100,10 @@ struct ModelConfig {
   int context_length = 0;      // trained context
   float rms_eps = 1e-5f;
   RopeConfig rope;
+  // LongRoPE (phi3's rope_factors_short / rope_factors_long): which set rope.freq_factors holds,
+  // chosen by the context a sequence may reach (ModelOptions::max_context) against
+  // rope.scaling.original_context_length, as llama.cpp chooses by its context.
+  enum class RopeFactors { kNone, kFile, kShort, kLong } rope_factors = RopeFactors::kNone;
   // Sliding-window attention (ArchSpec::swa_period): a local layer's query at slot p sees slots
   // (p - sliding_window, p]; 0: none. Local layers rotate with rope_local (gemma3: base 10000, no
   // scaling), global ones with rope.

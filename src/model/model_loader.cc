@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <thread>
 #include <utility>
 
@@ -143,10 +144,31 @@ Status Model::LoadWeights() {
     output_ = token_embd_;  // tied embeddings
   }
   KV_ASSIGN_OR_RETURN(output_norm_, Vector(f, "output_norm.weight", c.hidden));
-  if (const GgufTensorInfo* rf = f.FindTensor("rope_freqs.weight")) {
+  // Per-pair frequency divisors: Llama 3's rope_freqs, or LongRoPE's short and long sets (the
+  // long ones when a sequence may run past the original context, as llama.cpp picks them).
+  const int original_context =
+      c.rope.original_context_length > 0 ? c.rope.original_context_length : c.context_length;
+  const int context = options_.max_context > 0 ? options_.max_context : c.context_length;
+  const bool long_factors = context > original_context;
+  const char* factors_name = "rope_freqs.weight";
+  c.rope_factors = ModelConfig::RopeFactors::kFile;
+  if (f.FindTensor(factors_name) == nullptr) {
+    factors_name = long_factors ? "rope_factors_long.weight" : "rope_factors_short.weight";
+    c.rope_factors =
+        long_factors ? ModelConfig::RopeFactors::kLong : ModelConfig::RopeFactors::kShort;
+  }
+  if (const GgufTensorInfo* rf = f.FindTensor(factors_name)) {
     KV_RETURN_IF_ERROR(CheckDims(*rf, {c.rope.rotary_dim / 2}));
     c.rope.freq_factors.resize(c.rope.rotary_dim / 2);
     DequantizeRow(rf->type, rf->data, c.rope.freq_factors.data(), c.rope.rotary_dim / 2);
+    for (float x : c.rope.freq_factors) {
+      if (!(x > 0.f) || !std::isfinite(x)) {
+        return InvalidArgument(
+            fmt::format("tensor '{}' holds a factor that is not positive", factors_name));
+      }
+    }
+  } else {
+    c.rope_factors = ModelConfig::RopeFactors::kNone;
   }
   rope_.emplace(c.rope);
   if (c.has_windows() &&
@@ -234,10 +256,19 @@ Status Model::LoadAttention(int i) {
   const ModelConfig& c = config_;
   Layer& l = layers_[i];
   auto name = [i](std::string_view s) { return TensorName(i, s); };
-  {
+  if (f.FindTensor(name("attn_qkv.weight")) != nullptr) {
+    // Fused (phi3): the rows of Q, then K, then V.
+    KV_ASSIGN_OR_RETURN(WeightMatrix qkv,
+                        Matrix(f, name("attn_qkv.weight"), c.q_dim() + 2 * c.kv_dim(), c.hidden));
+    l.wq = Rows(qkv, 0, c.q_dim());
+    l.wk = Rows(qkv, c.q_dim(), c.kv_dim());
+    l.wv = Rows(qkv, c.q_dim() + c.kv_dim(), c.kv_dim());
+  } else {
     KV_ASSIGN_OR_RETURN(l.wq, Matrix(f, name("attn_q.weight"), c.q_dim(), c.hidden));
     KV_ASSIGN_OR_RETURN(l.wk, Matrix(f, name("attn_k.weight"), c.kv_dim(), c.hidden));
     KV_ASSIGN_OR_RETURN(l.wv, Matrix(f, name("attn_v.weight"), c.kv_dim(), c.hidden));
+  }
+  {
     KV_ASSIGN_OR_RETURN(l.wo, Matrix(f, name("attn_output.weight"), c.hidden, c.q_dim()));
     const bool bias = c.arch->has_qkv_bias;
     KV_ASSIGN_OR_RETURN(l.bq, OptionalVector(f, name("attn_q.bias"), c.q_dim(), bias));
@@ -313,8 +344,16 @@ Status Model::LoadFeedForward(int i) {
   Layer& l = layers_[i];
   auto name = [i](std::string_view s) { return TensorName(i, s); };
   if (!m.LayerIsMoe(i)) {
-    KV_ASSIGN_OR_RETURN(l.w_gate, Matrix(f, name("ffn_gate.weight"), c.ffn, c.hidden));
-    KV_ASSIGN_OR_RETURN(l.w_up, Matrix(f, name("ffn_up.weight"), c.ffn, c.hidden));
+    if (f.FindTensor(name("ffn_gate.weight")) == nullptr) {
+      // Fused (phi3): ffn_up holds the gate's rows, then the up projection's.
+      KV_ASSIGN_OR_RETURN(WeightMatrix gate_up,
+                          Matrix(f, name("ffn_up.weight"), 2 * int64_t{c.ffn}, c.hidden));
+      l.w_gate = Rows(gate_up, 0, c.ffn);
+      l.w_up = Rows(gate_up, c.ffn, c.ffn);
+    } else {
+      KV_ASSIGN_OR_RETURN(l.w_gate, Matrix(f, name("ffn_gate.weight"), c.ffn, c.hidden));
+      KV_ASSIGN_OR_RETURN(l.w_up, Matrix(f, name("ffn_up.weight"), c.ffn, c.hidden));
+    }
     KV_ASSIGN_OR_RETURN(l.w_down, Matrix(f, name("ffn_down.weight"), c.hidden, c.ffn));
     return Status::Ok();
   }

@@ -52,11 +52,11 @@ void Rope::Angles(int32_t pos, bool magnitude, float* c, float* s) const {
   }
   for (int i = 0; i < half; ++i) {
     float theta = p * inv_freq_[i];
-    float mag = 1.f;
+    float mag = magnitude ? config_.attn_factor : 1.f;
     if (!ramp_mix_.empty()) {
       const float interp = theta / config_.scaling_factor;
       theta = interp + (theta - interp) * ramp_mix_[i];
-      if (magnitude) mag = mscale_;
+      if (magnitude) mag *= mscale_;
     }
     c[i] = std::cos(theta) * mag;
     s[i] = std::sin(theta) * mag;

@@ -28,6 +28,9 @@ struct RopeConfig {
   // YaRN's magnitude factor (1 + 0.1 ln factor) on the rotated values; deepseek2 puts its own
   // mscale into the softmax scale instead and rotates without it.
   bool yarn_magnitude = true;
+  // rope.scaling.attn_factor: cos and sin multiplied by it (LongRoPE's sqrt(1 + ln s / ln L)
+  // for phi3), on top of YaRN's magnitude; Rotate leaves it out like that one.
+  float attn_factor = 1.f;
 };
 
 class Rope {

@@ -1,4 +1,4 @@
-// Models with sliding-window layers in the engine (gemma2, gemma3, Mistral-style llama): the
+// Models with sliding-window layers in the engine (gemma2, gemma3, Mistral-style llama, phi3): the
 // prefix cache, chunked prefill, batching and preemption give the same greedy output as each
 // request run alone on a Generator (no batching, no cache); every block comes back; eviction
 // inside a sequence is refused by name.
@@ -37,6 +37,8 @@ const std::vector<uint8_t>& ModelBytes(const std::string& name) {
   if (name == "gemma2") {
     s.attn_softcap = 5.f;
     s.final_softcap = 8.f;
+  } else if (name == "phi3") {
+    s.rope_original_context = 64;  // the long LongRoPE factors at the engine's context of 512
   }
   auto writer = BuildSyntheticModel(s);
   EXPECT_TRUE(writer.ok()) << writer.status().ToString();
@@ -128,7 +130,8 @@ INSTANTIATE_TEST_SUITE_P(Models, WindowEngine,
                          ::testing::Values(Case{"gemma2", KvDtype::kF16},
                                            Case{"gemma3", KvDtype::kF16},
                                            Case{"gemma3", KvDtype::kInt8},
-                                           Case{"mistral", KvDtype::kF16}),
+                                           Case{"mistral", KvDtype::kF16},
+                                           Case{"phi3", KvDtype::kF16}),
                          [](const auto& param_info) {
                            return std::string(param_info.param.name) + "_" +
                                   std::string(KvDtypeName(param_info.param.dtype));

@@ -33,7 +33,8 @@ std::unique_ptr<Model> MakeModel(SyntheticModelSpec spec, int max_batch_tokens =
 // with a selection bias, renormalised and scaled weights, YaRN); "gemma2-swa" (every other
 // layer a 5-slot window, soft-capped scores and logits), "gemma3-swa" (five local layers of 5
 // slots then a global one, local rope base 10000, global 1e6 with linear scaling),
-// "mistral-swa" (llama with a 5-slot window on every layer).
+// "mistral-swa" (llama with a 5-slot window on every layer), "phi3" (fused attn_qkv and
+// gate|up, LongRoPE factor sets over an original context of 16, a 5-slot window).
 SyntheticModelSpec SmallSpec(std::string_view name) {
   SyntheticModelSpec s;
   s.arch = std::string(name);
@@ -49,6 +50,10 @@ SyntheticModelSpec SmallSpec(std::string_view name) {
     s.moe.num_used = 2;
     s.moe.expert_ffn = name == "mixtral" ? 0 : 32;  // Mixtral's experts have ffn rows
     if (name == "mixtral") s.ffn = 48;
+  } else if (name == "phi3") {
+    s.sliding_window = 5;
+    s.context_length = 64;
+    s.rope_original_context = 16;
   } else if (name.ends_with("-swa")) {
     s.arch = name == "mistral-swa" ? "llama" : std::string(name.substr(0, 6));
     s.sliding_window = 5;
@@ -169,7 +174,7 @@ TEST_P(ForwardTest, OneBatchOfSeveralSequencesEqualsEachAlone) {
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe", "mixtral",
                                            "deepseek2", "deepseek2-qlora", "gemma2-swa",
-                                           "gemma3-swa", "mistral-swa"),
+                                           "gemma3-swa", "mistral-swa", "phi3"),
                          [](const auto& param_info) {
                            std::string n = param_info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
@@ -249,6 +254,50 @@ TEST(SlidingWindow, ConfigFollowsTheFile) {
   EXPECT_EQ(cm.LayerWindow(1), 5);
   EXPECT_FLOAT_EQ(cm.embed_scale, 1.f);
   EXPECT_EQ(config(SmallSpec("llama")).LayerWindow(0), 0);
+}
+
+// phi3's LongRoPE: the short factors while a sequence stays within the original context, the
+// long ones when the context allowed runs past it (as llama.cpp picks by its context), with the
+// converter's attention factor on cos and sin; a phi3 file without a window of a shape llama.cpp
+// has no default for is refused by name.
+TEST(Phi3, LongRopeFactorsFollowTheContext) {
+  const SyntheticModelSpec spec = SmallSpec("phi3");
+  auto load = [&](int max_context) {
+    auto writer = BuildSyntheticModel(spec);
+    auto file = GgufFile::FromBytes(*writer->WriteToBytes());
+    auto model = Model::Load(std::move(file).value(), ModelOptions{64, max_context});
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    return std::move(model).value();
+  };
+  auto at16 = load(16), at17 = load(17), at64 = load(0);
+  EXPECT_EQ(at16->config().rope_factors, ModelConfig::RopeFactors::kShort);
+  EXPECT_EQ(at17->config().rope_factors, ModelConfig::RopeFactors::kLong);
+  EXPECT_EQ(at64->config().rope_factors, ModelConfig::RopeFactors::kLong);
+  EXPECT_NE(at16->config().rope.freq_factors, at17->config().rope.freq_factors);
+  EXPECT_FLOAT_EQ(at16->config().rope.attn_factor,
+                  static_cast<float>(std::sqrt(1.0 + std::log(4.0) / std::log(16.0))));
+  const std::vector<TokenId> ids = Tokens(12, 3);
+  EXPECT_EQ(PrefillLogits(*at17, ids, KvDtype::kF32), PrefillLogits(*at64, ids, KvDtype::kF32));
+  EXPECT_NE(PrefillLogits(*at16, ids, KvDtype::kF32), PrefillLogits(*at64, ids, KvDtype::kF32));
+
+  // Metadata only: the window llama.cpp assumes for Phi-3-mini-4k's shape, none for others.
+  auto config_of = [](int layers, int context) {
+    GgufWriter w;
+    w.SetString("general.architecture", "phi3");
+    w.SetUint32("phi3.block_count", static_cast<uint32_t>(layers));
+    w.SetUint32("phi3.embedding_length", 64);
+    w.SetUint32("phi3.feed_forward_length", 96);
+    w.SetUint32("phi3.attention.head_count", 4);
+    w.SetUint32("phi3.context_length", static_cast<uint32_t>(context));
+    return ModelConfigFromGguf(*GgufFile::FromBytes(*w.WriteToBytes()));
+  };
+  auto mini4k = config_of(32, 4096);
+  ASSERT_TRUE(mini4k.ok()) << mini4k.status().ToString();
+  EXPECT_EQ(mini4k->sliding_window, 2047);
+  EXPECT_EQ(mini4k->LayerWindow(31), 2047);
+  auto other = config_of(2, 64);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("sliding_window"), std::string::npos);
 }
 
 TEST(Mla, LatentLayoutHoldsOneVectorPerTokenAndLayer) {

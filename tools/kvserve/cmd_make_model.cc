@@ -21,7 +21,7 @@ struct MakeModelOptions {
   std::string gating = "softmax";
   SyntheticMlaSpec mla;
   std::string kv_b = "split";
-  int sliding_window = 0;
+  int sliding_window = 0, rope_original_context = 0;
   float attn_softcap = 0.f, final_softcap = 0.f;
 };
 
@@ -43,6 +43,7 @@ void RunMakeModel(const MakeModelOptions& o) {
   s.mla = o.mla;
   s.mla.split_kv_b = o.kv_b == "split";
   s.sliding_window = o.sliding_window;
+  s.rope_original_context = o.rope_original_context;
   s.attn_softcap = o.attn_softcap;
   s.final_softcap = o.final_softcap;
   const auto type = ParseGgmlType(o.type);
@@ -72,9 +73,10 @@ void AddMakeModelCommand(CLI::App& app) {
   auto o = std::make_shared<MakeModelOptions>();
   CLI::App* cmd = app.add_subcommand("make-model", "Write a synthetic GGUF model with random weights");
   cmd->add_option("--out", o->out, "Output GGUF path")->required();
-  cmd->add_option("--arch", o->arch, "llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2 or gemma3")
-      ->check(
-          CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "gemma2", "gemma3"}));
+  cmd->add_option("--arch", o->arch,
+                  "llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3 or phi3")
+      ->check(CLI::IsMember(
+          {"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "gemma2", "gemma3", "phi3"}));
   cmd->add_option("--layers", o->layers, "Transformer blocks");
   cmd->add_option("--hidden", o->hidden, "Embedding length");
   cmd->add_option("--heads", o->heads, "Attention heads");
@@ -122,6 +124,9 @@ void AddMakeModelCommand(CLI::App& app) {
   cmd->add_option("--attn-softcap", o->attn_softcap, "attn_logit_softcapping (gemma2; 0: none)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--final-softcap", o->final_softcap, "final_logit_softcapping (gemma2; 0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rope-original-context", o->rope_original_context,
+                  "phi3 LongRoPE: original context, with short and long factor sets (0: none)")
       ->check(CLI::NonNegativeNumber);
   cmd->callback([o] { RunMakeModel(*o); });
 }
