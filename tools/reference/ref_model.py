@@ -28,8 +28,22 @@ Supported `general.architecture` values and what they change (llama.cpp's conven
              use rope base `rope.freq_base_swa` (default 10000) without rope scaling, global
              layers `rope.freq_base` and the file's scaling; soft-capping only when the file
              has the keys.
+  phi3     : NEOX rope; the llama block with a fused attn_qkv (rows: q, then k, then v; or
+             separate attn_q / attn_k / attn_v) and a fused ffn_up (first feed_forward_length
+             rows the gate, the rest the up projection); LongRoPE factors (below); every layer
+             windowed when `attention.sliding_window` > 0 (absent: llama.cpp's defaults for the
+             released Phi-3 shapes, else an error); output.weight (llama.cpp's February 2025
+             loader requires it; without it the output is tied, as for the others).
   Any architecture with `{arch}.attention.sliding_window` W > 0 and no pattern of its own
-  (llama: Mistral 7B v0.1) windows every layer.
+  (llama: Mistral 7B v0.1, phi3) windows every layer.
+
+LongRoPE (phi3; llama.cpp's build_rope_factors and the phi3 converter): the file holds
+rope_factors_short.weight and rope_factors_long.weight [n_rot/2]; the model divides pair i's
+angle by factor[i] of the LONG set when the context it runs with (`ctx`: llama.cpp's n_ctx per
+sequence, kvserve's --ctx; default the file's context_length) is larger than
+`rope.scaling.original_context_length`, else by the SHORT set. `rope.scaling.attn_factor`
+(the converter: sqrt(1 + ln(s) / ln(orig)) with s = context_length / orig) multiplies cos and
+sin, so it enters the scores squared; q is scaled by 1/sqrt(head_dim) as usual.
 
 Sliding window (llama.cpp's LLAMA_SWA_TYPE_STANDARD): on a windowed layer a query at position p
 sees key positions j with p - W < j <= p, i.e. j is masked when j > p or p - j >= W.
@@ -101,6 +115,7 @@ Logits = Woutput · (RMSNorm(x_L) * output_norm); output.weight absent -> token_
 CLI:
   /usr/bin/python3 tools/reference/ref_model.py --model M.gguf --ids 1,2,3 [--out logits.npy]
                                                 [--greedy N] [--mla-form decompressed|absorbed]
+                                                [--ctx N]
 """
 
 from __future__ import annotations
@@ -119,7 +134,8 @@ from gguf_ref import GGUFFile  # noqa: E402
 # Per architecture: rope pairing ("adjacent" = (2i, 2i+1), "neox" = (i, i + n_rot/2)), q/k/v
 # biases, per-head q/k norms, mixture-of-experts FFNs ("moe": always, "optional": when
 # expert_count > 0), multi-head latent attention, and the Gemma block ("gemma": embeddings
-# scaled by sqrt(hidden), post-attention / post-FFN norms, GeGLU, its own attention scale).
+# scaled by sqrt(hidden), post-attention / post-FFN norms, GeGLU, its own attention scale),
+# and phi3's fused attn_qkv / ffn_up with LongRoPE factor sets ("fused").
 ARCHITECTURES = {
     "llama": {"rope": "adjacent", "qkv_bias": False, "qk_norm": False, "moe": "optional"},
     "qwen2": {"rope": "neox", "qkv_bias": True, "qk_norm": False, "moe": "never"},
@@ -131,6 +147,8 @@ ARCHITECTURES = {
                "gemma": True},
     "gemma3": {"rope": "neox", "qkv_bias": False, "qk_norm": True, "moe": "never",
                "gemma": True},
+    "phi3": {"rope": "neox", "qkv_bias": False, "qk_norm": False, "moe": "never",
+             "fused": True},
 }
 # Sliding-window defaults (llama.cpp's hyper-parameter loading): gemma2 has a window of 4096
 # when the file has none and windows every other layer; gemma3 windows 5 of every 6 layers, and
@@ -144,6 +162,12 @@ GEMMA2_DEFAULT_SOFTCAP = {"attn": 50.0, "final": 30.0}
 # The layer counts of Gemma 2 27B and Gemma 3 27B: their attention scale is
 # 1/sqrt(hidden / heads), every other size's is 1/sqrt(head_dim).
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
+# phi3 files without `phi3.attention.sliding_window` (converted before the converter wrote it):
+# llama.cpp's windows for the released shapes, keyed by (layers, kv heads or None for any,
+# context_length). Any other phi3 file without the key is refused, as llama.cpp refuses it.
+PHI3_LEGACY_WINDOWS = {(32, None, 4096): 2047, (40, None, 4096): 2047,   # mini / medium 4k
+                       (32, 32, 131072): 262144,                          # mini 128k
+                       (40, None, 131072): 131072}                        # medium 128k
 MLA_FORMS = ("decompressed", "absorbed")
 GATING = {1: "softmax", 2: "sigmoid"}  # expert_gating_func
 MIN_WEIGHT_SUM = 6.103515625e-5  # build_moe_ffn clamps the sum of the chosen weights (2^-14)
@@ -163,6 +187,14 @@ def gemma_attn_scale(arch: str, n_layers: int, dim: int, n_heads: int, head_dim:
     if n_layers == GEMMA_27B_LAYERS[arch]:
         return 1.0 / math.sqrt(dim // n_heads)
     return 1.0 / math.sqrt(head_dim)
+
+
+def phi3_legacy_window(n_layers: int, n_kv_heads: int, ctx_train: int) -> int:
+    """llama.cpp's sliding window for a phi3 file without the key (0: none known)."""
+    for (layers, kv, ctx), window in PHI3_LEGACY_WINDOWS.items():
+        if (layers, ctx) == (n_layers, ctx_train) and kv in (None, n_kv_heads):
+            return window
+    return 0
 
 
 def yarn_mscale(scale: float, m: float) -> float:
@@ -221,6 +253,15 @@ class Config:
     attn_softcap: float = 0.0       # scores = c * tanh(scores / c) when c > 0
     final_softcap: float = 0.0      # logits = c * tanh(logits / c) when c > 0
     ffn_act: str = "silu"           # "silu" (SwiGLU) | "gelu_tanh" (GeGLU)
+    # LongRoPE (phi3): the context the model runs with; the long factor set is used iff
+    # ctx > rope_orig_ctx (see long_rope_factors).
+    ctx: int = 0
+
+    @property
+    def long_rope_factors(self) -> bool:
+        """llama.cpp's build_rope_factors: rope_factors_long iff n_ctx per sequence >
+        original_context_length, else rope_factors_short."""
+        return self.ctx > self.rope_orig_ctx
 
     @property
     def mla(self) -> bool:
@@ -241,7 +282,9 @@ class Config:
         return self.n_expert > 0 and i >= self.n_dense_lead
 
     @staticmethod
-    def from_gguf(f: GGUFFile) -> "Config":
+    def from_gguf(f: GGUFFile, ctx: int | None = None) -> "Config":
+        """ctx: the context the model runs with (phi3's LongRoPE factor choice); None: the
+        file's context_length."""
         arch = f.get("general.architecture")
         if arch not in ARCHITECTURES:
             raise ValueError(f"architecture {arch!r} not supported (want one of "
@@ -265,6 +308,8 @@ class Config:
         factor = float(f.get(f"{arch}.rope.scaling.factor", 1.0) or 1.0)
         if scaling == "none" and f.get(f"{arch}.rope.scale_linear"):  # older files
             scaling, factor = "linear", float(f.get(f"{arch}.rope.scale_linear"))
+        if scaling == "longrope":  # llama.cpp: no YaRN ramp; a factor would scale linearly
+            scaling = "linear"
         if scaling != "none" and factor == 1.0:
             scaling = "none"
         if scaling not in ("none", "linear", "yarn"):
@@ -344,6 +389,8 @@ class Config:
             n_expert_used=n_used,
             **extra,
         )
+        ctx_train = int(f.get(f"{arch}.context_length", 0) or 0)
+        c.ctx = int(ctx) if ctx else (ctx_train or c.rope_orig_ctx)
         c.rope_mag, c.kq_scale = c.rope_magnitude_and_kq_scale()
         c.set_sliding_window(f)
         if c.gemma:
@@ -354,6 +401,12 @@ class Config:
         """sliding_window, swa_layers and the local layers' rope, from the file's metadata."""
         arch = self.arch
         window = f.get(f"{arch}.attention.sliding_window")
+        if window is None and arch == "phi3":
+            window = phi3_legacy_window(self.n_layers, self.n_kv_heads,
+                                        int(f.get(f"{arch}.context_length", 0) or 0))
+            if window == 0:
+                raise ValueError(f"{arch}.attention.sliding_window missing (llama.cpp refuses "
+                                 f"such a phi3 file unless it has a released Phi-3 shape)")
         if window is None:
             window = GEMMA2_DEFAULT_WINDOW if arch == "gemma2" else 0
         window = int(window)
@@ -439,6 +492,12 @@ class Weights:
             .type_name
         # Llama-3 style per-frequency divisors of the rope angle.
         self.rope_freqs = w("rope_freqs.weight", (c.n_rot // 2,), optional=True)  # [n_rot/2]
+        # phi3's LongRoPE factor sets (Config.long_rope_factors picks one), [n_rot/2] each.
+        self.rope_factors = {"short": None, "long": None}
+        if arch.get("fused"):
+            for k in self.rope_factors:
+                self.rope_factors[k] = w(f"rope_factors_{k}.weight", (c.n_rot // 2,),
+                                         optional=True)
         self.layers = []
         for i in range(c.n_layers):
             p = f"blk.{i}."
@@ -457,6 +516,15 @@ class Weights:
                 self.load_attention(layer, p, c, arch)
             if c.is_moe_layer(i):
                 self.load_moe(layer, p, c)
+            elif arch.get("fused") and p + "ffn_gate.weight" not in f.tensors:
+                # phi3: ffn_up holds gate rows then up rows (HF's gate_up_proj, chunk(2)).
+                F = c.ffn_dim
+                self.load(layer, "w_gate_up", p + "ffn_up.weight", (2 * F, c.dim))  # [2ffn, dim]
+                layer["w_gate"] = layer["w_gate_up"][:F]                           # [ffn, dim]
+                layer["w_up"] = layer["w_gate_up"][F:]                             # [ffn, dim]
+                layer["types"]["w_gate"] = layer["types"]["w_up"] = \
+                    layer["types"]["w_gate_up"]
+                self.load(layer, "w_down", p + "ffn_down.weight", (c.dim, F))     # [dim, ffn]
             else:
                 self.load(layer, "w_gate", p + "ffn_gate.weight", (c.ffn_dim, c.dim))  # [ffn, dim]
                 self.load(layer, "w_up", p + "ffn_up.weight", (c.ffn_dim, c.dim))      # [ffn, dim]
@@ -472,9 +540,19 @@ class Weights:
 
     def load_attention(self, layer, p, c: Config, arch):
         q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-        self.load(layer, "wq", p + "attn_q.weight", (q_dim, c.dim))          # [q_dim, dim]
-        self.load(layer, "wk", p + "attn_k.weight", (kv_dim, c.dim))         # [kv_dim, dim]
-        self.load(layer, "wv", p + "attn_v.weight", (kv_dim, c.dim))         # [kv_dim, dim]
+        if arch.get("fused") and p + "attn_qkv.weight" in self.file.tensors:
+            # phi3: one matrix, q rows then k rows then v rows (HF's qkv_proj).
+            self.load(layer, "wqkv", p + "attn_qkv.weight", (q_dim + 2 * kv_dim, c.dim))
+            qkv = layer["wqkv"]                                              # [q+2kv, dim]
+            layer["wq"] = qkv[:q_dim]                                        # [q_dim, dim]
+            layer["wk"] = qkv[q_dim:q_dim + kv_dim]                          # [kv_dim, dim]
+            layer["wv"] = qkv[q_dim + kv_dim:]                               # [kv_dim, dim]
+            for k in ("wq", "wk", "wv"):
+                layer["types"][k] = layer["types"]["wqkv"]
+        else:
+            self.load(layer, "wq", p + "attn_q.weight", (q_dim, c.dim))      # [q_dim, dim]
+            self.load(layer, "wk", p + "attn_k.weight", (kv_dim, c.dim))     # [kv_dim, dim]
+            self.load(layer, "wv", p + "attn_v.weight", (kv_dim, c.dim))     # [kv_dim, dim]
         self.load(layer, "wo", p + "attn_output.weight", (c.dim, q_dim))     # [dim, q_dim]
         bias = arch["qkv_bias"]
         self.load(layer, "bq", p + "attn_q.bias", (q_dim,), not bias)        # [q_dim]
@@ -704,21 +782,25 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, n_rot: int, styl
 class Transformer:
     """Holds config, float64 weights and a growing KV cache (one sequence)."""
 
-    def __init__(self, path: str, ggml_activations: bool = False,
-                 mla_form: str = "decompressed"):
+    def __init__(self, path, ggml_activations: bool = False,
+                 mla_form: str = "decompressed", ctx: int | None = None):
         """ggml_activations: round each matmul's input as ggml's CPU backend does (see
         round_activations_like_ggml), and compute GELU through ggml's f16 table
         (gelu_like_ggml), to reproduce llama.cpp's own numbers on quantized files and on
         GeGLU models. Off by default: the reference is exact float64 math on the dequantized
         weights.
         mla_form (deepseek2 only): "decompressed" (per-head keys and values rebuilt from the
-        cached latent) or "absorbed" (attention in the latent space); the same math."""
+        cached latent) or "absorbed" (attention in the latent space); the same math.
+        ctx (phi3's LongRoPE): the context the model runs with, as llama.cpp's n_ctx per
+        sequence or kvserve's --ctx; None: the file's context_length. It only picks the rope
+        factor set (config.ctx may be changed later).
+        path: a GGUF path, or an already parsed GGUFFile."""
         if mla_form not in MLA_FORMS:
             raise ValueError(f"mla_form {mla_form!r} not one of {MLA_FORMS}")
         self.ggml_activations = ggml_activations
         self.mla_form = mla_form
-        self.file = GGUFFile(path)
-        self.config = Config.from_gguf(self.file)
+        self.file = path if isinstance(path, GGUFFile) else GGUFFile(path)
+        self.config = Config.from_gguf(self.file, ctx)
         self.weights = Weights(self.file, self.config)
         self.reset()
 
@@ -872,9 +954,12 @@ class Transformer:
             raise ValueError(f"token id out of range [0, {c.vocab_size})")
         n_new = tokens.shape[0]
         positions = self.n_past + np.arange(n_new)                      # [T]
-        cos, sin = rope_angles(c, positions, w.rope_freqs)              # [T, n_rot/2] each
+        factors = w.rope_freqs                                          # [n_rot/2] or None
+        if factors is None:  # phi3's LongRoPE: the set the context picks (or None)
+            factors = w.rope_factors["long" if c.long_rope_factors else "short"]
+        cos, sin = rope_angles(c, positions, factors)                   # [T, n_rot/2] each
         if c.local_rope:  # gemma3's windowed layers: their own base, no scaling
-            cos_l, sin_l = rope_angles(c, positions, w.rope_freqs, local=True)
+            cos_l, sin_l = rope_angles(c, positions, factors, local=True)
         x = w.token_embd[tokens] * c.embed_scale                        # [T, dim]
         for li, L in enumerate(w.layers):
             xb = rmsnorm(x, L["attn_norm"], c.norm_eps)                 # [T, dim]
@@ -943,6 +1028,10 @@ def describe(c: Config) -> str:
               + "".join("L" if c.is_swa_layer(i) else "G" for i in range(c.n_layers)))
         if c.local_rope:
             s += f" local_base={c.rope_base_swa}"
+    if ARCHITECTURES[c.arch].get("fused"):
+        s += (f" ctx={c.ctx} orig_ctx={c.rope_orig_ctx} rope_factors="
+              f"{'long' if c.long_rope_factors else 'short'} attn_factor="
+              f"{c.rope_attn_factor:.6g}")
     if c.gemma:
         s += (f" embed_scale={c.embed_scale:.6g} attn_softcap={c.attn_softcap:g} "
               f"final_softcap={c.final_softcap:g} act={c.ffn_act}")
@@ -967,10 +1056,14 @@ def main(argv=None) -> int:
     ap.add_argument("--mla-form", choices=MLA_FORMS, default="decompressed",
                     help="deepseek2 attention: per-head keys/values decompressed from the "
                          "latent, or queries absorbed into the latent (same math)")
+    ap.add_argument("--ctx", type=int, default=None,
+                    help="the context the model runs with (phi3: the long rope factors iff "
+                         "ctx > rope.scaling.original_context_length); default: the file's "
+                         "context_length")
     args = ap.parse_args(argv)
     ids = [int(s) for s in args.ids.split(",") if s.strip()]
     model = Transformer(args.model, ggml_activations=args.ggml_activations,
-                        mla_form=args.mla_form)
+                        mla_form=args.mla_form, ctx=args.ctx)
     print(describe(model.config), file=sys.stderr)
     logits = model.logits(ids)
     if args.out:

@@ -14,13 +14,18 @@ What is checked:
     on the un-permuted weights; for sliding windows and Gemma: token by token == full forward,
     a window as long as the sequence == no window, a huge soft-cap == none, the per-layer
     window / rope pattern and attention-scale rules;
+  * for phi3: fused attn_qkv / ffn_up == the same weights as separate tensors, the LongRoPE
+    factor set chosen by the context (short iff ctx <= original_context_length), and
+    rope.scaling.attn_factor entering the scores squared;
   * kvserve `logits` vs the reference on synthetic models from `kvserve make-model` (MHA, GQA,
-    MQA, qwen2 biases, qwen3 q/k norms with head_dim != hidden/heads, MoE, MLA, gemma2 / gemma3
-    and a windowed llama) x (F32, F16, Q8_0, Q4_K) x (f32, default f16 KV cache), with the
-    metric max|ours - ref| / max|ref| over all logits;
+    MQA, qwen2 biases, qwen3 q/k norms with head_dim != hidden/heads, MoE, MLA, gemma2 / gemma3,
+    a windowed llama and phi3) x (F32, F16, Q8_0, Q4_K) x (f32, default f16 KV cache), with the
+    metric max|ours - ref| / max|ref| over all logits; phi3 also with `--ctx` picking either
+    LongRoPE factor set;
   * `--chunk 1 / 5 / full` give the same logits; greedy `kvserve run` ids equal the reference's;
   * kvserve and the reference on the gguf-py fixture files, and both against llama.cpp's own
-    logits for those files where tests/data/models/*.llamacpp_logits.npy exist.
+    logits for those files where tests/data/models/*.llamacpp_logits.npy exist (phi3: also
+    *.llamacpp_long_logits.npy; each with the context llama.cpp ran with, LLAMACPP_CTX).
 At the end a table (model, weights, kv dtype, max rel error, bound) is printed.
 """
 
@@ -85,6 +90,27 @@ def llamacpp_f32_bound(path: Path, kvserve_bound: float) -> float:
     return LLAMACPP_GELU_TABLE_BOUND if fixture_arch(path) in GELU_ARCHS else kvserve_bound
 
 
+# llama.cpp's logits files computed with a context that matters (phi3's LongRoPE factor choice:
+# the long set iff n_ctx > rope.scaling.original_context_length): the reference and kvserve run
+# with the same context. The other files' logits do not depend on it (llama.cpp ran them with
+# n_ctx 256, the reference and kvserve use the file's context_length).
+LLAMACPP_CTX = {
+    "gguf-py-phi3-f32.llamacpp_logits.npy": 64,        # <= original_context_length 64: short
+    "gguf-py-phi3-f32.llamacpp_long_logits.npy": 256,  # > 64: long factors
+}
+
+
+def llamacpp_logits_files(*kinds) -> list:
+    """(npy, model gguf, ctx or None) for tests/data/models/*.llamacpp_<kind>.npy, kinds
+    among "logits", "long_logits", "exact_gelu_logits"."""
+    out = []
+    for kind in kinds:
+        for npy in sorted(FIXTURES.glob(f"*.llamacpp_{kind}.npy")):
+            model = npy.with_name(npy.name.split(".llamacpp")[0] + ".gguf")
+            out.append((npy, model, LLAMACPP_CTX.get(npy.name)))
+    return out
+
+
 def fixture_weights(path: Path) -> str:
     """The weight class of a gguf-py fixture: "F32" (all tensors f32) or "mixed"."""
     return "F32" if path.stem.endswith("-f32") else "mixed"
@@ -140,7 +166,15 @@ SYNTHETIC = {
     # Mistral 7B v0.1 style: a llama with every layer windowed.
     "mistral-swa": dict(arch="llama", layers=2, hidden=256, heads=8, kv_heads=2, ffn=512,
                         vocab=384, window=8),
+    # phi3 (Phi-3-mini style MHA): fused attn_qkv and ffn_up, every layer windowed, LongRoPE
+    # factors with original context 64 in a context of 256: the default run (the model's
+    # context) uses the long factors; PHI3_CTX runs both sets (the set depends on --ctx, not
+    # on the prompt's length).
+    "phi3": dict(arch="phi3", layers=2, hidden=256, heads=4, kv_heads=4, ffn=512, vocab=384,
+                 window=8, context=256, rope_orig=64),
 }
+# `kvserve logits --ctx` values for the phi3 model: <= 64 short factors, > 64 long ones.
+PHI3_CTX = (64, 65, 256)
 WEIGHT_TYPES = ["F32", "F16", "Q8_0", "Q4_K"]
 N_PROMPT = 32
 N_GREEDY = 16
@@ -214,7 +248,7 @@ class ReaderTest(unittest.TestCase):
                 f = gguf_ref.GGUFFile(str(path))
                 arch = f.metadata["general.architecture"]
                 self.assertIn(arch, ("llama", "qwen2", "qwen3", "qwen3moe", "deepseek2",
-                                     "gemma2", "gemma3"))
+                                     "gemma2", "gemma3", "phi3"))
                 self.assertEqual(f.version, 3)
                 self.assertEqual(f.metadata["tokenizer.ggml.model"], "llama")
                 n_vocab = len(f.metadata["tokenizer.ggml.tokens"])
@@ -467,6 +501,7 @@ SWA_FIXTURES = {
     "gguf-py-gemma2-f32.gguf": ("gemma2", 26, 8, "LG" * 13, 2.0, 5.0, 16),
     "gguf-py-gemma3-f32.gguf": ("gemma3", 6, 6, "LLLLLG", 0.0, 0.0, 32),
     "gguf-py-mistral-swa-f32.gguf": ("llama", 2, 8, "LL", 0.0, 0.0, 16),
+    "gguf-py-phi3-f32.gguf": ("phi3", 2, 8, "LL", 0.0, 0.0, 16),
 }
 SWA_BOUND = 1e-12  # the same math in another order: float64 rounding apart
 
@@ -622,6 +657,155 @@ class SlidingWindowGemmaReferenceTest(unittest.TestCase):
                                    rtol=2e-3, atol=1e-4)
 
 
+PHI3_FIXTURE = FIXTURES / "gguf-py-phi3-f32.gguf"
+PHI3_BOUND = 1e-12  # the same math in another order: float64 rounding apart
+
+
+def split_phi3_tensors(f: gguf_ref.GGUFFile) -> gguf_ref.GGUFFile:
+    """f with every fused attn_qkv cut into attn_q / attn_k / attn_v and every fused ffn_up
+    into ffn_gate (the first half of the rows) and ffn_up (the second half), as separate
+    tensors of the same type; the cut is done here, independently of the reference."""
+    md = f.metadata
+    hd = md["phi3.embedding_length"] // md["phi3.attention.head_count"]
+    q = md["phi3.attention.head_count"] * hd
+    kv = md["phi3.attention.head_count_kv"] * hd
+    ff = md["phi3.feed_forward_length"]
+    parts = {}
+    for name in [n for n in f.tensors if n.endswith(".attn_qkv.weight")]:
+        p = name[:-len("attn_qkv.weight")]
+        w = f.tensor(name)                                      # [q + 2 kv, hidden]
+        parts[p + "attn_q.weight"] = w[:q]
+        parts[p + "attn_k.weight"] = w[q:q + kv]
+        parts[p + "attn_v.weight"] = w[q + kv:q + 2 * kv]
+    for name in [n for n in f.tensors if n.endswith(".ffn_up.weight")]:
+        p = name[:-len("ffn_up.weight")]
+        w = f.tensor(name)                                      # [2 ffn, hidden]
+        parts[p + "ffn_gate.weight"] = w[:ff]
+        parts[p + "ffn_up.weight"] = w[ff:2 * ff]
+    for name in list(f.tensors):
+        if name.endswith((".attn_qkv.weight", ".ffn_up.weight")):
+            ggml_type = f.tensors.pop(name).ggml_type
+    for name, a in parts.items():
+        f.tensors[name] = gguf_ref.TensorInfo(name, tuple(reversed(a.shape)), ggml_type, -1)
+    read = f.tensor
+    f.tensor = lambda name: parts[name] if name in parts else read(name)
+    return f
+
+
+class Phi3ReferenceTest(unittest.TestCase):
+    """The reference's phi3: fused tensors, LongRoPE factor choice, attn_factor (no kvserve
+    needed). llama.cpp's own logits for the fixture at both factor sets pin the rest."""
+
+    def test_fixture_loads_with_the_written_config(self):
+        f = gguf_ref.GGUFFile(str(PHI3_FIXTURE))
+        c = ref_model.Config.from_gguf(f)
+        self.assertEqual((c.arch, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim,
+                          c.n_rot, c.ffn_dim, c.rope_style),
+                         ("phi3", 2, 64, 4, 2, 16, 16, 96, "neox"))
+        self.assertEqual((c.ctx, c.rope_orig_ctx, c.rope_scaling), (256, 64, "none"))
+        self.assertTrue(c.long_rope_factors)   # the file's context 256 > 64
+        want = math.sqrt(1 + math.log(256 / 64) / math.log(64))  # the converter's formula
+        self.assertAlmostEqual(c.rope_attn_factor, want, delta=1e-7)
+        self.assertEqual(c.rope_mag, c.rope_attn_factor)
+        self.assertEqual(c.kq_scale, 0.25)
+        self.assertIn("blk.0.attn_qkv.weight", f.tensors)
+        self.assertEqual(f.tensors["blk.0.attn_qkv.weight"].dims, (64, 64 + 2 * 32))
+        self.assertEqual(f.tensors["blk.0.ffn_up.weight"].dims, (64, 2 * 96))
+        self.assertIn("output.weight", f.tensors)
+        w = ref_model.Weights(f, c)
+        short, long = w.rope_factors["short"], w.rope_factors["long"]
+        self.assertEqual((short.shape, long.shape), ((8,), (8,)))
+        self.assertGreater(np.abs(short - long).max(), 0.5)
+
+    def test_fused_tensors_equal_separate_ones(self):
+        """attn_qkv = [q; k; v] rows and ffn_up = [gate; up] rows: the file cut into separate
+        tensors gives the same logits (both of phi3's layouts load)."""
+        ids = prompt_ids(288, 19, 24)
+        want = ref_model.Transformer(str(PHI3_FIXTURE)).logits(ids)
+        f = split_phi3_tensors(gguf_ref.GGUFFile(str(PHI3_FIXTURE)))
+        self.assertIn("blk.1.attn_v.weight", f.tensors)
+        self.assertNotIn("blk.1.attn_qkv.weight", f.tensors)
+        split = ref_model.Transformer(f)
+        self.assertIsNone(split.weights.layers[0].get("wqkv"))
+        got = split.logits(ids)
+        err = rel_err(got, want)
+        RESULTS.append(("gguf-py-phi3-f32", "F32", "-", "fused vs separate tensors", err,
+                        PHI3_BOUND))
+        self.assertLessEqual(err, PHI3_BOUND)
+        # And the order matters: gate and up swapped is another model.
+        for L in split.weights.layers:
+            L["w_gate"], L["w_up"] = L["w_up"], L["w_gate"]
+        self.assertGreater(rel_err(split.logits(ids), want), 1e-3)
+
+    def test_rope_factor_set_follows_the_context(self):
+        """The short factors for ctx <= original_context_length (64), the long ones above;
+        only the chosen set matters, and the two sets give different logits."""
+        m = ref_model.Transformer(str(PHI3_FIXTURE), ctx=64)
+        c, w = m.config, m.weights
+        self.assertFalse(c.long_rope_factors)
+        for ctx, long in [(1, False), (64, False), (65, True), (256, True), (100000, True)]:
+            c.ctx = ctx
+            self.assertEqual(c.long_rope_factors, long, ctx)
+        ids = prompt_ids(288, 20, 24)
+        c.ctx = 64
+        short = m.logits(ids)
+        c.ctx = 256
+        long = m.logits(ids)
+        self.assertGreater(rel_err(short, long), 1e-2)
+        # cos = cos(p * base^(-2i/n_rot) / factor_i) * attn_factor for the chosen set.
+        pos = np.arange(30)
+        i = np.arange(c.n_rot // 2)
+        for name in ("short", "long"):
+            fac = w.rope_factors[name]
+            cos, sin = ref_model.rope_angles(c, pos, fac)
+            theta = pos[:, None] * 1e4 ** (-2.0 * i / c.n_rot) / fac
+            np.testing.assert_allclose(cos, np.cos(theta) * c.rope_attn_factor, atol=1e-15)
+            np.testing.assert_allclose(sin, np.sin(theta) * c.rope_attn_factor, atol=1e-15)
+        # The set not chosen is not read: replace it by ones.
+        saved = dict(w.rope_factors)
+        for ctx, unused, want in [(64, "long", short), (256, "short", long)]:
+            c.ctx = ctx
+            w.rope_factors[unused] = np.ones_like(saved[unused])
+            self.assertLessEqual(rel_err(m.logits(ids), want), PHI3_BOUND, ctx)
+            w.rope_factors[unused] = saved[unused]
+
+    def test_attn_factor_enters_the_scores_squared(self):
+        """rope multiplies q and k by attn_factor a (v is not rotated), so a rope of magnitude
+        a with softmax scale s is a rope of magnitude 1 with scale s * a^2."""
+        m = ref_model.Transformer(str(PHI3_FIXTURE))
+        c = m.config
+        ids = prompt_ids(288, 21, 24)
+        want = m.logits(ids)
+        a, s = c.rope_mag, c.kq_scale
+        self.assertGreater(a, 1.1)
+        c.rope_mag, c.kq_scale = 1.0, s * a * a
+        self.assertLessEqual(rel_err(m.logits(ids), want), PHI3_BOUND)
+        c.kq_scale = s  # and it matters
+        self.assertGreater(rel_err(m.logits(ids), want), 1e-2)
+
+    def test_window_defaults_of_files_without_the_key(self):
+        """llama.cpp's phi3 loader: without attention.sliding_window the released Phi-3 shapes
+        get 2047 (4k) / 262144 (mini 128k) / 131072 (medium 128k); any other file is refused;
+        a stored 0 means no window (Phi-4)."""
+        def config(layers, kv, ctx, window=None):
+            f = gguf_ref.GGUFFile(str(PHI3_FIXTURE))
+            f.metadata.update({"phi3.block_count": layers, "phi3.attention.head_count": 32,
+                               "phi3.attention.head_count_kv": kv, "phi3.context_length": ctx,
+                               "phi3.embedding_length": 3072})
+            del f.metadata["phi3.attention.sliding_window"]
+            if window is not None:
+                f.metadata["phi3.attention.sliding_window"] = window
+            return ref_model.Config.from_gguf(f)
+        self.assertEqual(config(32, 32, 4096).sliding_window, 2047)
+        self.assertEqual(config(40, 8, 4096).sliding_window, 2047)
+        self.assertEqual(config(32, 32, 131072).sliding_window, 262144)
+        self.assertEqual(config(40, 8, 131072).sliding_window, 131072)
+        self.assertEqual(config(32, 32, 4096, window=0).sliding_window, 0)
+        for shape in [(32, 8, 131072), (24, 32, 4096), (2, 2, 256)]:
+            with self.assertRaises(ValueError, msg=shape):
+                config(*shape)
+
+
 def path_stem(name: str) -> str:
     return name[:-len(".gguf")] if name.endswith(".gguf") else name
 
@@ -630,29 +814,30 @@ class LlamaCppFixtureTest(unittest.TestCase):
     """The reference against logits that llama.cpp itself computed for the fixture files."""
 
     def test_reference_matches_llamacpp(self):
-        files = sorted(FIXTURES.glob("*.llamacpp_logits.npy"))
+        files = llamacpp_logits_files("logits", "long_logits")
         if not files:
             self.skipTest("no llama.cpp logits recorded")
         ids = json.loads((FIXTURES / "llamacpp_ids.json").read_text())["ids"]
-        for npy in files:
-            model = npy.with_name(npy.name.replace(".llamacpp_logits.npy", ".gguf"))
-            with self.subTest(file=model.name):
+        for npy, model, ctx in files:
+            with self.subTest(file=model.name, ctx=ctx):
                 theirs = np.load(npy)
-                ref = ref_model.Transformer(str(model)).logits(ids)
+                ref = ref_model.Transformer(str(model), ctx=ctx).logits(ids)
                 err = rel_err(theirs, ref)
                 wclass = fixture_weights(model)
                 gelu = fixture_arch(model) in GELU_ARCHS
                 bound = LLAMACPP_BOUND[wclass]
                 if wclass == "F32" and gelu:  # llama.cpp's f16 GELU table, see GELU_ARCHS
                     bound = LLAMACPP_GELU_TABLE_BOUND
-                RESULTS.append((model.stem, wclass, "f32", "llama.cpp vs reference", err, bound))
+                what = "llama.cpp vs reference" + ("" if ctx is None else f" (ctx {ctx})")
+                RESULTS.append((model.stem, wclass, "f32", what, err, bound))
                 self.assertLessEqual(err, bound, first_bad_position(theirs, ref))
                 if wclass == "F32":
                     np.testing.assert_array_equal(theirs.argmax(1), ref.argmax(1))
                 if wclass != "F32" or gelu:
                     bound = LLAMACPP_GELU_TABLE_GGML_ACT_BOUND if wclass == "F32" \
                         else LLAMACPP_GGML_ACT_BOUND
-                    emu = ref_model.Transformer(str(model), ggml_activations=True).logits(ids)
+                    emu = ref_model.Transformer(str(model), ggml_activations=True,
+                                               ctx=ctx).logits(ids)
                     err = rel_err(theirs, emu)
                     RESULTS.append((model.stem, wclass, "f32", "llama.cpp vs ref+ggml act.", err,
                                     bound))
@@ -708,7 +893,9 @@ class KvserveSyntheticTest(unittest.TestCase):
                     args += ["--tie-embeddings"]
                 for key, flag in (("rope_base", "--rope-base"), ("window", "--sliding-window"),
                                   ("attn_softcap", "--attn-softcap"),
-                                  ("final_softcap", "--final-softcap")):
+                                  ("final_softcap", "--final-softcap"),
+                                  ("context", "--context"),
+                                  ("rope_orig", "--rope-original-context")):
                     if key in shape:
                         args += [flag, shape[key]]
                 args += shape.get("extra", [])
@@ -757,6 +944,31 @@ class KvserveSyntheticTest(unittest.TestCase):
                 if "attn_softcap" in shape or "final_softcap" in shape:
                     self.assertEqual((c.attn_softcap, c.final_softcap),
                                      (shape.get("attn_softcap"), shape.get("final_softcap")))
+                if shape["arch"] == "phi3":
+                    self.check_phi3_file(f, c, shape, wtype)
+
+    def check_phi3_file(self, f, c, shape, wtype):
+        """phi3 as the converter writes it: fused attn_qkv [hidden, q + 2 kv] and ffn_up
+        [hidden, 2 ffn], both LongRoPE factor sets [head_dim / 2] (F32), the converter's
+        attn_factor, attention.sliding_window always present."""
+        hd = c.head_dim
+        qkv = f.tensors["blk.0.attn_qkv.weight"]
+        self.assertEqual(qkv.dims, (c.dim, (c.n_heads + 2 * c.n_kv_heads) * hd))
+        self.assertEqual(qkv.type_name, wtype)
+        self.assertEqual(f.tensors["blk.0.ffn_up.weight"].dims, (c.dim, 2 * c.ffn_dim))
+        self.assertNotIn("blk.0.attn_q.weight", f.tensors)
+        self.assertNotIn("blk.0.ffn_gate.weight", f.tensors)
+        self.assertEqual((c.ctx, c.rope_orig_ctx), (shape["context"], shape["rope_orig"]))
+        for name in ("rope_factors_short.weight", "rope_factors_long.weight"):
+            self.assertEqual(f.tensors[name].dims, (hd // 2,))
+            self.assertEqual(f.tensors[name].type_name, "F32")
+            self.assertTrue(np.all(f.tensor(name) > 0))
+        self.assertGreater(np.abs(f.tensor("rope_factors_short.weight")
+                                  - f.tensor("rope_factors_long.weight")).max(), 0.1)
+        s = shape["context"] / shape["rope_orig"]
+        want = math.sqrt(1 + math.log(s) / math.log(shape["rope_orig"]))
+        self.assertAlmostEqual(c.rope_attn_factor, want, delta=1e-6)
+        self.assertIn("phi3.attention.sliding_window", f.metadata)
 
     def test_logits_match_reference(self):
         for name, wtype in self.models:
@@ -799,7 +1011,7 @@ class KvserveSyntheticTest(unittest.TestCase):
                     ("chunk 5, block 3", ["--chunk", 5, "--block-size", 3])]
         # The windowed models too: a window that slides across chunk and block boundaries.
         for name, wtype in [("llama-gqa", "F32"), ("qwen3-qknorm", "Q4_K"),
-                            ("gemma2-swa", "F32"), ("gemma3-swa", "Q4_K")]:
+                            ("gemma2-swa", "F32"), ("gemma3-swa", "Q4_K"), ("phi3", "Q8_0")]:
             vocab = SYNTHETIC[name]["vocab"]
             ids = prompt_ids(vocab, 8)
             for kv, flags in [("f32", ["--cache-type-k", "f32", "--cache-type-v", "f32"]),
@@ -816,6 +1028,30 @@ class KvserveSyntheticTest(unittest.TestCase):
                         RESULTS.append((name, wtype, kv, f"{what} vs one call", err,
                                         CHUNK_BOUND))
                         self.assertLessEqual(err, CHUNK_BOUND, first_bad_position(got, full64))
+
+    def test_phi3_rope_factor_set_follows_ctx(self):
+        """`kvserve logits --ctx N` on the phi3 model: the short LongRoPE factors for
+        N <= original_context_length (64), the long ones above, as the reference with ctx N.
+        The two sets give logits far apart, so a wrong choice cannot pass."""
+        name = "phi3"
+        vocab = SYNTHETIC[name]["vocab"]
+        ids = prompt_ids(vocab, 7)
+        flags = ["--cache-type-k", "f32", "--cache-type-v", "f32"]
+        for wtype in WEIGHT_TYPES:
+            refs = {}
+            for ctx in PHI3_CTX:
+                with self.subTest(type=wtype, ctx=ctx):
+                    path = self.model(name, wtype)
+                    refs[ctx] = ref_model.Transformer(str(path), ctx=ctx).logits(ids)
+                    ours = kvserve_logits(path, ids, vocab, self.dir, "--ctx", ctx, *flags)
+                    bound = BOUND_F32_KV[wtype]
+                    err = rel_err(ours, refs[ctx])
+                    RESULTS.append((name, wtype, "f32", f"logits --ctx {ctx}", err, bound))
+                    self.assertLessEqual(err, bound, first_bad_position(ours, refs[ctx]))
+            if len(refs) == len(PHI3_CTX):
+                # Farther apart than twice the bound: kvserve with the wrong set would fail.
+                self.assertGreater(rel_err(refs[64], refs[256]), 3 * BOUND_F32_KV[wtype])
+                self.assertLessEqual(rel_err(refs[65], refs[256]), 1e-12)
 
     def test_greedy_generation_matches_reference(self):
         for name in SYNTHETIC:
@@ -900,24 +1136,27 @@ class KvserveForeignFileTest(unittest.TestCase):
         """On all-F32 files llama.cpp's logits are exact to float32 rounding, so kvserve with an
         f32 KV cache must match them as closely as it matches the reference (GeGLU
         architectures: up to llama.cpp's f16 GELU table, see GELU_ARCHS)."""
-        files = sorted(FIXTURES.glob("*-f32.llamacpp_logits.npy")) + \
-            sorted(FIXTURES.glob("*-f32.llamacpp_exact_gelu_logits.npy"))
+        files = [f for f in llamacpp_logits_files("logits", "long_logits", "exact_gelu_logits")
+                 if f[1].stem.endswith("-f32")]
         if not files:
             self.skipTest("no llama.cpp logits recorded")
         ids = json.loads((FIXTURES / "llamacpp_ids.json").read_text())["ids"]
         with tempfile.TemporaryDirectory(prefix="kvserve-ref-") as d:
-            for npy in files:
+            for npy, model, ctx in files:
                 exact_gelu = npy.name.endswith(".llamacpp_exact_gelu_logits.npy")
-                model = npy.with_name(npy.name.split(".llamacpp")[0] + ".gguf")
-                with self.subTest(file=model.name, gelu="f32" if exact_gelu else "ggml table"):
+                with self.subTest(file=model.name, gelu="f32" if exact_gelu else "ggml table",
+                                  ctx=ctx):
                     theirs = np.load(npy).astype(np.float64)
-                    ours = kvserve_logits(model, ids, theirs.shape[1], Path(d),
+                    ctx_flags = [] if ctx is None else ["--ctx", ctx]
+                    ours = kvserve_logits(model, ids, theirs.shape[1], Path(d), *ctx_flags,
                                           "--cache-type-k", "f32", "--cache-type-v", "f32")
                     err = rel_err(ours, theirs)
                     bound = BOUND_F32_KV["F32"] if exact_gelu else \
                         llamacpp_f32_bound(model, BOUND_F32_KV["F32"])
                     what = "kvserve vs llama.cpp (f32 GELU)" if exact_gelu else \
                         "kvserve vs llama.cpp"
+                    if ctx is not None:
+                        what += f" (ctx {ctx})"
                     RESULTS.append((model.stem, "F32", "f32", what, err, bound))
                     self.assertLessEqual(err, bound, first_bad_position(ours, theirs))
 
