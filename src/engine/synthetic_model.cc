@@ -156,6 +156,11 @@ void WriteMetadata(const SyntheticModelSpec& s, int head_dim, GgufWriter& w) {
   if (s.sliding_window > 0 || a == "phi3") {
     w.SetUint32(a + ".attention.sliding_window", s.sliding_window);
   }
+  if (s.yarn_factor > 0.f && a != "deepseek2") {
+    w.SetString(a + ".rope.scaling.type", "yarn");
+    w.SetFloat32(a + ".rope.scaling.factor", s.yarn_factor);
+    w.SetUint32(a + ".rope.scaling.original_context_length", s.yarn_original_context);
+  }
   if (s.rope_original_context > 0) {
     w.SetUint32(a + ".rope.scaling.original_context_length", s.rope_original_context);
     const double scale = static_cast<double>(s.context_length) / s.rope_original_context;
@@ -204,6 +209,13 @@ Status AddMoe(const SyntheticModelSpec& s, int i, Rng& rng, GgufWriter& w) {
   KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_gate_inp.weight"), {s.hidden, E},
                                1.f / std::sqrt(static_cast<float>(s.hidden)), GgmlType::kF32));
   if (m.selection_bias) KV_RETURN_IF_ERROR(AddVector(w, rng, n("exp_probs_b.bias"), E, 0.f));
+  if (FindArch(s.arch)->moe_biases) {
+    KV_RETURN_IF_ERROR(AddVector(w, rng, n("ffn_gate_inp.bias"), E, 0.f));
+    KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_gate_exps.bias"), {ff, E}, 0.1f, GgmlType::kF32));
+    KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_up_exps.bias"), {ff, E}, 0.1f, GgmlType::kF32));
+    KV_RETURN_IF_ERROR(
+        AddScaled(w, rng, n("ffn_down_exps.bias"), {s.hidden, E}, 0.1f, GgmlType::kF32));
+  }
   const float std_h = 1.f / std::sqrt(static_cast<float>(s.hidden));
   KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_gate_exps.weight"), {s.hidden, ff, E}, std_h, s.type));
   KV_RETURN_IF_ERROR(AddScaled(w, rng, n("ffn_up_exps.weight"), {s.hidden, ff, E}, std_h, s.type));
@@ -233,7 +245,7 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
   }
   const int head_dim = s.head_dim > 0 ? s.head_dim : s.hidden / s.num_heads;
   if (head_dim <= 0 || head_dim % 2 != 0) return InvalidArgument("head dim must be even");
-  const bool needs_experts = s.arch == "qwen3moe" || s.arch == "deepseek2";
+  const bool needs_experts = s.arch == "qwen3moe" || s.arch == "deepseek2" || arch->needs_experts;
   if (needs_experts && s.moe.num_experts <= 0) {
     return InvalidArgument(fmt::format("{} needs experts (--experts)", s.arch));
   }
@@ -301,7 +313,15 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
       KV_RETURN_IF_ERROR(AddVector(w, rng, n("post_attention_norm.weight"), s.hidden, 1.f));
       KV_RETURN_IF_ERROR(AddVector(w, rng, n("post_ffw_norm.weight"), s.hidden, 1.f));
     }
-    KV_RETURN_IF_ERROR(AddVector(w, rng, n("ffn_norm.weight"), s.hidden, 1.f));
+    if (arch->attn_out_bias) {
+      KV_RETURN_IF_ERROR(AddVector(w, rng, n("attn_output.bias"), s.hidden, 0.f));
+    }
+    if (arch->attn_sinks) {  // logits of the order of the scores'
+      KV_RETURN_IF_ERROR(AddFloats(w, n("attn_sinks.weight"), {s.num_heads}, GgmlType::kF32,
+                                   RandomVector(rng, s.num_heads, 0.f, 2.f)));
+    }
+    KV_RETURN_IF_ERROR(AddVector(w, rng, n(fmt::format("{}.weight", arch->ffn_norm_tensor).c_str()),
+                                 s.hidden, 1.f));
     if (s.moe.num_experts > 0 && i >= s.moe.leading_dense) {
       KV_RETURN_IF_ERROR(AddMoe(s, i, rng, w));
       continue;

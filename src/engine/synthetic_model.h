@@ -1,7 +1,7 @@
 // Synthetic models: GGUF files with seeded random weights in the exact layout of real llama /
 // qwen2 / qwen3 / qwen3moe / deepseek2 / gemma2 / gemma3 / phi3 files (Mixtral-style llama with
-// experts, Mistral-style llama with a sliding window; phi3's fused attn_qkv and ffn_up), for
-// tests and benchmarks.
+// experts, Mistral-style llama with a sliding window; phi3's fused attn_qkv and ffn_up; gpt-oss
+// with biases, attention sinks and a biased router), for tests and benchmarks.
 //
 // Weights are drawn uniformly with standard deviation 1/sqrt(fan_in) from a splitmix64 stream of
 // the seed (so the same seed gives the same bytes on every platform and compiler); norms are
@@ -75,6 +75,10 @@ struct SyntheticModelSpec {
   // rope_factors_long in [1, 4] and the converter's attn_factor sqrt(1 + ln s / ln orig) with
   // s = context_length / orig. phi3 files always carry attention.sliding_window (0: none).
   int rope_original_context = 0;
+  // YaRN for archs other than deepseek2 (gpt-oss; > 0): rope.scaling.type yarn, this factor,
+  // rope.scaling.original_context_length.
+  float yarn_factor = 0.f;
+  int yarn_original_context = 4096;
 };
 
 // Builds the GGUF in memory. A matrix whose row length does not fit `type`'s block size falls

@@ -184,6 +184,7 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
   Attend(li, batch, KvLayerView(kv, li), s.q.data(), s.attn.data(), c.q_dim(), c.group(),
          c.attn_scale, pool);
   MatMul(L.wo, s.attn.data(), n, s.proj.data(), pool);
+  AddBias(s.proj.data(), L.bo, n);
   AddToResidual(s.proj.data(), L.post_attn_norm, n, pool);
 }
 
@@ -277,6 +278,7 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
   const int num_kv_heads = view.num_kv_heads;
   const int head_dim = view.head_dim;
   const int window = config_.LayerWindow(li);
+  const std::vector<float>& sinks = layers_[static_cast<size_t>(li)].sinks;
   // Tiles: a run of consecutive tokens of one sequence x one kv head, about kTileRows query rows,
   // so that each K/V chunk serves many rows while it is in cache.
   // NOTE: tiling, the split into partitions and the thread that runs a piece never change a
@@ -306,6 +308,7 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
         t.block_table = seq.block_table;
         t.window = window;
         t.softcap = config_.attn_softcap;
+        t.sinks = sinks.empty() ? nullptr : sinks.data() + static_cast<size_t>(h) * group;
         // Scored tiles (a token at a slot >= score_from_slot): their rows' log-sum-exps.
         if (seq.scores != nullptr && t.first_slots + t.num_tokens - 1 > seq.score_from_slot) {
           s.attn_scored.push_back(
@@ -378,7 +381,8 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
                                AttentionPartitions(t.first_slots + j) - p0,
                                static_cast<int64_t>(rows * pf), head_dim,
                                t.out + j * t.out_stride + static_cast<int64_t>(g) * head_dim,
-                               t.lse != nullptr ? t.lse + r : nullptr);
+                               t.lse != nullptr ? t.lse + r : nullptr,
+                               t.sinks != nullptr ? t.sinks[g] : kNoAttentionSink);
       }
     });
   }
@@ -408,24 +412,46 @@ void Model::NormRows(const std::vector<float>& weight, int n, ThreadPool& pool) 
 
 namespace {
 
+// A feed-forward's biases (gpt-oss's experts): gate and up [gate.rows], down [down.rows].
+struct FfnBiases {
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  const float* down = nullptr;
+};
+
+void AddRowBias(float* y, const float* bias, int64_t cols, int64_t n) {
+  if (bias == nullptr) return;
+  for (int64_t t = 0; t < n; ++t) AddInPlace(y + t * cols, bias, cols);
+}
+
 // y = down(act(gate x) * up x) for n rows of x (dense, expert and shared feed-forwards), act
-// SiLU (SwiGLU) or GELU (GeGLU); g and u: scratch of n * gate.rows floats each.
+// SiLU (SwiGLU), GELU (GeGLU) or gpt-oss's clamped SwiGLU, with biases if given; g and u:
+// scratch of n * gate.rows floats each.
 void SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
                        const float* x, int64_t n, float* g, float* u, float* y, ThreadPool& pool,
-                       FfnActivation act = FfnActivation::kSilu) {
+                       FfnActivation act = FfnActivation::kSilu, FfnBiases bias = {}) {
   MatMul(gate, x, n, g, pool);
   MatMul(up, x, n, u, pool);
   const int64_t ff = gate.rows;
+  AddRowBias(g, bias.gate, ff, n);
+  AddRowBias(u, bias.up, ff, n);
   pool.ParallelFor(n, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      if (act == FfnActivation::kGeluTanh) {
-        GeGluTanh(g + t * ff, u + t * ff, ff);
-      } else {
-        SwiGlu(g + t * ff, u + t * ff, ff);
+      switch (act) {
+        case FfnActivation::kSilu:
+          SwiGlu(g + t * ff, u + t * ff, ff);
+          break;
+        case FfnActivation::kGeluTanh:
+          GeGluTanh(g + t * ff, u + t * ff, ff);
+          break;
+        case FfnActivation::kSwigluOai:
+          SwiGluOai(g + t * ff, u + t * ff, ff);
+          break;
       }
     }
   });
   MatMul(down, g, n, y, pool);
+  AddRowBias(y, bias.down, down.rows, n);
 }
 
 }  // namespace
@@ -606,6 +632,8 @@ void RouteToken(const float* logits, const std::vector<float>& bias, const MoeCo
   if (m.gating == MoeGating::kSoftmax) {
     std::memcpy(probs, logits, sizeof(float) * E);
     Softmax(probs, E);
+  } else if (m.gating == MoeGating::kSoftmaxWeight) {
+    std::memcpy(probs, logits, sizeof(float) * E);  // chosen by logit; softmax of the k below
   } else {
     for (int e = 0; e < E; ++e) probs[e] = 1.f / (1.f + std::exp(-logits[e]));
   }
@@ -643,6 +671,7 @@ void RouteToken(const float* logits, const std::vector<float>& bias, const MoeCo
     experts[r] = best;
     weights[r] = probs[best];
   }
+  if (m.gating == MoeGating::kSoftmaxWeight) Softmax(weights, m.num_used);
   if (m.norm_weights) {
     float sum = 0.f;
     for (int r = 0; r < m.num_used; ++r) sum += weights[r];
@@ -670,6 +699,7 @@ void Model::MoeFeedForward(int li, int n, ThreadPool& pool) {
   s.moe_expert.resize(static_cast<size_t>(n) * K);
   s.moe_weight.resize(static_cast<size_t>(n) * K);
   MatMul(L.router, s.xn.data(), n, s.router_logits.data(), pool);
+  if (!L.router_bias.empty()) AddRowBias(s.router_logits.data(), L.router_bias.data(), E, n);
   pool.ParallelFor(n, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       RouteToken(s.router_logits.data() + t * E, L.selection_bias, m,
@@ -691,8 +721,15 @@ void Model::MoeFeedForward(int li, int n, ThreadPool& pool) {
                   sizeof(float) * hidden);
     }
     const size_t ue = static_cast<size_t>(e);
+    FfnBiases bias;
+    if (!L.exp_gate_b.empty()) {
+      const int64_t ff = L.exp_gate[ue].rows;
+      bias = {L.exp_gate_b.data() + e * ff, L.exp_up_b.data() + e * ff,
+              L.exp_down_b.data() + e * hidden};
+    }
     SwiGluFeedForward(L.exp_gate[ue], L.exp_up[ue], L.exp_down[ue], s.moe_x.data(), nr,
-                      s.moe_gate.data(), s.moe_up.data(), s.moe_y.data(), pool);
+                      s.moe_gate.data(), s.moe_up.data(), s.moe_y.data(), pool, c.arch->ffn_act,
+                      bias);
     for (int64_t r = 0; r < nr; ++r) {
       std::memcpy(s.moe_out.data() + static_cast<int64_t>(rows[r]) * hidden,
                   s.moe_y.data() + r * hidden, sizeof(float) * hidden);

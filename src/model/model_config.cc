@@ -10,7 +10,7 @@
 namespace kvserve {
 namespace {
 
-constexpr std::array<ArchSpec, 8> kArchs = {{
+constexpr std::array<ArchSpec, 9> kArchs = {{
     {.name = "llama"},  // with experts: Mixtral; with attention.sliding_window: Mistral v0.1
     {.name = "qwen2", .rope_style = RopeStyle::kHalves, .has_qkv_bias = true},
     {.name = "qwen3", .rope_style = RopeStyle::kHalves, .has_qk_norm = true},
@@ -26,6 +26,18 @@ constexpr std::array<ArchSpec, 8> kArchs = {{
      .default_attn_softcap = 50.f,
      .default_final_softcap = 30.f},
     {.name = "phi3", .rope_style = RopeStyle::kHalves, .phi3_window_defaults = true},
+    {.name = "gpt-oss",
+     .rope_style = RopeStyle::kHalves,
+     .has_qkv_bias = true,
+     .moe_weights_norm = false,
+     .ffn_act = FfnActivation::kSwigluOai,
+     .swa_period = 2,
+     .attn_out_bias = true,
+     .attn_sinks = true,
+     .moe_biases = true,
+     .needs_experts = true,
+     .moe_softmax_weight = true,
+     .ffn_norm_tensor = "post_attention_norm"},
     {.name = "gemma3",
      .rope_style = RopeStyle::kHalves,
      .has_qk_norm = true,
@@ -70,7 +82,7 @@ Status ReadMoe(const GgufFile& f, const std::string& arch, ModelConfig* c) {
   MoeConfig& m = c->moe;
   KV_ASSIGN_OR_RETURN(m.num_experts, CountOr(f, arch, "expert_count", 0));
   if (m.num_experts == 0) {
-    if (arch == "qwen3moe" || arch == "deepseek2") {
+    if (arch == "qwen3moe" || arch == "deepseek2" || c->arch->needs_experts) {
       return NotFound(fmt::format("model metadata lacks required key '{}.expert_count'", arch));
     }
     return Status::Ok();
@@ -95,10 +107,14 @@ Status ReadMoe(const GgufFile& f, const std::string& arch, ModelConfig* c) {
     m.gating = MoeGating::kSoftmax;
   } else if (gating == 2) {
     m.gating = MoeGating::kSigmoid;
+  } else if (gating == 3) {
+    m.gating = MoeGating::kSoftmaxWeight;
   } else {
-    return Unimplemented(fmt::format("expert_gating_func {} is not supported (1 softmax, 2 sigmoid)",
-                                     gating));
+    return Unimplemented(fmt::format(
+        "expert_gating_func {} is not supported (1 softmax, 2 sigmoid, 3 softmax of the chosen)",
+        gating));
   }
+  if (c->arch->moe_softmax_weight) m.gating = MoeGating::kSoftmaxWeight;
   m.norm_weights = c->arch->moe_weights_norm;
   if (const std::string key = arch + ".expert_weights_norm"; f.Find(key) != nullptr) {
     KV_ASSIGN_OR_RETURN(m.norm_weights, f.GetBool(key));

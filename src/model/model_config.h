@@ -11,7 +11,9 @@
 
 namespace kvserve {
 
-enum class FfnActivation { kSilu, kGeluTanh };  // SwiGLU, or GeGLU with tanh-approximate GELU
+// SwiGLU; GeGLU with tanh-approximate GELU (gemma); gpt-oss's clamped SwiGLU:
+// min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1).
+enum class FfnActivation { kSilu, kGeluTanh, kSwigluOai };
 
 // What distinguishes the supported architectures. One row per GGUF `general.architecture`.
 struct ArchSpec {
@@ -43,13 +45,24 @@ struct ArchSpec {
   // phi3: a file without attention.sliding_window takes llama.cpp's defaults for the released
   // Phi-3 shapes (2047 for the 4k models, ...) and is otherwise an error.
   bool phi3_window_defaults = false;
+  // gpt-oss: attn_output.bias, learned attention sinks (attn_sinks [heads]), biases on the
+  // router and every expert matrix, experts required, the router's weights a softmax over the
+  // chosen experts' logits (MoeGating::kSoftmaxWeight).
+  bool attn_out_bias = false;
+  bool attn_sinks = false;
+  bool moe_biases = false;
+  bool needs_experts = false;
+  bool moe_softmax_weight = false;
+  std::string_view ffn_norm_tensor = "ffn_norm";  // gpt-oss: post_attention_norm
 };
 
 // The table's row for `arch`, or nullptr.
 const ArchSpec* FindArch(std::string_view arch);
 std::string SupportedArchNames();  // "llama, qwen2, qwen3, qwen3moe, deepseek2"
 
-enum class MoeGating { kSoftmax, kSigmoid };
+// Router weights: softmax or sigmoid over all experts' logits (the chosen ones' probabilities),
+// or (gpt-oss) the top-k by logit, then a softmax over just those k logits.
+enum class MoeGating { kSoftmax, kSigmoid, kSoftmaxWeight };
 
 // Mixture of experts (`{arch}.expert_count` > 0): the feed-forward of every layer from
 // `leading_dense` on is a router over `num_experts` experts of `expert_ffn` rows each, of which

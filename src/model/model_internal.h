@@ -12,7 +12,9 @@ namespace kvserve {
 struct Model::Layer {
   std::vector<float> attn_norm;        // [hidden]
   WeightMatrix wq, wk, wv, wo;         // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
-  std::vector<float> bq, bk, bv;       // qwen2 biases, empty otherwise
+  std::vector<float> bq, bk, bv;       // qwen2, gpt-oss biases, empty otherwise
+  std::vector<float> bo;               // gpt-oss: attn_output.bias [hidden], empty otherwise
+  std::vector<float> sinks;            // gpt-oss: attn_sinks [num_heads], empty otherwise
   std::vector<float> q_norm, k_norm;   // qwen3 per-head norms [head_dim], empty otherwise
   std::vector<float> ffn_norm;         // [hidden]
   // Gemma: RMSNorm weights of the attention output and the feed-forward output [hidden], empty
@@ -25,6 +27,9 @@ struct Model::Layer {
   // num_shared * expert_ffn rows (data null if none).
   WeightMatrix router;                                   // [num_experts, hidden]
   std::vector<float> selection_bias;                     // exp_probs_b [num_experts] or empty
+  // gpt-oss: the router's bias [num_experts] and each expert's biases, [E][expert_ffn] for gate
+  // and up, [E][hidden] for down (empty otherwise).
+  std::vector<float> router_bias, exp_gate_b, exp_up_b, exp_down_b;
   std::vector<WeightMatrix> exp_gate, exp_up, exp_down;  // [expert_ffn, hidden] x2, [hidden, ffn]
   WeightMatrix sh_gate, sh_up, sh_down;
 

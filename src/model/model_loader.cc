@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "model/model_internal.h"
@@ -182,7 +183,8 @@ Status Model::LoadWeights() {
     Layer& l = layers_[i];
     auto name = [i](std::string_view s) { return TensorName(i, s); };
     KV_ASSIGN_OR_RETURN(l.attn_norm, Vector(f, name("attn_norm.weight"), c.hidden));
-    KV_ASSIGN_OR_RETURN(l.ffn_norm, Vector(f, name("ffn_norm.weight"), c.hidden));
+    KV_ASSIGN_OR_RETURN(
+        l.ffn_norm, Vector(f, name(fmt::format("{}.weight", c.arch->ffn_norm_tensor)), c.hidden));
     if (c.arch->gemma) {
       KV_ASSIGN_OR_RETURN(l.post_attn_norm,
                           Vector(f, name("post_attention_norm.weight"), c.hidden));
@@ -274,6 +276,10 @@ Status Model::LoadAttention(int i) {
     KV_ASSIGN_OR_RETURN(l.bq, OptionalVector(f, name("attn_q.bias"), c.q_dim(), bias));
     KV_ASSIGN_OR_RETURN(l.bk, OptionalVector(f, name("attn_k.bias"), c.kv_dim(), bias));
     KV_ASSIGN_OR_RETURN(l.bv, OptionalVector(f, name("attn_v.bias"), c.kv_dim(), bias));
+    KV_ASSIGN_OR_RETURN(
+        l.bo, OptionalVector(f, name("attn_output.bias"), c.hidden, c.arch->attn_out_bias));
+    KV_ASSIGN_OR_RETURN(
+        l.sinks, OptionalVector(f, name("attn_sinks.weight"), c.num_heads, c.arch->attn_sinks));
     const bool qk_norm = c.arch->has_qk_norm;
     KV_ASSIGN_OR_RETURN(l.q_norm, OptionalVector(f, name("attn_q_norm.weight"), c.head_dim, qk_norm));
     KV_ASSIGN_OR_RETURN(l.k_norm, OptionalVector(f, name("attn_k_norm.weight"), c.head_dim, qk_norm));
@@ -362,6 +368,18 @@ Status Model::LoadFeedForward(int i) {
   KV_ASSIGN_OR_RETURN(l.exp_gate, Experts(f, name("ffn_gate_exps.weight"), ff, c.hidden, E));
   KV_ASSIGN_OR_RETURN(l.exp_up, Experts(f, name("ffn_up_exps.weight"), ff, c.hidden, E));
   KV_ASSIGN_OR_RETURN(l.exp_down, Experts(f, name("ffn_down_exps.weight"), c.hidden, ff, E));
+  if (c.arch->moe_biases) {
+    KV_ASSIGN_OR_RETURN(l.router_bias, Vector(f, name("ffn_gate_inp.bias"), E));
+    for (auto [tensor, rows, out] :
+         {std::tuple{"ffn_gate_exps.bias", ff, &l.exp_gate_b},
+          std::tuple{"ffn_up_exps.bias", ff, &l.exp_up_b},
+          std::tuple{"ffn_down_exps.bias", int64_t{c.hidden}, &l.exp_down_b}}) {
+      KV_ASSIGN_OR_RETURN(const GgufTensorInfo* t, Require(f, name(tensor)));
+      KV_RETURN_IF_ERROR(CheckDims(*t, {rows, E}));
+      out->resize(static_cast<size_t>(rows * E));
+      DequantizeRow(t->type, t->data, out->data(), rows * E);
+    }
+  }
   if (f.FindTensor(name("exp_probs_b.bias")) != nullptr) {
     KV_ASSIGN_OR_RETURN(l.selection_bias, Vector(f, name("exp_probs_b.bias"), E));
   }

@@ -68,7 +68,7 @@ void AttendTile(const AttentionTile& tile, const PagedKvLayerView& kv, float sca
     if (scratch.size() < need) scratch.resize(need);
     AttendGroupReference(tile.q + j * tile.q_stride, tile.group, tile.kv_head, kv, tile.block_table,
                          n, scale, scratch.data(), tile.out + j * tile.out_stride,
-                         AttentionFirstSlot(n, tile.window), tile.softcap);
+                         AttentionFirstSlot(n, tile.window), tile.softcap, tile.sinks);
   }
 }
 
@@ -82,10 +82,10 @@ void AttendTilePartition(const AttentionTile& tile, const PagedKvLayerView& kv, 
 bool AttentionCanSplit(int head_dim) { return Table().kernels(head_dim).partition != nullptr; }
 
 void MergeAttentionPartials(const float* partials, int num_partitions, int64_t stride, int head_dim,
-                            float* out, float* lse) {
+                            float* out, float* lse, float sink) {
   const attn::TileKernels k = Table().kernels(head_dim);
   KV_CHECK(k.merge != nullptr);
-  k.merge(partials, num_partitions, stride, out, lse);
+  k.merge(partials, num_partitions, stride, out, lse, sink);
 }
 
 void AccumulateAttentionScores(const AttentionTile& tile, const PagedKvLayerView& kv, float scale,
@@ -104,7 +104,8 @@ void AccumulateAttentionScores(const AttentionTile& tile, const PagedKvLayerView
     if (scratch.size() < need) scratch.resize(need);
     const int first = AttentionFirstSlot(n, tile.window);
     ReferenceProbabilities(tile.q + j * tile.q_stride, tile.group, tile.kv_head, kv,
-                           tile.block_table, n, scale, scratch.data(), first, tile.softcap);
+                           tile.block_table, n, scale, scratch.data(), first, tile.softcap,
+                           tile.sinks);
     for (int s = first; s < n; ++s) {
       int64_t sum = 0;
       for (int g = 0; g < tile.group; ++g) {
@@ -131,7 +132,7 @@ void AttendGroup(const float* q, int group, int kv_head, const PagedKvLayerView&
 
 void ReferenceProbabilities(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                             std::span<const BlockId> block_table, int num_slots, float scale,
-                            float* scratch, int first_slot, float softcap) {
+                            float* scratch, int first_slot, float softcap, const float* sinks) {
   const int d = kv.head_dim;
   float* scores = scratch;                                        // [group, num_slots]
   float* vec = scratch + static_cast<size_t>(group) * num_slots;  // [head_dim]
@@ -155,16 +156,27 @@ void ReferenceProbabilities(const float* q, int group, int kv_head, const PagedK
     }
   }
   for (int g = 0; g < group; ++g) {
-    Softmax(scores + static_cast<size_t>(g) * num_slots + first_slot, num_slots - first_slot);
+    float* row = scores + static_cast<size_t>(g) * num_slots + first_slot;
+    const int n = num_slots - first_slot;
+    if (sinks == nullptr) {
+      Softmax(row, n);
+      continue;
+    }
+    // The sink is one more logit in the softmax whose probability goes nowhere.
+    const float mx = std::max(*std::max_element(row, row + n), sinks[g]);
+    float sum = std::exp(sinks[g] - mx);
+    for (int s = 0; s < n; ++s) sum += (row[s] = std::exp(row[s] - mx));
+    for (int s = 0; s < n; ++s) row[s] /= sum;
   }
 }
 
 void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                           std::span<const BlockId> block_table, int num_slots, float scale,
-                          float* scratch, float* out, int first_slot, float softcap) {
+                          float* scratch, float* out, int first_slot, float softcap,
+                          const float* sinks) {
   const int d = kv.head_dim;
   ReferenceProbabilities(q, group, kv_head, kv, block_table, num_slots, scale, scratch, first_slot,
-                         softcap);
+                         softcap, sinks);
   const float* scores = scratch;                                        // [group, num_slots]
   float* vec = scratch + static_cast<size_t>(group) * num_slots;  // [head_dim]
   std::memset(out, 0, sizeof(float) * group * d);

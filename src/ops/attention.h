@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 
@@ -78,6 +79,9 @@ struct AttentionTile {
   std::span<const BlockId> block_table;
   int window = 0;       // sliding window in slots (0: every earlier slot)
   float softcap = 0.f;  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (gemma2)
+  // gpt-oss's learned sinks, one logit per query head of the tile ([group]; null: none): each
+  // row's softmax gets one more term exp(sink - m) in its denominator, for no value.
+  const float* sinks = nullptr;
   // If set, AttendTile (and MergeAttentionPartials, given lse + r) also write row r's
   // log-sum-exp of its scaled scores (m + log l) to lse[r], for AccumulateAttentionScores.
   float* lse = nullptr;
@@ -108,13 +112,15 @@ void AttendTilePartition(const AttentionTile& tile, const PagedKvLayerView& kv, 
 // AttendTile, which then runs the reference token by token).
 bool AttentionCanSplit(int head_dim);
 
+constexpr float kNoAttentionSink = -std::numeric_limits<float>::infinity();
+
 // Folds one row's `num_partitions` partial states (partition p at partials + p * stride floats;
 // with a window, pass the row's first partition's state and count from there) in partition order
 // and writes the row's head_dim outputs. AttendTilePartition followed by this
 // gives bit-identical results to AttendTile.
-// With lse, also writes the row's log-sum-exp there.
+// With lse, also writes the row's log-sum-exp there; sink: the row's sink logit (AttentionTile).
 void MergeAttentionPartials(const float* partials, int num_partitions, int64_t stride, int head_dim,
-                            float* out, float* lse = nullptr);
+                            float* out, float* lse = nullptr, float sink = kNoAttentionSink);
 
 // Attention probabilities gathered per slot (H2O and SnapKV scores, sched/kv_eviction.h): for
 // every row of tokens j >= first_token of the tile, p(row, slot) = exp(score - lse[row]) over
@@ -141,14 +147,16 @@ size_t AttentionScratchFloats(int num_slots, int group, int head_dim);
 // slot s (scratch as AttendGroupReference's; 0 for slots before first_slot).
 void ReferenceProbabilities(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                             std::span<const BlockId> block_table, int num_slots, float scale,
-                            float* scratch, int first_slot = 0, float softcap = 0.f);
+                            float* scratch, int first_slot = 0, float softcap = 0.f,
+                            const float* sinks = nullptr);
 
 // Reference kernel (two passes, plain softmax): attends the `group` query heads that share
 // kv_head (q: [group, head_dim]) over slots [first_slot, num_slots), writing out:
-// [group, head_dim]. softcap as AttentionTile's.
+// [group, head_dim]. softcap and sinks ([group] or null) as AttentionTile's.
 void AttendGroupReference(const float* q, int group, int kv_head, const PagedKvLayerView& kv,
                           std::span<const BlockId> block_table, int num_slots, float scale,
-                          float* scratch, float* out, int first_slot = 0, float softcap = 0.f);
+                          float* scratch, float* out, int first_slot = 0, float softcap = 0.f,
+                          const float* sinks = nullptr);
 
 // One token through the fast kernel (AttendTile with one token); same arguments as the
 // reference, scratch unused.

@@ -11,7 +11,7 @@ namespace kvserve::attn {
 struct TileKernels {
   void (*all)(const AttentionTile&, const PagedKvLayerView&, float) = nullptr;
   void (*partition)(const AttentionTile&, const PagedKvLayerView&, float, int, float*) = nullptr;
-  void (*merge)(const float*, int, int64_t, float*, float*) = nullptr;
+  void (*merge)(const float*, int, int64_t, float*, float*, float) = nullptr;
   void (*scores)(const AttentionTile&, const PagedKvLayerView&, float, int, int64_t*) = nullptr;
 };
 

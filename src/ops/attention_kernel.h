@@ -418,11 +418,21 @@ inline void FoldPartial(float* merged, const float* part) {
   for (int i = 0; i < D; i += W) StoreF(merged + i, Fma(LoadF(part + i), b, LoadF(merged + i) * a));
 }
 
+// out = acc / l; with a sink logit (not kNoAttentionSink), the sink's term joins l first:
+// m' = max(m, sink), l' = l exp(m - m') + exp(sink - m'), out = acc exp(m - m') / l'.
 template <int D>
-inline void FinishRow(const float* merged, float* out, float* lse) {
-  const float l = merged[D + 1];
-  for (int i = 0; i < D; i += W) StoreF(out + i, LoadF(merged + i) / l);
-  if (lse != nullptr) *lse = merged[D] + std::log(l);
+inline void FinishRow(const float* merged, float* out, float* lse, float sink) {
+  float m = merged[D], l = merged[D + 1];
+  if (sink == kNoAttentionSink) {
+    for (int i = 0; i < D; i += W) StoreF(out + i, LoadF(merged + i) / l);
+  } else {
+    const float mm = std::max(m, sink);
+    const float a = ExpScalar(m - mm);
+    l = l * a + ExpScalar(sink - mm);  // not contracted (-ffp-contract=off)
+    m = mm;
+    for (int i = 0; i < D; i += W) StoreF(out + i, (LoadF(merged + i) * a) / l);
+  }
+  if (lse != nullptr) *lse = m + std::log(l);
 }
 
 // Per-thread buffers of the kernel.
@@ -901,7 +911,8 @@ void TileAll(const AttentionTile& t, const PagedKvLayerView& kv, float scale) {
   for (int r = 0; r < rows; ++r) {
     float* out = t.out + (r / t.group) * t.out_stride + static_cast<int64_t>(r % t.group) * D;
     FinishRow<D>(sc.merged.data() + static_cast<size_t>(r) * (D + 2), out,
-                 t.lse != nullptr ? t.lse + r : nullptr);
+                 t.lse != nullptr ? t.lse + r : nullptr,
+                 t.sinks != nullptr ? t.sinks[r % t.group] : kNoAttentionSink);
   }
 }
 
@@ -917,11 +928,12 @@ void TilePartition(const AttentionTile& t, const PagedKvLayerView& kv, float sca
 }
 
 template <int D>
-void MergeRow(const float* partials, int num_partitions, int64_t stride, float* out, float* lse) {
+void MergeRow(const float* partials, int num_partitions, int64_t stride, float* out, float* lse,
+              float sink) {
   float merged[D + 2];
   std::memcpy(merged, partials, sizeof(merged));
   for (int p = 1; p < num_partitions; ++p) FoldPartial<D>(merged, partials + p * stride);
-  FinishRow<D>(merged, out, lse);
+  FinishRow<D>(merged, out, lse, sink);
 }
 
 // AccumulateAttentionScores: the K side of RunPartition over all the tile's slots, then each

@@ -28,6 +28,15 @@ void GeGluTanh(float* gate, const float* up, int64_t n) {
   }
 }
 
+void SwiGluOai(float* gate, const float* up, int64_t n) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], kLimit);
+    const float u = std::clamp(up[i], -kLimit, kLimit);
+    gate[i] = g / (1.0f + std::exp(-kAlpha * g)) * (u + 1.0f);
+  }
+}
+
 void SoftCap(float* x, int64_t n, float c) {
   const float inv = 1.0f / c;
   for (int64_t i = 0; i < n; ++i) x[i] = c * std::tanh(x[i] * inv);

@@ -13,6 +13,9 @@ void SwiGlu(float* gate, const float* up, int64_t n);
 // gate[i] = gelu(gate[i]) * up[i], GELU's tanh approximation
 // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (GeGLU: gemma)
 void GeGluTanh(float* gate, const float* up, int64_t n);
+// gpt-oss's clamped SwiGLU: g = min(gate[i], 7), u = clamp(up[i], -7, 7),
+// gate[i] = g * sigmoid(1.702 g) * (u + 1)
+void SwiGluOai(float* gate, const float* up, int64_t n);
 // x[i] = c * tanh(x[i] / c) (gemma2's logit soft-capping)
 void SoftCap(float* x, int64_t n, float c);
 // y[i] += x[i]

@@ -1,9 +1,11 @@
-// Models with sliding-window layers in the engine (gemma2, gemma3, Mistral-style llama, phi3): the
+// Models with sliding-window layers in the engine (gemma2, gemma3, Mistral-style llama, phi3,
+// gpt-oss): the
 // prefix cache, chunked prefill, batching and preemption give the same greedy output as each
 // request run alone on a Generator (no batching, no cache); every block comes back; eviction
 // inside a sequence is refused by name.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -39,6 +41,10 @@ const std::vector<uint8_t>& ModelBytes(const std::string& name) {
     s.final_softcap = 8.f;
   } else if (name == "phi3") {
     s.rope_original_context = 64;  // the long LongRoPE factors at the engine's context of 512
+  } else if (name == "gpt-oss") {  // sinks, biases, a biased router over 4 experts, YaRN
+    s.moe = {.num_experts = 4, .num_used = 2, .expert_ffn = 32};
+    s.yarn_factor = 4.f;
+    s.yarn_original_context = 64;
   }
   auto writer = BuildSyntheticModel(s);
   EXPECT_TRUE(writer.ok()) << writer.status().ToString();
@@ -126,16 +132,16 @@ TEST_P(WindowEngine, CachedBatchedPreemptedGreedyEqualsEachRequestAlone) {
   EXPECT_EQ(st.kv.num_free + st.kv.num_cached, st.kv.num_blocks);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, WindowEngine,
-                         ::testing::Values(Case{"gemma2", KvDtype::kF16},
-                                           Case{"gemma3", KvDtype::kF16},
-                                           Case{"gemma3", KvDtype::kInt8},
-                                           Case{"mistral", KvDtype::kF16},
-                                           Case{"phi3", KvDtype::kF16}),
-                         [](const auto& param_info) {
-                           return std::string(param_info.param.name) + "_" +
-                                  std::string(KvDtypeName(param_info.param.dtype));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, WindowEngine,
+    ::testing::Values(Case{"gemma2", KvDtype::kF16}, Case{"gemma3", KvDtype::kF16},
+                      Case{"gemma3", KvDtype::kInt8}, Case{"mistral", KvDtype::kF16},
+                      Case{"phi3", KvDtype::kF16}, Case{"gpt-oss", KvDtype::kF16}),
+    [](const auto& param_info) {
+      std::string name = param_info.param.name;
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name + "_" + std::string(KvDtypeName(param_info.param.dtype));
+    });
 
 // Eviction moves slots under the windows, which count slots back from each query: refused.
 TEST(WindowEngineEviction, IsRefusedByName) {

@@ -50,6 +50,14 @@ SyntheticModelSpec SmallSpec(std::string_view name) {
     s.moe.num_used = 2;
     s.moe.expert_ffn = name == "mixtral" ? 0 : 32;  // Mixtral's experts have ffn rows
     if (name == "mixtral") s.ffn = 48;
+  } else if (name == "gpt-oss") {
+    // Every other layer a 5-slot window, sinks, biases, 4 experts of 32 (2 used) chosen by a
+    // softmax over their logits, the clamped SwiGLU, YaRN.
+    s.sliding_window = 5;
+    s.head_dim = 32;
+    s.moe = {.num_experts = 4, .num_used = 2, .expert_ffn = 32};
+    s.yarn_factor = 4.f;
+    s.yarn_original_context = 16;
   } else if (name == "phi3") {
     s.sliding_window = 5;
     s.context_length = 64;
@@ -174,7 +182,7 @@ TEST_P(ForwardTest, OneBatchOfSeveralSequencesEqualsEachAlone) {
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest,
                          ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe", "mixtral",
                                            "deepseek2", "deepseek2-qlora", "gemma2-swa",
-                                           "gemma3-swa", "mistral-swa", "phi3"),
+                                           "gemma3-swa", "mistral-swa", "phi3", "gpt-oss"),
                          [](const auto& param_info) {
                            std::string n = param_info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -487,6 +487,66 @@ TEST(AttentionFast, SlidingWindowAndSoftCap) {
   }
 }
 
+// gpt-oss's learned sinks: one more logit per query head in each row's softmax, for no value.
+// The kernel against the reference, whole tiles against partitions merged, with and without a
+// window (sinks large and small against the scores).
+TEST(AttentionFast, SinksMatchTheReferenceHoweverTheWorkIsSplit) {
+  IsaGuard guard;
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int group = 4, head_dim = 64, len = 1100;
+  for (const std::string& isa : Isas()) {
+    ASSERT_TRUE(SetAttentionIsa(isa));
+    for (KvDtype dtype : {KvDtype::kF16, KvDtype::kInt8}) {
+      Arena a(dtype, head_dim, 16, 1, len, rng);
+      for (int window : {0, 128}) {
+        for (float sink_level : {-3.f, 0.f, 6.f}) {
+          std::vector<float> sinks(group);
+          for (float& x : sinks) x = sink_level + nd(rng);
+          std::vector<float> q(static_cast<size_t>(group) * head_dim);
+          for (float& x : q) x = nd(rng);
+          const float scale = 1.f / std::sqrt(static_cast<float>(head_dim));
+          for (int n : {1, 100, len}) {
+            AttentionTile t;
+            std::vector<float> got(q.size(), -1.f), merged(q.size(), -1.f), want(q.size());
+            t.q = q.data();
+            t.out = got.data();
+            t.group = group;
+            t.first_slots = n;
+            t.block_table = a.table;
+            t.window = window;
+            t.sinks = sinks.data();
+            AttendTile(t, a.view, scale);
+            std::vector<float> scratch(AttentionScratchFloats(n, group, head_dim));
+            AttendGroupReference(q.data(), group, 0, a.view, a.table, n, scale, scratch.data(),
+                                 want.data(), AttentionFirstSlot(n, window), 0.f, sinks.data());
+            double max_ref = 0;
+            for (float x : want) max_ref = std::max(max_ref, std::fabs(static_cast<double>(x)));
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 + 3e-5 * max_ref)
+                  << isa << " " << KvDtypeName(dtype) << " window=" << window << " n=" << n;
+            }
+            // Partitions, merged with each row's sink.
+            const int np = AttentionPartitions(n), p0 = AttentionTileFirstPartition(t);
+            const size_t pf = AttentionPartialFloats(head_dim);
+            std::vector<float> partials(static_cast<size_t>(np) * group * pf);
+            for (int p = p0; p < np; ++p) {
+              AttendTilePartition(t, a.view, scale, p, partials.data() + p * group * pf);
+            }
+            for (int g = 0; g < group; ++g) {
+              MergeAttentionPartials(partials.data() + (static_cast<size_t>(p0) * group + g) * pf,
+                                     np - p0, static_cast<int64_t>(group * pf), head_dim,
+                                     merged.data() + g * head_dim, nullptr, sinks[g]);
+            }
+            ASSERT_EQ(0, std::memcmp(merged.data(), got.data(), got.size() * sizeof(float)))
+                << isa << " " << KvDtypeName(dtype) << " window=" << window << " n=" << n;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvserve
 

@@ -21,7 +21,7 @@ struct MakeModelOptions {
   std::string gating = "softmax";
   SyntheticMlaSpec mla;
   std::string kv_b = "split";
-  int sliding_window = 0, rope_original_context = 0;
+  int sliding_window = 0, rope_original_context = 0, yarn_original_context = 4096;
   float attn_softcap = 0.f, final_softcap = 0.f;
 };
 
@@ -44,6 +44,9 @@ void RunMakeModel(const MakeModelOptions& o) {
   s.mla.split_kv_b = o.kv_b == "split";
   s.sliding_window = o.sliding_window;
   s.rope_original_context = o.rope_original_context;
+  s.yarn_factor = o.mla.yarn_factor;  // deepseek2 writes its own YaRN keys from the same flag
+  s.yarn_original_context = o.yarn_original_context;
+  if (o.arch == "deepseek2") s.mla.yarn_original_context = o.yarn_original_context;
   s.attn_softcap = o.attn_softcap;
   s.final_softcap = o.final_softcap;
   const auto type = ParseGgmlType(o.type);
@@ -74,9 +77,9 @@ void AddMakeModelCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("make-model", "Write a synthetic GGUF model with random weights");
   cmd->add_option("--out", o->out, "Output GGUF path")->required();
   cmd->add_option("--arch", o->arch,
-                  "llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3 or phi3")
-      ->check(CLI::IsMember(
-          {"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "gemma2", "gemma3", "phi3"}));
+                  "llama, qwen2, qwen3, qwen3moe, deepseek2, gemma2, gemma3, phi3 or gpt-oss")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "deepseek2", "gemma2", "gemma3",
+                             "phi3", "gpt-oss"}));
   cmd->add_option("--layers", o->layers, "Transformer blocks");
   cmd->add_option("--hidden", o->hidden, "Embedding length");
   cmd->add_option("--heads", o->heads, "Attention heads");
@@ -115,7 +118,11 @@ void AddMakeModelCommand(CLI::App& app) {
   cmd->add_option("--v-head", o->mla.v_head, "Per-head value dims");
   cmd->add_option("--kv-b", o->kv_b, "split (attn_k_b, attn_v_b) or combined (attn_kv_b)")
       ->check(CLI::IsMember({"split", "combined"}));
-  cmd->add_option("--yarn-factor", o->mla.yarn_factor, "YaRN context factor (deepseek2; 0: none)");
+  cmd->add_option("--yarn-factor", o->mla.yarn_factor,
+                  "YaRN context factor (deepseek2, gpt-oss, any arch; 0: none)");
+  cmd->add_option("--yarn-original-context", o->yarn_original_context,
+                  "YaRN's original context length")
+      ->check(CLI::PositiveNumber);
   // Sliding windows and gemma's soft-caps.
   cmd->add_option("--sliding-window", o->sliding_window,
                   "attention.sliding_window: every layer of a llama (Mistral v0.1), the local "
