@@ -33,6 +33,11 @@ Block layouts (ggml-common.h), elements per block / bytes per block:
      sub-block j is bit j of qh[l]; x = d * sc_j * q - dmin * m_j)
   Q6_K 256/210 u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
     (x = d * scales[i // 16] * (q - 32), q a 6-bit value from ql nibbles and qh 2-bit fields)
+  MXFP4 32/17  u8 e (E8M0 shared scale); u8 qs[16] (E2M1 codes)
+    (OCP Microscaling Formats v1.0: x = 2^(e - 127) * E2M1(code); E2M1 is sign | 2-bit exponent
+     | 1-bit mantissa: codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6 and codes 8..15 their
+     negatives; element j < 16 is the low nibble of qs[j], element j + 16 the high nibble;
+     e = 255, NaN in the OCP format, is decoded by ggml as the number 2^128)
 
 Usage:
   f = GGUFFile("model.gguf"); f.metadata["general.architecture"]; f.tensor("token_embd.weight")
@@ -91,6 +96,7 @@ GGML_TYPES = {
         GgmlType("Q5_K", 13, 256, 176),
         GgmlType("Q6_K", 14, 256, 210),
         GgmlType("BF16", 30, 1, 2),
+        GgmlType("MXFP4", 39, 32, 17),
     ]
 }
 GGML_TYPE_BY_NAME = {t.name: t for t in GGML_TYPES.values()}
@@ -379,9 +385,22 @@ def dq_q6_k(raw):
     return (d[:, None] * scale * q).reshape(-1)
 
 
+# E2M1 (FP4) code -> value: sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0; exponent 0
+# is subnormal (0 or 0.5).
+E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                        -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
+
+
+def dq_mxfp4(raw):
+    b = _blocks(raw, GGML_TYPE_BY_NAME["MXFP4"])               # [nb, 17]
+    scale = np.ldexp(1.0, b[:, 0].astype(np.int64) - 127)       # [nb] 2^(e-127), exact in f64
+    q = _low_high_nibbles(b[:, 1:17])                           # [nb, 32] codes
+    return (scale[:, None] * E2M1_VALUES[q]).astype(np.float32).reshape(-1)
+
+
 DEQUANTIZERS = {
     0: dq_f32, 1: dq_f16, 30: dq_bf16, 2: dq_q4_0, 3: dq_q4_1, 6: dq_q5_0, 7: dq_q5_1,
-    8: dq_q8_0, 12: dq_q4_k, 13: dq_q5_k, 14: dq_q6_k,
+    8: dq_q8_0, 12: dq_q4_k, 13: dq_q5_k, 14: dq_q6_k, 39: dq_mxfp4,
 }
 
 

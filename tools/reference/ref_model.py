@@ -34,8 +34,16 @@ Supported `general.architecture` values and what they change (llama.cpp's conven
              windowed when `attention.sliding_window` > 0 (absent: llama.cpp's defaults for the
              released Phi-3 shapes, else an error); output.weight (llama.cpp's February 2025
              loader requires it; without it the output is tied, as for the others).
+  gpt-oss  : NEOX rope over the whole head (head size = key_length = rope.dimension_count);
+             q/k/v and output biases; attention sinks; sliding window
+             `attention.sliding_window` (required) on layers il % 2 == 0 (or
+             `attention.sliding_window_pattern`); every FFN a mixture of biased experts with
+             the clamped SwiGLU and softmax-over-the-chosen routing (the gpt-oss block below).
   Any architecture with `{arch}.attention.sliding_window` W > 0 and no pattern of its own
   (llama: Mistral 7B v0.1, phi3) windows every layer.
+  Attention sinks (gpt-oss; any non-MLA file with blk.N.attn_sinks.weight [heads]): head h's
+  softmax over its keys gets one more logit, sink[h], not scaled, whose probability is dropped:
+  p_j = exp(s_j - m) / (sum_i exp(s_i - m) + exp(sink[h] - m)) (ggml_soft_max_add_sinks).
 
 LongRoPE (phi3; llama.cpp's build_rope_factors and the phi3 converter): the file holds
 rope_factors_short.weight and rope_factors_long.weight [n_rot/2]; the model divides pair i's
@@ -62,11 +70,29 @@ row * sqrt(hidden):
   gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); ggml's CPU backend looks it up
   in a table of f16 values (GGML_GELU_FP16), which --ggml-activations reproduces.
 
+gpt-oss block (llama.cpp's llm_build_openai_moe_iswa, HF's GptOssDecoderLayer), per layer:
+  n = RMSNorm(x) * attn_norm;  q, k, v = Wq·n + bq, Wk·n + bk, Wv·n + bv
+  q, k = NEOX rope (YaRN as below: rope.scaling.type yarn, factor, original_context_length);
+  scores = q·k / sqrt(head_dim);  mask (window on the windowed layers);  softmax with the
+  head's sink;  h = x + Wo·attn + bo
+  m = RMSNorm(h) * post_attention_norm   (the FFN's input norm; no ffn_norm tensor)
+  router logits r = Wgate_inp·m + bgate_inp;  chosen = top-k of r;  w = softmax(r[chosen])
+  (no renormalisation, no scale);  per chosen expert e:
+    g = Wgate_e·m + bgate_e,  u = Wup_e·m + bup_e
+    a = min(g, 7) * sigmoid(1.702 * min(g, 7)) * (clamp(u, -7, 7) + 1)
+    y_e = Wdown_e·a + bdown_e
+  x' = h + sum_j w_j y_j;   logits = Woutput · (RMSNorm(x_L) * output_norm)  (untied)
+  Expert biases: ffn_gate_exps.bias / ffn_up_exps.bias GGUF dims [expert_ffn, E],
+  ffn_down_exps.bias [hidden, E], ffn_gate_inp.bias [E]. The converter de-interleaves HF's
+  gate_up_proj (gate = columns 0, 2, 4, ..., up = 1, 3, 5, ...) into ffn_gate_exps /
+  ffn_up_exps, so the file's gate and up rows are used as they are.
+
 Mixture of experts (llama.cpp's build_moe_ffn), for one token with FFN input m:
   probs = softmax(Wgate_inp·m) or sigmoid(Wgate_inp·m)   (expert_gating_func 1 / 2)
   chosen = top-k of probs + exp_probs_b (the bias only chooses; absent -> probs); with
            expert_group_count G > 1 first keep the expert_group_used_count groups whose two
            best biased probs sum highest
+  (gpt-oss: probs = the logits themselves, and w = softmax over the k chosen logits)
   w_j = probs[chosen_j]; if norm: w /= max(sum w, 2^-14); if scale not in {0, 1}: w *= scale
   out = sum_j w_j * down_j(silu(gate_j·m) * up_j·m)  [+ shared expert silu(gate_sh·m)*up_sh·m
         through down_sh, unweighted, deepseek2]
@@ -100,6 +126,7 @@ the deepseek2 graph). s = rope.scaling.factor (1 without scaling), yarn => ext =
            times rope.scaling.attn_factor (default 1);  mscale(s, m) = 1 + 0.1 m ln s (s > 1)
   rope multiplies cos and sin by attn_ctx * (1 + 0.1 ln s) under YaRN (so 1 for deepseek2 with
   a yarn_log_multiplier), by attn_ctx otherwise.
+  (gpt-oss: YaRN without yarn_log_multiplier, so cos and sin carry 1 + 0.1 ln s.)
   kq_scale = 1/sqrt(head_dim), and for deepseek2
   kq_scale = (attn_ctx * (1 + 0.1 ln s) * (1 + 0.1 M ln s))^2 / sqrt(nope + rope)
   where M = rope.scaling.yarn_log_multiplier / 0.1 (the converter writes 0.1 * mscale_all_dim,
@@ -109,7 +136,7 @@ Where each rule was read in llama.cpp, and the self-test that pins it: tools/ref
 
 Per layer:  h = x + Wo · Attn(RoPE(Wq·n), RoPE(Wk·n), Wv·n),  n = RMSNorm(x) * attn_norm
             x' = h + Wdown · (silu(Wgate·m) * (Wup·m)),       m = RMSNorm(h) * ffn_norm
-            (or the MoE above in place of the FFN; Gemma: the block above)
+            (or the MoE above in place of the FFN; Gemma, gpt-oss: the blocks above)
 Logits = Woutput · (RMSNorm(x_L) * output_norm); output.weight absent -> token_embd (tied).
 
 CLI:
@@ -135,7 +162,9 @@ from gguf_ref import GGUFFile  # noqa: E402
 # biases, per-head q/k norms, mixture-of-experts FFNs ("moe": always, "optional": when
 # expert_count > 0), multi-head latent attention, and the Gemma block ("gemma": embeddings
 # scaled by sqrt(hidden), post-attention / post-FFN norms, GeGLU, its own attention scale),
-# and phi3's fused attn_qkv / ffn_up with LongRoPE factor sets ("fused").
+# phi3's fused attn_qkv / ffn_up with LongRoPE factor sets ("fused"), and gpt-oss ("oai":
+# attention sinks, an output bias, post_attention_norm as the FFN's input norm, biased experts
+# with the clamped SwiGLU, softmax over the chosen router logits).
 ARCHITECTURES = {
     "llama": {"rope": "adjacent", "qkv_bias": False, "qk_norm": False, "moe": "optional"},
     "qwen2": {"rope": "neox", "qkv_bias": True, "qk_norm": False, "moe": "never"},
@@ -149,13 +178,16 @@ ARCHITECTURES = {
                "gemma": True},
     "phi3": {"rope": "neox", "qkv_bias": False, "qk_norm": False, "moe": "never",
              "fused": True},
+    "gpt-oss": {"rope": "neox", "qkv_bias": True, "qk_norm": False, "moe": "always",
+                "oai": True},
 }
 # Sliding-window defaults (llama.cpp's hyper-parameter loading): gemma2 has a window of 4096
 # when the file has none and windows every other layer; gemma3 windows 5 of every 6 layers, and
 # its windowed ("local") layers use rope base 10000 without rope scaling. Other architectures
 # window every layer when the file has `{arch}.attention.sliding_window` (Mistral 7B v0.1).
 GEMMA2_DEFAULT_WINDOW = 4096
-SWA_PATTERN = {"gemma2": 2, "gemma3": 6}   # layer il windowed iff il % P < P - 1; 0: all layers
+SWA_PATTERN = {"gemma2": 2, "gemma3": 6,  # layer il windowed iff il % P < P - 1; 0: all layers
+               "gpt-oss": 2}
 GEMMA3_LOCAL_ROPE_BASE = 10000.0
 # gemma2 always soft-caps (llama.cpp's defaults when a file has no softcapping keys).
 GEMMA2_DEFAULT_SOFTCAP = {"attn": 50.0, "final": 30.0}
@@ -170,6 +202,9 @@ PHI3_LEGACY_WINDOWS = {(32, None, 4096): 2047, (40, None, 4096): 2047,   # mini 
                        (40, None, 131072): 131072}                        # medium 128k
 MLA_FORMS = ("decompressed", "absorbed")
 GATING = {1: "softmax", 2: "sigmoid"}  # expert_gating_func
+# gpt-oss experts (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE, HF's GptOssExperts): the clamped SwiGLU.
+OAI_SWIGLU_ALPHA = 1.702
+OAI_SWIGLU_LIMIT = 7.0
 MIN_WEIGHT_SUM = 6.103515625e-5  # build_moe_ffn clamps the sum of the chosen weights (2^-14)
 
 
@@ -221,6 +256,10 @@ class Config:
     rope_orig_ctx: int = 0
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
+    # llama.cpp (ggml_rope_yarn_corr_dims) rounds the YaRN ramp's ends down / up to whole pair
+    # indices; HF's gpt-oss config says "truncate": false (ends used as computed). The
+    # reference follows llama.cpp; False gives HF's gpt-oss rope (for comparison only).
+    yarn_truncate: bool = True
     rope_attn_factor: float = 1.0   # rope.scaling.attn_factor
     yarn_log_mul: float = 0.0       # deepseek2: M = rope.scaling.yarn_log_multiplier / 0.1
     rope_mag: float = 1.0           # what rope multiplies cos and sin by (see the docstring)
@@ -231,7 +270,9 @@ class Config:
     expert_ffn_dim: int = 0
     n_expert_shared: int = 0
     n_dense_lead: int = 0           # leading layers with a dense FFN
-    expert_gating: str = "softmax"  # "softmax" | "sigmoid"
+    expert_gating: str = "softmax"  # "softmax" | "sigmoid" | "softmax_weight" (gpt-oss:
+                                    # top-k of the logits, softmax over the k chosen)
+    expert_act: str = "silu"        # "silu" (SwiGLU) | "swiglu_oai" (gpt-oss's clamped SwiGLU)
     expert_weights_norm: bool = False
     expert_weights_scale: float = 0.0  # 0 and 1 leave the weights alone
     n_expert_groups: int = 0
@@ -346,6 +387,16 @@ class Config:
             n_kv_heads = n_heads  # the decompressed heads; the file says 1 (latent MQA) or H
         elif value_dim != head_dim:
             raise ValueError("key_length != value_length is not supported")
+        if spec.get("oai"):
+            # llm_build_openai_moe_iswa cuts q, k and v into heads of n_rot values (and its
+            # loader sizes attn_q as n_head * n_rot), so the head is rope.dimension_count wide,
+            # all of it rotated; a file where that differs from key_length is not a gpt-oss file
+            # llama.cpp can run.
+            if n_rot != head_dim:
+                raise ValueError(f"{arch}: rope.dimension_count {n_rot} != key_length "
+                                 f"{head_dim}")
+            extra = dict(expert_ffn_dim=int(key("expert_feed_forward_length")),
+                         expert_gating="softmax_weight", expert_act="swiglu_oai")
         if n_heads % n_kv_heads:
             raise ValueError(f"head_count {n_heads} not a multiple of head_count_kv {n_kv_heads}")
         n_expert = int(key("expert_count", 0))
@@ -407,6 +458,9 @@ class Config:
             if window == 0:
                 raise ValueError(f"{arch}.attention.sliding_window missing (llama.cpp refuses "
                                  f"such a phi3 file unless it has a released Phi-3 shape)")
+        if window is None and arch == "gpt-oss":
+            raise ValueError(f"{arch}.attention.sliding_window missing (llama.cpp's gpt-oss "
+                             f"loader requires it)")
         if window is None:
             window = GEMMA2_DEFAULT_WINDOW if arch == "gemma2" else 0
         window = int(window)
@@ -424,6 +478,11 @@ class Config:
         else:
             period = SWA_PATTERN.get(arch, 0) if pattern is None else int(pattern)
             self.swa_layers = tuple(swa_layer(i, period) for i in range(self.n_layers))
+        base_swa = f.get(f"{arch}.rope.freq_base_swa")
+        if arch == "gpt-oss" and base_swa is not None and float(base_swa) != self.rope_base:
+            # Newer llama.cpp reads it for gpt-oss and then rotates the windowed layers with
+            # that base *and* the file's rope scaling; no released file has it.
+            raise ValueError(f"{arch}.rope.freq_base_swa != rope.freq_base is not supported")
         if arch == "gemma3":
             self.local_rope = True
             self.rope_base_swa = float(f.get(f"{arch}.rope.freq_base_swa",
@@ -503,11 +562,18 @@ class Weights:
             p = f"blk.{i}."
             layer = {"types": {}}
             self.load(layer, "attn_norm", p + "attn_norm.weight", (c.dim,))   # [dim]
-            self.load(layer, "ffn_norm", p + "ffn_norm.weight", (c.dim,))     # [dim]
-            # Gemma: RMSNorm of the attention output and of the FFN output (the stored
-            # weights already hold 1 + w: the converter adds 1 to every norm weight).
-            self.load(layer, "post_attn_norm", p + "post_attention_norm.weight", (c.dim,),
-                      not c.gemma)                                            # [dim]
+            if arch.get("oai"):
+                # gpt-oss: the FFN's input norm is HF's post_attention_layernorm, which
+                # the converter maps to post_attention_norm (llama.cpp's attn_post_norm);
+                # there is no ffn_norm and no norm of the attention output.
+                self.load(layer, "ffn_norm", p + "post_attention_norm.weight", (c.dim,))
+                layer["post_attn_norm"] = None
+            else:
+                self.load(layer, "ffn_norm", p + "ffn_norm.weight", (c.dim,))     # [dim]
+                # Gemma: RMSNorm of the attention output and of the FFN output (the stored
+                # weights already hold 1 + w: the converter adds 1 to every norm weight).
+                self.load(layer, "post_attn_norm", p + "post_attention_norm.weight",
+                          (c.dim,), not c.gemma)                                # [dim]
             self.load(layer, "post_ffn_norm", p + "post_ffw_norm.weight", (c.dim,),
                       not c.gemma)                                            # [dim]
             if c.mla:
@@ -554,6 +620,10 @@ class Weights:
             self.load(layer, "wk", p + "attn_k.weight", (kv_dim, c.dim))     # [kv_dim, dim]
             self.load(layer, "wv", p + "attn_v.weight", (kv_dim, c.dim))     # [kv_dim, dim]
         self.load(layer, "wo", p + "attn_output.weight", (c.dim, q_dim))     # [dim, q_dim]
+        oai = bool(arch.get("oai"))
+        self.load(layer, "bo", p + "attn_output.bias", (c.dim,), not oai)    # [dim]
+        # Attention sinks (gpt-oss; optional elsewhere): one learned logit per query head.
+        self.load(layer, "sinks", p + "attn_sinks.weight", (c.n_heads,), not oai)  # [H]
         bias = arch["qkv_bias"]
         self.load(layer, "bq", p + "attn_q.bias", (q_dim,), not bias)        # [q_dim]
         self.load(layer, "bk", p + "attn_k.bias", (kv_dim,), not bias)       # [kv_dim]
@@ -591,6 +661,12 @@ class Weights:
     def load_moe(self, layer, p, c: Config):
         E, F, D = c.n_expert, c.expert_ffn_dim, c.dim
         self.load(layer, "gate_inp", p + "ffn_gate_inp.weight", (E, D))            # [E, dim]
+        # gpt-oss: biases on the router logits and on each expert's three projections.
+        oai = c.expert_act == "swiglu_oai"
+        self.load(layer, "gate_inp_b", p + "ffn_gate_inp.bias", (E,), not oai)     # [E]
+        self.load(layer, "exp_gate_b", p + "ffn_gate_exps.bias", (E, F), not oai)  # [E, F]
+        self.load(layer, "exp_up_b", p + "ffn_up_exps.bias", (E, F), not oai)      # [E, F]
+        self.load(layer, "exp_down_b", p + "ffn_down_exps.bias", (E, D), not oai)  # [E, dim]
         self.load(layer, "exp_probs_b", p + "exp_probs_b.bias", (E,), optional=True)  # [E]
         if p + "ffn_gate_up_exps.weight" in self.file.tensors:
             self.load(layer, "exp_gate_up", p + "ffn_gate_up_exps.weight", (E, 2 * F, D))
@@ -652,6 +728,15 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def swiglu_oai(gate: np.ndarray, up: np.ndarray, alpha: float = OAI_SWIGLU_ALPHA,
+               limit: float = OAI_SWIGLU_LIMIT) -> np.ndarray:
+    """gpt-oss's clamped SwiGLU (llama.cpp's ggml_swiglu_oai, HF's GptOssExperts._apply_gate):
+    g = min(gate, limit), u = clamp(up, -limit, limit), g * sigmoid(alpha * g) * (u + 1)."""
+    g = np.minimum(gate, limit)
+    u = np.clip(up, -limit, limit)
+    return g * np.exp(-np.logaddexp(0.0, -alpha * g)) * (u + 1.0)  # sigmoid without overflow
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis, float64; -inf entries get probability 0."""
     m = np.max(x, axis=-1, keepdims=True)
@@ -659,11 +744,38 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
+def softmax_with_sink(x: np.ndarray, sink: float) -> np.ndarray:
+    """Softmax over the last axis with one more logit, `sink`, whose probability is dropped
+    (gpt-oss's attention sinks; ggml_soft_max_add_sinks, HF's eager_attention_forward):
+    p_j = exp(x_j - m) / (sum_i exp(x_i - m) + exp(sink - m)), m = max(max_i x_i, sink).
+    The rows then sum to less than 1: the sink only changes the normalisation."""
+    m = np.maximum(np.max(x, axis=-1, keepdims=True), sink)
+    e = np.exp(x - m)
+    return e / (np.sum(e, axis=-1, keepdims=True) + np.exp(sink - m))
+
+
+def attention_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask=None,
+                   softcap_c: float = 0.0, sink=None) -> np.ndarray:
+    """One head: q [T, hd], k [S, hd], v [S, hd] -> [T, hd]. Scores q.k * scale, soft-capped
+    (c > 0), masked (True = not seen), softmax over the keys (with the head's sink logit, which
+    is not scaled, when `sink` is given), times v."""
+    scores = q @ k.T * scale                                            # [T, S]
+    scores = softcap(scores, softcap_c)
+    if mask is not None:
+        scores = np.where(mask, -np.inf, scores)
+    att = softmax(scores) if sink is None else softmax_with_sink(scores, float(sink))
+    return att @ v                                                      # [T, hd]
+
+
 def route(logits: np.ndarray, c: Config, bias=None) -> tuple:
     """Router logits [T, E] -> (chosen experts [T, k], their weights [T, k]) as llama.cpp's
-    build_moe_ffn: gating function, selection bias (choice only), expert groups, top-k,
-    weights from the unbiased probabilities, optional renormalisation and scale."""
-    probs = softmax(logits) if c.expert_gating == "softmax" else sigmoid(logits)  # [T, E]
+    build_moe_ffn: gating function, selection bias (choice only), expert groups, top-k (ties:
+    the lower expert id), weights from the unbiased probabilities (softmax_weight: a softmax
+    over the chosen logits), optional renormalisation and scale."""
+    if c.expert_gating == "softmax_weight":  # gpt-oss: choose by the logits themselves
+        probs = logits                                                           # [T, E]
+    else:
+        probs = softmax(logits) if c.expert_gating == "softmax" else sigmoid(logits)  # [T, E]
     select = probs if bias is None else probs + bias                             # [T, E]
     n_tok, n_exp = select.shape
     if c.n_expert_groups > 1:
@@ -675,6 +787,8 @@ def route(logits: np.ndarray, c: Config, bias=None) -> tuple:
         select = np.where(dropped[..., None], -np.inf, g).reshape(n_tok, n_exp)
     chosen = np.argsort(-select, axis=-1, kind="stable")[:, :c.n_expert_used]     # [T, k]
     weights = np.take_along_axis(probs, chosen, axis=-1)                           # [T, k]
+    if c.expert_gating == "softmax_weight":  # a softmax over the k chosen logits
+        weights = softmax(weights)                                                 # [T, k]
     if c.expert_weights_norm:
         weights = weights / np.maximum(weights.sum(axis=-1, keepdims=True), MIN_WEIGHT_SUM)
     if c.expert_weights_scale not in (0.0, 1.0):
@@ -708,14 +822,14 @@ def _round_q8_blocks(x: np.ndarray, block: int, signed_max: bool) -> np.ndarray:
 def round_activations_like_ggml(x: np.ndarray, weight_type: str) -> np.ndarray:
     """x [T, n] -> x rounded to the type ggml's CPU matmul converts activations to before the
     dot products with weights of `weight_type` (its "vec_dot_type"): f16 for F16, bf16 for BF16,
-    q8_0 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 (q8_1 has the same values), q8_K for the K-quants."""
+    q8_0 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/MXFP4 (q8_1 has the same values), q8_K for the K-quants."""
     if weight_type == "F16":
         return x.astype(np.float16).astype(np.float64)
     if weight_type == "BF16":  # round-to-nearest-even on the top 16 bits of the f32
         bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
         bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
         return bits.astype(np.uint32).view(np.float32).astype(np.float64)
-    if weight_type in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
+    if weight_type in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4"):
         return _round_q8_blocks(x, 32, signed_max=False)
     if weight_type in ("Q4_K", "Q5_K", "Q6_K"):
         return _round_q8_blocks(x, 256, signed_max=True)
@@ -729,7 +843,8 @@ def rope_angles(c: Config, positions: np.ndarray, freq_factors, local: bool = Fa
     linear scaling: theta *= 1/factor.
     yarn (ggml's rope_yarn with ext_factor 1): a per-pair blend of the interpolated
     (theta/factor) and extrapolated (theta) angle, ramped between the "correction dims" computed
-    from beta_fast=32 / beta_slow=1 and original_context_length.
+    from beta_fast=32 / beta_slow=1 and original_context_length, rounded down / up to whole
+    pair indices as ggml_rope_yarn_corr_dims does (c.yarn_truncate; HF's gpt-oss: unrounded).
     cos and sin are multiplied by c.rope_mag: 1 + 0.1 * ln(factor) for YaRN, except deepseek2
     files with a yarn_log_multiplier, where llama.cpp's attn_factor cancels it to 1.
     local (gemma3's windowed layers): base c.rope_base_swa and no scaling at all.
@@ -749,8 +864,10 @@ def rope_angles(c: Config, positions: np.ndarray, freq_factors, local: bool = Fa
         def corr_dim(n_rotations):
             return (c.n_rot * math.log(c.rope_orig_ctx / (n_rotations * 2 * math.pi))
                     / (2 * math.log(c.rope_base)))
-        low = max(0.0, math.floor(corr_dim(c.yarn_beta_fast)))
-        high = min(c.n_rot - 1.0, math.ceil(corr_dim(c.yarn_beta_slow)))
+        low, high = corr_dim(c.yarn_beta_fast), corr_dim(c.yarn_beta_slow)
+        if c.yarn_truncate:  # llama.cpp; HF's gpt-oss config says "truncate": false
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(0.0, low), min(c.n_rot - 1.0, high)
         ramp = 1.0 - np.clip((i - low) / max(0.001, high - low), 0.0, 1.0)  # [n_rot/2]
         theta_interp = theta / c.rope_factor                       # [T, n_rot/2]
         theta = theta_interp * (1.0 - ramp) + theta * ramp
@@ -839,13 +956,15 @@ class Transformer:
             masked |= q_pos[:, None] - k_pos[None, :] >= window
         return masked
 
-    def attention(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    def attention(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                  sinks=None) -> np.ndarray:
         """q [T, H, hd], k/v [T, Hkv, hd] (new tokens) -> [T, H*hd]; appends k/v to the cache.
 
         Query t (absolute position n_past + t) attends to cached positions 0..n_past+t, or only
         to the last W of them on a layer with a sliding window W. Head h reads kv head
         h // (H / Hkv) (GQA; MQA when Hkv == 1, MHA when Hkv == H). Scores are soft-capped
-        (Gemma) after the scale and before the mask.
+        (Gemma) after the scale and before the mask. sinks [H] (gpt-oss): head h's softmax
+        has one more logit, sinks[h] (not scaled), whose probability is dropped.
         """
         c = self.config
         n_past = self.k_cache[layer].shape[0]
@@ -858,11 +977,9 @@ class Transformer:
         out = np.zeros((n_new, c.n_heads, c.head_dim))                  # [T, H, hd]
         for h in range(c.n_heads):
             kvh = h // group
-            scores = q[:, h, :] @ keys[:, kvh, :].T * c.kq_scale        # [T, S]
-            scores = softcap(scores, c.attn_softcap)                    # [T, S]
-            scores[mask] = -np.inf
-            att = softmax(scores)                                       # [T, S]
-            out[:, h, :] = att @ values[:, kvh, :]                      # [T, hd]
+            out[:, h, :] = attention_head(q[:, h, :], keys[:, kvh, :], values[:, kvh, :],
+                                          c.kq_scale, mask, c.attn_softcap,
+                                          None if sinks is None else sinks[h])  # [T, hd]
         return out.reshape(n_new, c.n_heads * c.head_dim)
 
     def mla_attention(self, layer: int, L: dict, xb: np.ndarray, cos, sin) -> np.ndarray:
@@ -931,14 +1048,21 @@ class Transformer:
         """Mixture of experts (+ shared experts): xb [T, dim] -> [T, dim]."""
         c, ty = self.config, L["types"]
         logits = self.linear(xb, L["gate_inp"], ty["gate_inp"])         # [T, E]
+        if L["gate_inp_b"] is not None:
+            logits = logits + L["gate_inp_b"]                           # [T, E]
         chosen, weights = route(logits, c, L["exp_probs_b"])            # [T, k] each
         out = np.zeros_like(xb)                                         # [T, dim]
         for e in np.unique(chosen):
             rows, slot = np.nonzero(chosen == e)                        # tokens routed to e
             x = xb[rows]                                                # [n, dim]
-            gate = silu(self.linear(x, L["exp_gate"][e], ty["exp_gate"]))  # [n, F]
+            gate = self.linear(x, L["exp_gate"][e], ty["exp_gate"])     # [n, F]
             up = self.linear(x, L["exp_up"][e], ty["exp_up"])           # [n, F]
-            y = self.linear(gate * up, L["exp_down"][e], ty["exp_down"])   # [n, dim]
+            if L["exp_gate_b"] is not None:  # gpt-oss
+                gate, up = gate + L["exp_gate_b"][e], up + L["exp_up_b"][e]
+            a = swiglu_oai(gate, up) if c.expert_act == "swiglu_oai" else silu(gate) * up
+            y = self.linear(a, L["exp_down"][e], ty["exp_down"])        # [n, dim]
+            if L["exp_down_b"] is not None:
+                y = y + L["exp_down_b"][e]                              # [n, dim]
             out[rows] += weights[rows, slot][:, None] * y
         if c.n_expert_shared:
             gate = silu(self.linear(xb, L["sh_gate"], ty["sh_gate"]))   # [T, S]
@@ -981,8 +1105,10 @@ class Transformer:
                 cs, sn = (cos_l, sin_l) if c.local_rope and c.is_swa_layer(li) else (cos, sin)
                 q = apply_rope(q, cs, sn, c.n_rot, c.rope_style)        # [T, H, hd]
                 k = apply_rope(k, cs, sn, c.n_rot, c.rope_style)        # [T, Hkv, hd]
-                att = self.attention(li, q, k, v)                       # [T, H*hd]
+                att = self.attention(li, q, k, v, L["sinks"])           # [T, H*hd]
             att = self.linear(att, L["wo"], ty["wo"])                   # [T, dim]
+            if L.get("bo") is not None:  # gpt-oss
+                att = att + L["bo"]                                     # [T, dim]
             if L["post_attn_norm"] is not None:
                 att = rmsnorm(att, L["post_attn_norm"], c.norm_eps)     # [T, dim]
             x = x + att                                                 # [T, dim]
@@ -1032,6 +1158,8 @@ def describe(c: Config) -> str:
         s += (f" ctx={c.ctx} orig_ctx={c.rope_orig_ctx} rope_factors="
               f"{'long' if c.long_rope_factors else 'short'} attn_factor="
               f"{c.rope_attn_factor:.6g}")
+    if c.expert_act != "silu":
+        s += f" expert_act={c.expert_act}"
     if c.gemma:
         s += (f" embed_scale={c.embed_scale:.6g} attn_softcap={c.attn_softcap:g} "
               f"final_softcap={c.final_softcap:g} act={c.ffn_act}")

@@ -17,11 +17,16 @@ What is checked:
   * for phi3: fused attn_qkv / ffn_up == the same weights as separate tensors, the LongRoPE
     factor set chosen by the context (short iff ctx <= original_context_length), and
     rope.scaling.attn_factor entering the scores squared;
+  * for gpt-oss: attention sinks on a hand-made head (a sink only rescales each row; -1e30 is no
+    sink), the clamped SwiGLU on hand values, the softmax-over-the-chosen router on hand-made
+    logits, every bias and the sinks mattering, HF's interleaved expert layout, the window
+    pattern and YaRN angles, and the whole fixture against a forward pass written from HF's
+    modeling_gpt_oss.py; MXFP4 blocks against the format definition;
   * kvserve `logits` vs the reference on synthetic models from `kvserve make-model` (MHA, GQA,
     MQA, qwen2 biases, qwen3 q/k norms with head_dim != hidden/heads, MoE, MLA, gemma2 / gemma3,
-    a windowed llama and phi3) x (F32, F16, Q8_0, Q4_K) x (f32, default f16 KV cache), with the
-    metric max|ours - ref| / max|ref| over all logits; phi3 also with `--ctx` picking either
-    LongRoPE factor set;
+    a windowed llama, phi3 and gpt-oss) x (F32, F16, Q8_0, Q4_K) x (f32, default f16 KV cache),
+    with the metric max|ours - ref| / max|ref| over all logits; phi3 also with `--ctx` picking
+    either LongRoPE factor set;
   * `--chunk 1 / 5 / full` give the same logits; greedy `kvserve run` ids equal the reference's;
   * kvserve and the reference on the gguf-py fixture files, and both against llama.cpp's own
     logits for those files where tests/data/models/*.llamacpp_logits.npy exist (phi3: also
@@ -116,6 +121,9 @@ def fixture_weights(path: Path) -> str:
     return "F32" if path.stem.endswith("-f32") else "mixed"
 
 RESULTS: list = []  # rows: (model, weights, kv, what, rel_err, bound)
+# Types without golden values in dequant_golden.npz (the gguf-py they were recorded with
+# predates them): checked against hand-made blocks and the format definition instead.
+HAND_CHECKED_TYPES = {"MXFP4"}
 
 # Synthetic model shapes. hidden, ffn and q_dim are multiples of 256 so Q4_K applies everywhere.
 SYNTHETIC = {
@@ -172,6 +180,13 @@ SYNTHETIC = {
     # on the prompt's length).
     "phi3": dict(arch="phi3", layers=2, hidden=256, heads=4, kv_heads=4, ffn=512, vocab=384,
                  window=8, context=256, rope_orig=64),
+    # gpt-oss: q/k/v/output biases, attention sinks, window 8 on layers 0 and 2, YaRN x4 from
+    # an original context of 64, 4 biased experts (2 used) with the clamped SwiGLU and a
+    # biased router; head_dim 64 != hidden / heads (q is 512 wide), as in the real models.
+    "gpt-oss": dict(arch="gpt-oss", layers=4, hidden=256, heads=8, kv_heads=2, ffn=256,
+                    vocab=384, head_dim=64, window=8, context=256,
+                    extra=["--experts", 4, "--experts-used", 2, "--expert-ffn", 256,
+                           "--yarn-factor", 4, "--yarn-original-context", 64]),
 }
 # `kvserve logits --ctx` values for the phi3 model: <= 64 short factors, > 64 long ones.
 PHI3_CTX = (64, 65, 256)
@@ -235,10 +250,38 @@ class ReaderTest(unittest.TestCase):
     def test_dequantizers_match_golden_values(self):
         golden = np.load(DATA / "dequant_golden.npz")
         for name, t in gguf_ref.GGML_TYPE_BY_NAME.items():
+            if name in HAND_CHECKED_TYPES:
+                continue
             with self.subTest(type=name):
                 raw, want = golden[name + "_raw"], golden[name + "_values"]
                 got = gguf_ref.dequantize(raw, t.type_id)
                 np.testing.assert_array_equal(got, want)
+
+    def test_mxfp4_from_the_format_definition(self):
+        """MXFP4 (ggml type 39) blocks assembled by hand: 1 E8M0 scale byte e, then 16 bytes
+        of E2M1 codes (element j < 16 = low nibble of byte j, element j + 16 = its high nibble);
+        value = 2^(e - 127) * E2M1(code), E2M1 = sign | 2-bit exponent (bias 1) | 1-bit
+        mantissa (OCP Microscaling Formats v1.0)."""
+        e2m1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+        codes = np.arange(16, dtype=np.uint8)
+        qs = codes | ((15 - codes) << 4)            # low nibbles 0..15, high nibbles 15..0
+        raw, want = [], []
+        for e, scale in [(127, 1.0), (130, 8.0), (120, 2.0 ** -7), (1, 2.0 ** -126),
+                         (0, 2.0 ** -127)]:
+            raw += [np.uint8(e), *qs]
+            want += [scale * v for v in e2m1] + [scale * v for v in e2m1[::-1]]
+        got = gguf_ref.dequantize(np.array(raw, dtype=np.uint8), 39)
+        self.assertEqual(got.dtype, np.float32)
+        np.testing.assert_array_equal(got, np.array(want, dtype=np.float32))
+        self.assertEqual(got[32 * 4 + 1], np.float32(2.0 ** -128))   # e = 0, code 1: subnormal
+        self.assertGreater(got[32 * 4 + 1], 0.0)
+        self.assertTrue(np.signbit(got[8]))                                     # -0.0
+        # Sizes: 17 bytes per 32 values.
+        t = gguf_ref.TensorInfo("w", (64, 3), 39, 0)
+        self.assertEqual((t.type_name, t.n_bytes), ("MXFP4", 6 * 17))
+        with self.assertRaises(gguf_ref.GGUFError):
+            gguf_ref.TensorInfo("w", (48, 2), 39, 0).n_bytes
 
     def test_reads_gguf_py_fixtures(self):
         files = sorted(FIXTURES.glob("gguf-py-*.gguf"))
@@ -248,7 +291,7 @@ class ReaderTest(unittest.TestCase):
                 f = gguf_ref.GGUFFile(str(path))
                 arch = f.metadata["general.architecture"]
                 self.assertIn(arch, ("llama", "qwen2", "qwen3", "qwen3moe", "deepseek2",
-                                     "gemma2", "gemma3", "phi3"))
+                                     "gemma2", "gemma3", "phi3", "gpt-oss"))
                 self.assertEqual(f.version, 3)
                 self.assertEqual(f.metadata["tokenizer.ggml.model"], "llama")
                 n_vocab = len(f.metadata["tokenizer.ggml.tokens"])
@@ -352,13 +395,15 @@ class ReferenceModelTest(unittest.TestCase):
         self.assertGreater(rel_err(m.logits(ids), want), 1e-3)
 
 
-# The mixture-of-experts / MLA fixtures written by tests/data/models/make_moe_fixtures.py:
-# file -> (arch, experts, used, shared, dense leading layers, gating, norm, scale).
+# The mixture-of-experts / MLA fixtures written by tests/data/models/make_moe_fixtures.py (and
+# make_gpt_oss_fixture.py): file -> (arch, experts, used, shared, dense leading layers, gating,
+# norm, scale).
 MOE_FIXTURES = {
     "gguf-py-qwen3moe-f32.gguf": ("qwen3moe", 8, 2, 0, 0, "softmax", True, 0.0),
     "gguf-py-mixtral-f32.gguf": ("llama", 4, 2, 0, 0, "softmax", True, 0.0),
     "gguf-py-deepseek2-lite-f32.gguf": ("deepseek2", 8, 2, 1, 1, "softmax", False, 1.0),
     "gguf-py-deepseek2-qlora-f32.gguf": ("deepseek2", 8, 3, 2, 1, "sigmoid", True, 2.5),
+    "gguf-py-gpt-oss-f32.gguf": ("gpt-oss", 4, 2, 0, 0, "softmax_weight", False, 0.0),
 }
 MLA_FIXTURES = ["gguf-py-deepseek2-lite-f32.gguf", "gguf-py-deepseek2-qlora-f32.gguf"]
 MLA_FORM_BOUND = 1e-12  # decompressed vs absorbed: the same math, float64 rounding apart
@@ -494,14 +539,15 @@ class MoeMlaReferenceTest(unittest.TestCase):
         self.assertEqual(chosen.tolist(), [[1, 0]])
 
 
-# The sliding-window / Gemma fixtures written by tests/data/models/make_swa_fixtures.py:
-# file -> (arch, layers, window, windowed layers ("L") / global ("G"), attention soft-cap,
-# final soft-cap, head_dim).
+# The sliding-window fixtures written by tests/data/models/make_swa_fixtures.py (and
+# make_phi3_fixture.py, make_gpt_oss_fixture.py): file -> (arch, layers, window, windowed
+# layers ("L") / global ("G"), attention soft-cap, final soft-cap, head_dim).
 SWA_FIXTURES = {
     "gguf-py-gemma2-f32.gguf": ("gemma2", 26, 8, "LG" * 13, 2.0, 5.0, 16),
     "gguf-py-gemma3-f32.gguf": ("gemma3", 6, 6, "LLLLLG", 0.0, 0.0, 32),
     "gguf-py-mistral-swa-f32.gguf": ("llama", 2, 8, "LL", 0.0, 0.0, 16),
     "gguf-py-phi3-f32.gguf": ("phi3", 2, 8, "LL", 0.0, 0.0, 16),
+    "gguf-py-gpt-oss-f32.gguf": ("gpt-oss", 4, 8, "LGLG", 0.0, 0.0, 32),
 }
 SWA_BOUND = 1e-12  # the same math in another order: float64 rounding apart
 
@@ -806,6 +852,346 @@ class Phi3ReferenceTest(unittest.TestCase):
                 config(*shape)
 
 
+GPT_OSS_FIXTURE = FIXTURES / "gguf-py-gpt-oss-f32.gguf"
+GPT_OSS_BOUND = 1e-12  # the same math in another order: float64 rounding apart
+
+
+def hf_yarn_inv_freq(head_dim: int, base: float, factor: float, orig_ctx: int,
+                     truncate: bool) -> tuple:
+    """HF's _compute_yarn_parameters (modeling_rope_utils.py) for rope_type "yarn" without
+    mscale keys: (inv_freq [head_dim / 2], attention_factor). truncate=False is gpt-oss's
+    config; llama.cpp always rounds the ends (truncate=True)."""
+    def corr_dim(rotations):
+        return head_dim * math.log(orig_ctx / (rotations * 2 * math.pi)) / (2 * math.log(base))
+    low, high = corr_dim(32.0), corr_dim(1.0)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(head_dim // 2) - low) / (high - low), 0, 1)
+    pos_freqs = base ** (np.arange(0, head_dim, 2) / head_dim)
+    extrapolation = 1 - ramp
+    inv_freq = 1 / (factor * pos_freqs) * (1 - extrapolation) + 1 / pos_freqs * extrapolation
+    return inv_freq, 0.1 * math.log(factor) + 1.0
+
+
+def hf_gpt_oss_moe(x, router_w, router_b, gate_up, gate_up_b, down, down_b, top_k):
+    """HF's GptOssMLP on rows x [T, D], HF's parameter layout: router_w [E, D], gate_up
+    [E, D, 2F] (x @ gate_up; gate = even columns, up = odd ones), gate_up_b [E, 2F], down
+    [E, F, D], down_b [E, D]; top-k of the router logits, softmax over those k."""
+    logits = x @ router_w.T + router_b                                 # [T, E]
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        top = np.argsort(-logits[t], kind="stable")[:top_k]
+        w = np.exp(logits[t, top] - logits[t, top].max())
+        w /= w.sum()
+        for e, we in zip(top, w):
+            gu = x[t] @ gate_up[e] + gate_up_b[e]                      # [2F]
+            gate = np.minimum(gu[::2], 7.0)
+            up = np.clip(gu[1::2], -7.0, 7.0)
+            glu = gate / (1 + np.exp(-1.702 * gate))
+            out[t] += we * (((up + 1) * glu) @ down[e] + down_b[e])
+    return out
+
+
+def hf_layout_experts(L: dict) -> tuple:
+    """The reference's split expert tensors put back into HF's layout, inverting the
+    converter's gate = gate_up[..., ::2], up = gate_up[..., 1::2] and its transposes."""
+    E, F, D = L["exp_gate"].shape
+    gate_up = np.empty((E, D, 2 * F))
+    gate_up[:, :, 0::2] = L["exp_gate"].transpose(0, 2, 1)
+    gate_up[:, :, 1::2] = L["exp_up"].transpose(0, 2, 1)
+    gate_up_b = np.empty((E, 2 * F))
+    gate_up_b[:, 0::2], gate_up_b[:, 1::2] = L["exp_gate_b"], L["exp_up_b"]
+    return gate_up, gate_up_b, L["exp_down"].transpose(0, 2, 1), L["exp_down_b"]
+
+
+def hf_gpt_oss_logits(path: Path, ids: list, truncate: bool) -> np.ndarray:
+    """A straight-line gpt-oss forward pass written from HF's modeling_gpt_oss.py (eager
+    attention with sinks, sliding_attention on even layers, YaRN rope with its
+    attention_factor on cos and sin, GptOssMLP), reading the GGUF tensors directly with
+    gguf_ref (the converter's names and layout), independent of ref_model.Transformer."""
+    f = gguf_ref.GGUFFile(str(path))
+    md = f.metadata
+    g = lambda k: md["gpt-oss." + k]                                   # noqa: E731
+    t = lambda n: f.tensor(n).astype(np.float64)                       # noqa: E731
+    H, Hkv, hd, eps = (g("attention.head_count"), g("attention.head_count_kv"),
+                       g("attention.key_length"), g("attention.layer_norm_rms_epsilon"))
+    W, k_used = g("attention.sliding_window"), g("expert_used_count")
+    inv_freq, att_factor = hf_yarn_inv_freq(hd, g("rope.freq_base"), g("rope.scaling.factor"),
+                                            g("rope.scaling.original_context_length"),
+                                            truncate)
+    T = len(ids)
+    freqs = np.arange(T)[:, None] * inv_freq[None, :]                  # [T, hd/2]
+    cos, sin = np.cos(freqs) * att_factor, np.sin(freqs) * att_factor
+
+    def rms(x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+    def rope(x):                                                       # [T, heads, hd]
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+
+    x = t("token_embd.weight")[ids]                                    # [T, D]
+    qpos, kpos = np.arange(T)[:, None], np.arange(T)[None, :]
+    for il in range(g("block_count")):
+        p = f"blk.{il}."
+        visible = kpos <= qpos
+        if il % 2 == 0:  # layer_types: "sliding_attention" iff (il + 1) % 2
+            visible &= kpos > qpos - W
+        n = rms(x, t(p + "attn_norm.weight"))
+        q = rope((n @ t(p + "attn_q.weight").T + t(p + "attn_q.bias")).reshape(T, H, hd))
+        k = rope((n @ t(p + "attn_k.weight").T + t(p + "attn_k.bias")).reshape(T, Hkv, hd))
+        v = (n @ t(p + "attn_v.weight").T + t(p + "attn_v.bias")).reshape(T, Hkv, hd)
+        sinks = t(p + "attn_sinks.weight")
+        o = np.zeros((T, H, hd))
+        for h in range(H):
+            kv = h // (H // Hkv)                                       # repeat_kv
+            w = q[:, h] @ k[:, kv].T / math.sqrt(hd)
+            w = np.where(visible, w, -np.inf)
+            comb = np.concatenate([w, np.full((T, 1), sinks[h])], axis=1)
+            comb = np.exp(comb - comb.max(axis=1, keepdims=True))
+            o[:, h] = (comb / comb.sum(axis=1, keepdims=True))[:, :-1] @ v[:, kv]
+        x = x + o.reshape(T, H * hd) @ t(p + "attn_output.weight").T + t(p + "attn_output.bias")
+        m = rms(x, t(p + "post_attention_norm.weight"))
+        L = {"exp_gate": t(p + "ffn_gate_exps.weight"), "exp_up": t(p + "ffn_up_exps.weight"),
+             "exp_down": t(p + "ffn_down_exps.weight"),
+             "exp_gate_b": t(p + "ffn_gate_exps.bias"), "exp_up_b": t(p + "ffn_up_exps.bias"),
+             "exp_down_b": t(p + "ffn_down_exps.bias")}
+        x = x + hf_gpt_oss_moe(m, t(p + "ffn_gate_inp.weight"), t(p + "ffn_gate_inp.bias"),
+                               *hf_layout_experts(L), k_used)
+    return rms(x, t("output_norm.weight")) @ t("output.weight").T
+
+
+class GptOssReferenceTest(unittest.TestCase):
+    """The reference's gpt-oss (no kvserve needed): attention sinks, the clamped SwiGLU,
+    softmax-over-the-chosen routing, biases, the window pattern and YaRN, and the whole model
+    against a straight-line forward written from HF's modeling_gpt_oss.py. There are no
+    llama.cpp logits for it (see tools/reference/README.md)."""
+
+    def test_fixture_loads_with_the_written_config(self):
+        m = ref_model.Transformer(str(GPT_OSS_FIXTURE))
+        c, f = m.config, m.file
+        self.assertEqual((c.arch, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.head_dim,
+                          c.n_rot, c.rope_style, c.vocab_size),
+                         ("gpt-oss", 4, 64, 4, 2, 32, 32, "neox", 288))
+        self.assertEqual((c.n_expert, c.n_expert_used, c.expert_ffn_dim, c.expert_gating,
+                          c.expert_act, c.expert_weights_norm, c.expert_weights_scale),
+                         (4, 2, 32, "softmax_weight", "swiglu_oai", False, 0.0))
+        self.assertEqual((c.sliding_window, c.embed_scale, c.attn_softcap, c.final_softcap),
+                         (8, 1.0, 0.0, 0.0))
+        self.assertIn("output.weight", f.tensors)
+        for i, L in enumerate(m.weights.layers):
+            # The FFN's input norm is post_attention_norm; nothing normalises the attention
+            # output, and the file has no ffn_norm.
+            np.testing.assert_array_equal(L["ffn_norm"],
+                                          f.tensor(f"blk.{i}.post_attention_norm.weight"))
+            self.assertIsNone(L["post_attn_norm"])
+            self.assertNotIn(f"blk.{i}.ffn_norm.weight", f.tensors)
+            for k, shape in [("bq", (128,)), ("bk", (64,)), ("bv", (64,)), ("bo", (64,)),
+                             ("sinks", (4,)), ("gate_inp_b", (4,)), ("exp_gate_b", (4, 32)),
+                             ("exp_up_b", (4, 32)), ("exp_down_b", (4, 64))]:
+                self.assertEqual(L[k].shape, shape, k)
+
+    def test_sinks_of_minus_infinity_are_no_sinks(self):
+        """A sink logit of -1e30 adds exp(-1e30 - m) = 0 to each denominator: the logits of a
+        model without sinks. The fixture's sinks matter."""
+        m = ref_model.Transformer(str(GPT_OSS_FIXTURE))
+        ids = prompt_ids(288, 22, 24)
+        want = m.logits(ids)
+        for L in m.weights.layers:
+            L["sinks"] = np.full_like(L["sinks"], -1e30)
+        minus_inf = m.logits(ids)
+        for L in m.weights.layers:
+            L["sinks"] = None
+        none = m.logits(ids)
+        self.assertLessEqual(rel_err(minus_inf, none), GPT_OSS_BOUND)
+        self.assertGreater(rel_err(want, none), 1e-2)
+
+    def test_a_sink_changes_only_the_normalisation(self):
+        """On a hand-made head: with a sink s, row t of the output is the sink-free row times
+        Z_t / (Z_t + e^s), Z_t = sum over the visible keys of e^(scaled score); equal to HF's
+        form (a sink column joins the scores, the softmax, then the column is dropped)."""
+        q = np.array([[1.0, 0.0, 2.0, -1.0], [0.5, 1.0, -1.0, 2.0], [-1.0, 2.0, 0.0, 1.0]])
+        k = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0], [2.0, 0.0, -1.0, 1.0],
+                      [0.0, 0.0, 1.0, 1.0], [1.0, -1.0, 1.0, -1.0]])
+        v = np.arange(20.0).reshape(5, 4) - 7
+        scale, sink = 0.5, 0.7
+        mask = ref_model.Transformer.attention_mask(2, 3)   # rows see keys 0..2, 0..3, 0..4
+        plain = ref_model.attention_head(q, k, v, scale, mask)
+        sunk = ref_model.attention_head(q, k, v, scale, mask, sink=sink)
+        for t in range(3):
+            s = [scale * float(q[t] @ k[j]) for j in range(t + 3)]
+            z = sum(math.exp(x) for x in s)
+            np.testing.assert_allclose(sunk[t], z / (z + math.exp(sink)) * plain[t],
+                                       rtol=1e-14, atol=0)
+            want = sum(math.exp(x) * v[j] for j, x in enumerate(s)) / (z + math.exp(sink))
+            np.testing.assert_allclose(sunk[t], want, rtol=1e-14, atol=0)
+        scores = np.where(mask, -np.inf, q @ k.T * scale)
+        comb = np.concatenate([scores, np.full((3, 1), sink)], axis=1)
+        comb = np.exp(comb - comb.max(axis=1, keepdims=True))
+        hf = (comb / comb.sum(axis=1, keepdims=True))[:, :-1] @ v
+        np.testing.assert_allclose(sunk, hf, rtol=1e-14, atol=1e-15)
+        # -1e30 is no sink (bit for bit); a huge sink takes (nearly) all the weight, without
+        # overflow.
+        np.testing.assert_array_equal(
+            ref_model.attention_head(q, k, v, scale, mask, sink=-1e30), plain)
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            big = ref_model.attention_head(q, k, v, scale, mask, sink=1000.0)
+        np.testing.assert_array_equal(big, np.zeros_like(big))
+
+    def test_swiglu_oai_on_hand_values(self):
+        """min(g, 7) * sigmoid(1.702 min(g, 7)) * (clamp(u, -7, 7) + 1), by hand."""
+        def sig(x):
+            return 1 / (1 + math.exp(-x))
+        cases = [  # (gate, up, expected)
+            (0.0, 3.0, 0.0),
+            (1.0, 0.0, 1.0 * sig(1.702) * 1.0),                 # no clamp
+            (-2.0, 2.0, -2.0 * sig(-3.404) * 3.0),              # no clamp
+            (7.0, 7.0, 7.0 * sig(11.914) * 8.0),                # at the limits: no clamp
+            (6.5, -7.0, 6.5 * sig(11.063) * -6.0),
+            (10.0, 8.0, 7.0 * sig(11.914) * 8.0),               # both clamped
+            (8.0, -9.0, 7.0 * sig(11.914) * -6.0),              # both clamped, up from below
+            (3.0, -7.5, 3.0 * sig(5.106) * -6.0),               # up clamped from below
+            (-20.0, -20.0, -20.0 * sig(-34.04) * -6.0),         # gate has no lower clamp
+            (-20.0, 20.0, -20.0 * sig(-34.04) * 8.0),
+        ]
+        g = np.array([c[0] for c in cases])
+        u = np.array([c[1] for c in cases])
+        np.testing.assert_allclose(ref_model.swiglu_oai(g, u), [c[2] for c in cases],
+                                   rtol=1e-14, atol=0)
+        # Very negative gates: 0, without overflow.
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            self.assertEqual(ref_model.swiglu_oai(np.array([-1000.0]), np.array([1.0]))[0],
+                             0.0)
+
+    def test_softmax_weight_routing(self):
+        """gpt-oss's router on hand-made logits: the k largest logits (ties: the lower expert
+        id), weights a softmax over those k only; no renormalisation or scale."""
+        c = ref_model.Config(arch="gpt-oss", n_layers=1, dim=1, ffn_dim=0, n_heads=1,
+                             n_kv_heads=1, head_dim=1, n_rot=0, vocab_size=1, norm_eps=1e-6,
+                             rope_base=1e4, rope_style="neox", n_expert=4, n_expert_used=2,
+                             expert_gating="softmax_weight")
+        logits = np.array([[0.0, 2.0, 1.0, -1.0], [1.0, 3.0, 3.0, 0.0],
+                           [3.0, 1.0, 3.0, 3.0], [-5.0, -4.0, -3.0, -2.0]])
+        chosen, w = ref_model.route(logits, c)
+        self.assertEqual(chosen.tolist(), [[1, 2], [1, 2], [0, 2], [3, 2]])
+        e = math.e
+        np.testing.assert_allclose(w, [[e / (e + 1), 1 / (e + 1)], [0.5, 0.5], [0.5, 0.5],
+                                       [e / (e + 1), 1 / (e + 1)]], rtol=1e-15, atol=0)
+        # Not the full softmax's probabilities of the chosen experts (which sum to < 1).
+        full = np.exp(logits[0]) / np.exp(logits[0]).sum()
+        self.assertGreater(abs(w[0, 0] - full[1]), 0.05)
+        # One expert used: weight 1.
+        c.n_expert_used = 1
+        chosen, w = ref_model.route(logits, c)
+        self.assertEqual(chosen[:, 0].tolist(), [1, 1, 0, 3])
+        np.testing.assert_array_equal(w, np.ones((4, 1)))
+
+    def test_every_bias_and_the_sinks_matter(self):
+        """Each of the fixture's biases and its sinks changes the logits when zeroed, so a
+        reader that drops one cannot agree with the reference."""
+        m = ref_model.Transformer(str(GPT_OSS_FIXTURE))
+        ids = prompt_ids(288, 23, 20)
+        want = m.logits(ids)
+        for key in ("bq", "bk", "bv", "bo", "sinks", "gate_inp_b", "exp_gate_b", "exp_up_b",
+                    "exp_down_b"):
+            saved = [L[key] for L in m.weights.layers]
+            for L in m.weights.layers:
+                L[key] = np.zeros_like(L[key])
+            self.assertGreater(rel_err(m.logits(ids), want), 1e-3, key)
+            for L, s in zip(m.weights.layers, saved):
+                L[key] = s
+
+    def test_hf_experts_equal_the_reference_moe(self):
+        """HF's GptOssMLP on its own layout (gate_up_proj interleaved: gate = even columns,
+        as the converter de-interleaves it) equals the reference's MoE on the split tensors;
+        reading gate and up the other way round is another model."""
+        m = ref_model.Transformer(str(GPT_OSS_FIXTURE))
+        x = np.random.default_rng(24).standard_normal((20, m.config.dim))
+        for i, L in enumerate(m.weights.layers):
+            with self.subTest(layer=i):
+                want = hf_gpt_oss_moe(x, L["gate_inp"], L["gate_inp_b"],
+                                      *hf_layout_experts(L), m.config.n_expert_used)
+                got = m.moe(L, x)
+                self.assertLessEqual(rel_err(got, want), GPT_OSS_BOUND)
+                swapped = dict(L, exp_gate=L["exp_up"], exp_up=L["exp_gate"],
+                               exp_gate_b=L["exp_up_b"], exp_up_b=L["exp_gate_b"])
+                self.assertGreater(rel_err(m.moe(swapped, x), want), 1e-2)
+
+    def test_window_pattern_and_required_keys(self):
+        """llama.cpp's set_swa_pattern(2) = HF's layer_types (sliding iff (il + 1) % 2): layers
+        0, 2, ... windowed; a sliding_window_pattern key (newer llama.cpp) overrides the period;
+        the window is required; the head is rope.dimension_count wide, all of it rotated."""
+        c = ref_model.Transformer(str(GPT_OSS_FIXTURE)).config
+        hf = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(4)]
+        self.assertEqual([c.is_swa_layer(i) for i in range(4)],
+                         [t == "sliding_attention" for t in hf])
+        self.assertEqual([c.layer_window(i) for i in range(4)], [8, 0, 8, 0])
+
+        def config(**changes):
+            f = gguf_ref.GGUFFile(str(GPT_OSS_FIXTURE))
+            for k, v in changes.items():
+                if v is None:
+                    del f.metadata["gpt-oss." + k]
+                else:
+                    f.metadata["gpt-oss." + k] = v
+            return ref_model.Config.from_gguf(f)
+        c4 = config(**{"attention.sliding_window_pattern": 4})
+        self.assertEqual([c4.is_swa_layer(i) for i in range(4)], [True, True, True, False])
+        self.assertEqual(config(**{"rope.freq_base_swa": 150000.0}).rope_base, 150000.0)
+        for bad in [{"attention.sliding_window": None}, {"rope.dimension_count": 16},
+                    {"rope.freq_base_swa": 10000.0}, {"expert_feed_forward_length": None}]:
+            with self.assertRaises(ValueError, msg=str(bad)):
+                config(**bad)
+
+    def test_yarn_rope_of_the_fixture(self):
+        """YaRN as ggml computes it: the ramp's ends n_rot ln(orig / (2 pi beta)) /
+        (2 ln base) for beta 32 and 1 are -1.54 and 3.12 here, rounded to 0 and 4; pair i
+        blends theta / 4 and theta with weight 1 - clamp(i / 4, 0, 1) on theta; cos and sin
+        carry 1 + 0.1 ln 4; q.k is scaled by 1 / sqrt(32)."""
+        m = ref_model.Transformer(str(GPT_OSS_FIXTURE))
+        c = m.config
+        self.assertEqual((c.rope_scaling, c.rope_factor, c.rope_orig_ctx, c.rope_base),
+                         ("yarn", 4.0, 64, 150000.0))
+        mag = 1 + 0.1 * math.log(4.0)
+        self.assertAlmostEqual(c.rope_mag, mag, delta=1e-15)
+        self.assertEqual(c.kq_scale, 1 / math.sqrt(32))
+        pos, i = np.arange(40), np.arange(16)
+        theta = pos[:, None] * 150000.0 ** (-2.0 * i / 32)
+        ramp = 1 - np.clip(i / 4.0, 0, 1)
+        want = theta / 4 * (1 - ramp) + theta * ramp
+        cos, sin = ref_model.rope_angles(c, pos, None)
+        np.testing.assert_allclose(cos, np.cos(want) * mag, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(sin, np.sin(want) * mag, rtol=0, atol=1e-15)
+        # HF's inv_freq with the ends rounded is the same rope.
+        inv_freq, att = hf_yarn_inv_freq(32, 150000.0, 4.0, 64, truncate=True)
+        np.testing.assert_allclose(pos[:, None] * inv_freq, want, rtol=1e-14, atol=0)
+        self.assertAlmostEqual(att, mag, delta=1e-15)
+
+    def test_model_equals_a_forward_written_from_hf(self):
+        """The whole fixture against hf_gpt_oss_logits (HF's formulas on the GGUF tensors)
+        with the YaRN ends rounded as llama.cpp rounds them: the same logits. With HF's own
+        gpt-oss setting (truncate false: ends 0 and 3.12 unrounded) the rope differs and so do
+        the logits; llama.cpp and the reference compute the rounded form."""
+        ids = json.loads((FIXTURES / "llamacpp_ids.json").read_text())["ids"]
+        want = ref_model.Transformer(str(GPT_OSS_FIXTURE)).logits(ids)
+        got = hf_gpt_oss_logits(GPT_OSS_FIXTURE, ids, truncate=True)
+        err = rel_err(got, want)
+        RESULTS.append(("gguf-py-gpt-oss-f32", "F32", "-", "HF-formula forward vs ref", err,
+                        GPT_OSS_BOUND))
+        self.assertLessEqual(err, GPT_OSS_BOUND)
+        untruncated = rel_err(hf_gpt_oss_logits(GPT_OSS_FIXTURE, ids, truncate=False), want)
+        self.assertGreater(untruncated, 1e-3)
+        m = ref_model.Transformer(str(GPT_OSS_FIXTURE))
+        m.config.yarn_truncate = False
+        self.assertLessEqual(rel_err(m.logits(ids),
+                                     hf_gpt_oss_logits(GPT_OSS_FIXTURE, ids, truncate=False)),
+                             GPT_OSS_BOUND)
+
+
 def path_stem(name: str) -> str:
     return name[:-len(".gguf")] if name.endswith(".gguf") else name
 
@@ -946,6 +1332,8 @@ class KvserveSyntheticTest(unittest.TestCase):
                                      (shape.get("attn_softcap"), shape.get("final_softcap")))
                 if shape["arch"] == "phi3":
                     self.check_phi3_file(f, c, shape, wtype)
+                if shape["arch"] == "gpt-oss":
+                    self.check_gpt_oss_file(f, c, shape)
 
     def check_phi3_file(self, f, c, shape, wtype):
         """phi3 as the converter writes it: fused attn_qkv [hidden, q + 2 kv] and ffn_up
@@ -969,6 +1357,36 @@ class KvserveSyntheticTest(unittest.TestCase):
         want = math.sqrt(1 + math.log(s) / math.log(shape["rope_orig"]))
         self.assertAlmostEqual(c.rope_attn_factor, want, delta=1e-6)
         self.assertIn("phi3.attention.sliding_window", f.metadata)
+
+    def check_gpt_oss_file(self, f, c, shape):
+        """gpt-oss as llama.cpp's loader wants it: every bias, the sinks, the router bias and
+        post_attention_norm (no ffn_norm); YaRN with the asked original context; the expert
+        shapes; layers 0, 2, ... windowed."""
+        D, H, hd = c.dim, c.n_heads, c.head_dim
+        E, F = c.n_expert, c.expert_ffn_dim
+        extra = shape["extra"]
+        self.assertEqual((E, c.n_expert_used, F),
+                         tuple(extra[extra.index(k) + 1] for k in
+                               ("--experts", "--experts-used", "--expert-ffn")))
+        want = {"attn_q.bias": (H * hd,), "attn_k.bias": (c.n_kv_heads * hd,),
+                "attn_v.bias": (c.n_kv_heads * hd,), "attn_output.bias": (D,),
+                "attn_sinks.weight": (H,), "post_attention_norm.weight": (D,),
+                "ffn_gate_inp.weight": (D, E), "ffn_gate_inp.bias": (E,),
+                "ffn_gate_exps.weight": (D, F, E), "ffn_up_exps.weight": (D, F, E),
+                "ffn_down_exps.weight": (F, D, E), "ffn_gate_exps.bias": (F, E),
+                "ffn_up_exps.bias": (F, E), "ffn_down_exps.bias": (D, E)}
+        for i in range(c.n_layers):
+            for name, dims in want.items():
+                self.assertEqual(f.tensors[f"blk.{i}.{name}"].dims, dims, f"blk.{i}.{name}")
+            self.assertNotIn(f"blk.{i}.ffn_norm.weight", f.tensors)
+            self.assertTrue(np.any(f.tensor(f"blk.{i}.attn_sinks.weight") != 0))
+        self.assertEqual((c.expert_gating, c.expert_act, c.expert_weights_norm),
+                         ("softmax_weight", "swiglu_oai", False))
+        self.assertEqual((c.rope_scaling, c.rope_factor, c.rope_orig_ctx),
+                         ("yarn", float(extra[extra.index("--yarn-factor") + 1]),
+                          extra[extra.index("--yarn-original-context") + 1]))
+        self.assertEqual("".join("L" if c.is_swa_layer(i) else "G" for i in range(c.n_layers)),
+                         "LG" * (c.n_layers // 2))
 
     def test_logits_match_reference(self):
         for name, wtype in self.models:
@@ -1011,7 +1429,8 @@ class KvserveSyntheticTest(unittest.TestCase):
                     ("chunk 5, block 3", ["--chunk", 5, "--block-size", 3])]
         # The windowed models too: a window that slides across chunk and block boundaries.
         for name, wtype in [("llama-gqa", "F32"), ("qwen3-qknorm", "Q4_K"),
-                            ("gemma2-swa", "F32"), ("gemma3-swa", "Q4_K"), ("phi3", "Q8_0")]:
+                            ("gemma2-swa", "F32"), ("gemma3-swa", "Q4_K"), ("phi3", "Q8_0"),
+                            ("gpt-oss", "Q8_0")]:
             vocab = SYNTHETIC[name]["vocab"]
             ids = prompt_ids(vocab, 8)
             for kv, flags in [("f32", ["--cache-type-k", "f32", "--cache-type-v", "f32"]),
