@@ -316,7 +316,9 @@ double DecodeSteps(Bench& b, int num_seqs, int context, int steps, std::vector<f
 // Attention alone for one decode token of sequence 0 over `context` cached slots, every layer and
 // KV head, the KV heads of a layer spread over the pool as Model::Attend does for one decode
 // token; seconds per step (median of `steps`).
-double AttentionStep(Bench& b, int context, int steps) {
+// With `windows`, each layer attends as the model's does (sliding-window layers their window
+// only); without, every layer attends the whole context.
+double AttentionStep(Bench& b, int context, int steps, bool windows = true) {
   const ModelConfig& c = b.model->config();
   const KvLayout& l = b.kv->layout();
   // Query heads of the cache's head size: for MLA the absorbed queries over the latent.
@@ -331,8 +333,10 @@ double AttentionStep(Bench& b, int context, int steps) {
   const bool split = l.num_kv_heads < b.pool->num_threads() && parts > 1 && AttentionCanSplit(c.head_dim);
   const size_t pf = AttentionPartialFloats(c.head_dim);
   std::vector<float> partials(static_cast<size_t>(l.num_kv_heads) * parts * c.group() * pf);
+  int layer_window = 0;
   auto tile_of = [&](int h) {
     AttentionTile tile;
+    tile.window = layer_window;
     const int64_t head0 = static_cast<int64_t>(h) * c.group() * c.head_dim;
     tile.q = q.data() + head0;
     tile.q_stride = q_dim;
@@ -348,19 +352,22 @@ double AttentionStep(Bench& b, int context, int steps) {
     const auto t0 = Clock::now();
     for (int layer = 0; layer < l.num_layers; ++layer) {
       const PagedKvLayerView v = KvLayerView(*b.kv, layer);
-      if (split) {
+      layer_window = windows ? c.LayerWindow(layer) : 0;
+      const int p0 = AttentionTileFirstPartition(tile_of(0));
+      if (split && parts - p0 > 1) {
         const int64_t rows = c.group();
-        b.pool->ForEach(static_cast<int64_t>(l.num_kv_heads) * parts, [&](int64_t i) {
-          const int h = static_cast<int>(i / parts), p = static_cast<int>(i % parts);
+        const int np = parts - p0;
+        b.pool->ForEach(static_cast<int64_t>(l.num_kv_heads) * np, [&](int64_t i) {
+          const int h = static_cast<int>(i / np), p = p0 + static_cast<int>(i % np);
           AttendTilePartition(tile_of(h), v, scale, p,
                               partials.data() + (static_cast<size_t>(h) * parts + p) * rows * pf);
         });
         for (int h = 0; h < l.num_kv_heads; ++h) {
           const AttentionTile tile = tile_of(h);
           for (int64_t r = 0; r < rows; ++r) {
-            MergeAttentionPartials(partials.data() + (static_cast<size_t>(h) * parts * rows + r) * pf,
-                                   parts, rows * static_cast<int64_t>(pf), c.head_dim,
-                                   tile.out + r * c.head_dim);
+            MergeAttentionPartials(
+                partials.data() + ((static_cast<size_t>(h) * parts + p0) * rows + r) * pf, np,
+                rows * static_cast<int64_t>(pf), c.head_dim, tile.out + r * c.head_dim);
           }
         }
         continue;
@@ -512,11 +519,28 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   fmt::print("    decode at 128 cached: {:.2f} t/s, at {} cached: {:.2f} t/s ({:.1f}%)\n", s,
              o.long_context, l, 100 * l / s);
   const double attn = AttentionStep(b, o.long_context, std::max(5, 3 * o.reps));
-  const double kv_bytes = static_cast<double>(b.kv->layout().bytes_per_token()) * o.long_context;
-  fmt::print("    attention alone at {} cached ({}): {:.3f} ms per decode step, {:.1f} MB of KV "
-             "at {:.1f} GB/s\n",
-             o.long_context, KvCapacitySummary(b.kv->layout(), o.long_context / 16), attn * 1e3,
-             kv_bytes / 1e6, kv_bytes / attn / 1e9);
+  // The K/V bytes one decode step reads: each layer's visible slots (its window, if any).
+  const ModelConfig& mc = (*model)->config();
+  const KvLayout& kl = b.kv->layout();
+  const double layer_bytes = static_cast<double>(kl.bytes_per_token()) / kl.num_layers;
+  double kv_bytes = 0;
+  for (int layer = 0; layer < mc.num_layers; ++layer) {
+    const int w = mc.LayerWindow(layer);
+    kv_bytes += layer_bytes * (w > 0 ? std::min(w, o.long_context) : o.long_context);
+  }
+  fmt::print(
+      "    attention alone at {} cached ({}): {:.3f} ms per decode step, {:.1f} MB of KV "
+      "at {:.1f} GB/s\n",
+      o.long_context, KvCapacitySummary(kl, o.long_context / 16), attn * 1e3, kv_bytes / 1e6,
+      kv_bytes / attn / 1e9);
+  if (mc.has_windows()) {
+    const double full = AttentionStep(b, o.long_context, std::max(5, 3 * o.reps), false);
+    const double full_bytes = layer_bytes * mc.num_layers * o.long_context;
+    fmt::print(
+        "    the same without sliding windows (every layer the whole context): {:.3f} ms, "
+        "{:.1f} MB of KV ({:.1f}x the windowed step)\n",
+        full * 1e3, full_bytes / 1e6, full / attn);
+  }
 
   // Prefill of --pp tokens (in batches of --pp) on top of a long cached context: attention over
   // many query rows and long K/V.

@@ -232,6 +232,7 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
       if (MatMulQ8_0(w, Table().q4_0, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kMXFP4:
+      if (MatMulPacked(w, Table().mxfp4_packed, nullptr, x, num_tokens, y, pool)) return;
       if (MatMulQ8_0(w, Table().mxfp4, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kQ4_K:
@@ -262,6 +263,9 @@ size_t PackedWeightBytes(const WeightMatrix& w) {
   if (w.type == GgmlType::kQ4_0 && Table().q4_0_packed != nullptr) {
     return groups * packed::GroupBytes<packed::Q4_0>(w.cols);
   }
+  if (w.type == GgmlType::kMXFP4 && Table().mxfp4_packed != nullptr) {
+    return groups * packed::GroupBytes<packed::MXFP4>(w.cols);
+  }
   return 0;
 }
 
@@ -284,6 +288,18 @@ void PackRowBlock(packed::Q4_0, const BlockQ4_0* block, uint8_t* values, int64_t
   for (int m = 0; m < 4; ++m) std::memcpy(values + m * 64 + i * 4, &four[m], 4);
 }
 
+// MXFP4's codes as stored, laid out as Q4_0's nibbles (padding: code 0, the value 0).
+void PackRowBlock(packed::MXFP4, const BlockMXFP4* block, uint8_t* values, int64_t i) {
+  uint32_t four[4] = {};
+  if (block != nullptr) std::memcpy(four, block->qs, sizeof four);
+  for (int m = 0; m < 4; ++m) std::memcpy(values + m * 64 + i * 4, &four[m], 4);
+}
+
+// A block's scale as the packed layout keeps it: the f16 bits, or MXFP4's exponent byte.
+uint16_t PackedScale(const BlockQ8_0& b) { return b.d; }
+uint16_t PackedScale(const BlockQ4_0& b) { return b.d; }
+uint16_t PackedScale(const BlockMXFP4& b) { return b.e; }
+
 template <typename F, typename Block>
 void PackGroups(const WeightMatrix& w, uint8_t* out) {
   const int64_t nb = w.cols / 32;
@@ -304,7 +320,7 @@ void PackGroups(const WeightMatrix& w, uint8_t* out) {
       uint16_t scales[packed::kGroupRows];
       for (int64_t i = 0; i < packed::kGroupRows; ++i) {
         PackRowBlock(F{}, rows[i] != nullptr ? rows[i] + b : nullptr, values, i);
-        scales[i] = rows[i] != nullptr ? rows[i][b].d : uint16_t{0};
+        scales[i] = rows[i] != nullptr ? PackedScale(rows[i][b]) : uint16_t{0};
       }
       std::memcpy(group + packed::ScalesOffset<F>(b), scales, sizeof scales);
     }
@@ -316,6 +332,8 @@ void PackGroups(const WeightMatrix& w, uint8_t* out) {
 void PackWeightsInto(const WeightMatrix& w, uint8_t* out) {
   if (w.type == GgmlType::kQ8_0) {
     PackGroups<packed::Q8_0, BlockQ8_0>(w, out);
+  } else if (w.type == GgmlType::kMXFP4) {
+    PackGroups<packed::MXFP4, BlockMXFP4>(w, out);
   } else {
     PackGroups<packed::Q4_0, BlockQ4_0>(w, out);
   }

@@ -217,6 +217,38 @@ inline void Slices(packed::Q4_0, const uint8_t* v, __m512i (&w)[8]) {
   }
 }
 
+// MXFP4: each code through the table of doubled E2M1 values + 12.
+inline void Slices(packed::MXFP4, const uint8_t* v, __m512i (&w)[8]) {
+  alignas(16) static constexpr uint8_t kShifted[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                                       12, 11, 10, 9,  8,  6,  4,  0};
+  const __m512i lut =
+      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kShifted)));
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int m = 0; m < 4; ++m) {
+    const __m512i bytes = _mm512_load_si512(v + m * 64);
+    w[m] = _mm512_shuffle_epi8(lut, _mm512_and_si512(bytes, low));
+    w[m + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
+  }
+}
+
+// The 16 rows' weight scales of a block.
+template <typename F>
+inline __m512 BlockScale(const uint8_t* group, int64_t b) {
+  const __m256i bits =
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(packed::BlockScales<F>(group, b)));
+  if constexpr (std::is_same_v<F, packed::MXFP4>) {
+    // 2^(e - 128): the float with exponent field e - 1 for e >= 2, the subnormals
+    // 0x00200000 << e (2^-128, 2^-127) below (as block32::Mxfp4::Scale).
+    const __m512i e = _mm512_cvtepu16_epi32(bits);
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 tiny = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(tiny, normal, sub));
+  } else {
+    return _mm512_cvtph_ps(bits);
+  }
+}
+
 template <typename F, int NT>
 void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
                 int64_t y_stride, __mmask16 rows, bool prefetch) {
@@ -227,8 +259,7 @@ void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, 
     if (prefetch && b % 2 == 0) packed::PrefetchPairAhead<F>(group, b);
     __m512i w[8];
     Slices(F{}, packed::BlockValues<F>(group, b), w);
-    const __m512 dw = _mm512_cvtph_ps(
-        _mm256_load_si256(reinterpret_cast<const __m256i*>(packed::BlockScales<F>(group, b))));
+    const __m512 dw = BlockScale<F>(group, b);
     __m512i sum[NT][kChains];
     for (int t = 0; t < NT; ++t) {
       sum[t][0] = _mm512_set1_epi32(-F::kOffset * x.sum[(t0 + t) * nb + b]);
@@ -529,6 +560,7 @@ bool InitAvx512(KernelTable& table) {
   table.q8_0_prepare_max_tokens = kPairedMaxTokens;
   table.q8_0_packed = &PackedPanelAvx512<packed::Q8_0>;
   table.q4_0_packed = &PackedPanelAvx512<packed::Q4_0>;
+  table.mxfp4_packed = &PackedPanelAvx512<packed::MXFP4>;
   table.q4_0 = &block32::Panel<block32::Q4_0, VnniDot>;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, VnniDot>;
   table.q4_k = &Q4KPanelAvx512;

@@ -43,6 +43,7 @@ struct KernelTable {
   // sums, rows [r0, r1) in whole groups (r0 a multiple of 16, r1 too or w->rows).
   Q8_0Panel q8_0_packed = nullptr;
   Q8_0Panel q4_0_packed = nullptr;
+  Q8_0Panel mxfp4_packed = nullptr;
   // The same product with AMX tiles, for num_tokens a multiple of 16; the same bits as
   // q8_0_packed (MatMul gives it whole tiles and q8_0_packed the rest).
   Q8_0Panel q8_0_packed_tiles = nullptr;

@@ -1,5 +1,5 @@
-// The packed layouts (PackWeights) that the tile kernels read, for Q8_0 and Q4_0. Internal to
-// ops/.
+// The packed layouts (PackWeights) that the tile kernels read, for Q8_0, Q4_0 and MXFP4.
+// Internal to ops/.
 //
 // Rows in groups of kGroupRows (16; a last partial group is padded with zero rows). A group is
 // GroupBytes<F>(cols) bytes holding its nb = cols / 32 blocks in pairs of PairBytes<F>() (one
@@ -12,13 +12,16 @@
 //           bytes).
 //     Q4_0: 4 vectors, the file's nibbles as stored (w + 8): vector m holds bytes 4m..4m+3 of
 //           each row's block, so its low nibbles are slice m and its high nibbles slice m + 4.
-//   scales of block b: 16 halves (one per row) at ScalesOffset<F>(b).
+//     MXFP4: as Q4_0, the E2M1 codes as stored; a kernel maps each code through a table to its
+//           doubled value + 12 (0..24, unsigned).
+//   scales of block b: 16 halves (one per row) at ScalesOffset<F>(b); for MXFP4 16 uint16 holding
+//   each row's E8M0 exponent byte (its scale 2^(e - 128) covers the doubling).
 // The same bytes per block as the file's (16 x 34 for Q8_0, 16 x 18 for Q4_0), and a group,
 // like the groups after it, is one stream read front to back: a decode prefetches it at a
 // fixed distance.
 //
 // Arithmetic (every kernel, bit for bit): with x's Q8_0 block (q, d), s = sum(q) and the
-// format's offset o (128 or 8),
+// format's offset o (128, 8 or 12),
 //   sum = sum_j (w_j + o) * q_j - o * s                (exact in int32)
 //   acc = fma(float(sum), d_w * d_x, acc)              (blocks in order, one lane per row)
 // and y[t, r] = acc. ActQ8_0::sum carries s per token and block.
@@ -44,6 +47,11 @@ struct Q8_0 {
 struct Q4_0 {
   static constexpr int64_t kValueBytes = 256;
   static constexpr int32_t kOffset = 8;
+};
+
+struct MXFP4 {
+  static constexpr int64_t kValueBytes = 256;
+  static constexpr int32_t kOffset = 12;
 };
 
 template <typename F>

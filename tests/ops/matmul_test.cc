@@ -289,8 +289,8 @@ TEST_P(HalfMatMulTest, ActivationsAreNotRounded) {
   }
 }
 
-// --- Packed Q8_0 and Q4_0 (PackWeights) -------------------------------------------------------
-// On AVX-512 VNNI CPUs Q8_0 and Q4_0 matrices are repacked in groups of 16 interleaved rows;
+// --- Packed Q8_0, Q4_0 and MXFP4 (PackWeights) ------------------------------------------------
+// On AVX-512 VNNI CPUs Q8_0, Q4_0 and MXFP4 matrices are repacked in groups of 16 interleaved rows;
 // where AMX exists, Q8_0's whole 16-token tiles go through its tile product and the other
 // tokens through VNNI.
 
@@ -324,24 +324,28 @@ class PackedMatMulTest : public ::testing::TestWithParam<GgmlType> {
   void TearDown() override { SetMatMulIsa("best"); }
 };
 
-TEST(PackedWeightsTest, OnlyQ8_0AndQ4_0OnCpusWithAPackedKernelArePacked) {
+TEST(PackedWeightsTest, OnlyQ8_0Q4_0AndMxfp4OnCpusWithAPackedKernelArePacked) {
   std::mt19937 rng(1);
-  Quantized mx = MakeWeights(GgmlType::kMXFP4, 16, 64, rng);
-  EXPECT_EQ(PackWeights(mx.w).size(), 0u);
+  Quantized q6 = MakeWeights(GgmlType::kQ6_K, 16, 256, rng);
+  EXPECT_EQ(PackWeights(q6.w).size(), 0u);
+  Quantized mx = MakeWeights(GgmlType::kMXFP4, 17, 64, rng);
   Quantized q8 = MakeWeights(GgmlType::kQ8_0, 17, 64, rng);
   Quantized q4 = MakeWeights(GgmlType::kQ4_0, 17, 64, rng);
   ASSERT_TRUE(SetMatMulIsa("generic"));
   EXPECT_EQ(PackWeights(q8.w).size(), 0u);
   EXPECT_EQ(PackWeights(q4.w).size(), 0u);
+  EXPECT_EQ(PackWeights(mx.w).size(), 0u);
   // Two groups of 16 rows (the second padded), each one pair of blocks: both blocks' values
   // (16 x 32 bytes for Q8_0, 16 x 16 for Q4_0) and 2 x 16 scales of 2 bytes.
   if (SetMatMulIsa("avx2")) {  // Q4_0 only: Q8_0's w + 128 does not fit maddubs
     EXPECT_EQ(PackWeights(q8.w).size(), 0u);
     EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
+    EXPECT_EQ(PackWeights(mx.w).size(), 0u);
   }
-  if (SetMatMulIsa("avx512")) {
+  if (SetMatMulIsa("avx512")) {  // MXFP4: Q4_0's layout, the exponent bytes in the scale slots
     EXPECT_EQ(PackWeights(q8.w).size(), 2u * 1088u);
     EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
+    EXPECT_EQ(PackWeights(mx.w).size(), 2u * 576u);
   }
   SetMatMulIsa("best");
 }
@@ -365,6 +369,36 @@ TEST(PackedWeightsTest, PackedQ4_0GivesTheSameBitsWithAvxTwoAndVnni) {
   PackedWeights p = MakePacked(GgmlType::kQ4_0, rows, cols, rng);
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
   EXPECT_EQ(ProductUnder("avx2", p.q.w, x, tokens), ProductUnder("avx512", p.q.w, x, tokens));
+}
+
+TEST(PackedWeightsTest, Mxfp4ExponentsFromSubnormalToLargeMatchTheReference) {
+  // The packed kernel decodes E8M0 bytes itself: 2^(e - 128) for e >= 2, subnormal below.
+  if (!SetMatMulIsa("avx512")) GTEST_SKIP() << "needs AVX-512 VNNI";
+  SetMatMulIsa("best");
+  const int64_t rows = 20, cols = 4 * 32, tokens = 3;
+  std::mt19937 rng(9);
+  PackedWeights p = MakePacked(GgmlType::kMXFP4, rows, cols, rng);
+  const uint8_t exps[] = {0, 1, 2, 3, 100, 127, 128, 180, 230};
+  for (int64_t r = 0; r < rows; ++r) {  // every row one exponent for all its blocks
+    auto* blocks = reinterpret_cast<BlockMXFP4*>(p.q.bytes.data() + r * p.q.w.row_bytes);
+    for (int64_t b = 0; b < cols / 32; ++b) blocks[b].e = exps[r % std::size(exps)];
+  }
+  p.packed = PackWeights(p.q.w);
+  p.q.w.packed = p.packed.data();
+  const std::vector<float> x = RandomActivations(tokens * cols, rng);
+  ThreadPool pool(2);
+  std::vector<float> got(tokens * rows), want(tokens * rows);
+  ASSERT_TRUE(SetMatMulIsa("avx512"));
+  MatMul(p.q.w, x.data(), tokens, got.data(), pool);
+  const std::vector<float> xe = EffectiveActivations(GgmlType::kMXFP4, x, tokens, cols);
+  SetMatMulIsa("best");
+  MatMulReference(p.q.w, xe.data(), tokens, want.data());
+  EXPECT_LT(MaxRelError(p.q.w, xe.data(), tokens, got, want), 1e-6);
+  // Near 2^-126, d_w * d_x is a subnormal float and keeps fewer bits, so the rows with the
+  // smallest exponents are held to 1% (a scale decoded wrong is off by a power of two).
+  for (int64_t i = 0; i < tokens * rows; ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-2 * std::fabs(want[i])) << "row " << i % rows;
+  }
 }
 
 TEST_P(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
@@ -458,7 +492,7 @@ TEST_P(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatMulTest,
-                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0),
+                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kMXFP4),
                          [](const auto& p) { return std::string(Traits(p.param).name); });
 
 INSTANTIATE_TEST_SUITE_P(HalfTypes, HalfMatMulTest,
