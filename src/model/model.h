@@ -47,9 +47,9 @@ struct ModelOptions {
   int max_batch_tokens = 512;  // most tokens one Forward() may carry
   int max_context = 0;         // most KV slots one sequence may attend to (0 = model context)
   MlaForm mla_form = MlaForm::kAbsorbed;
-  // Repack the weights the matmul kernels take packed (ops PackWeights: Q8_0 and MXFP4 on
-  // AVX-512 VNNI CPUs, Q4_0 on AVX2 ones too) once at load; the file's pages of those matrices are
-  // then given back, so they are resident once. Off: every matmul reads the file's layout.
+  // Repack the weights the matmul kernels take packed (ops PackWeights: Q8_0 on AVX-512
+  // VNNI CPUs, Q4_0 and MXFP4 on AVX2 ones too) once at load; the file's pages of those matrices
+  // are then given back, so they are resident once. Off: every matmul reads the file's layout.
   bool pack_weights = true;
 };
 

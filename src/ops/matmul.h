@@ -46,9 +46,9 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
 // kernels chosen at run time (AVX-512 VNNI, AVX2, or the portable float path). Other types, and
 // CPUs without those instructions, dequantize tiles of rows to floats.
 
-// Packed weights (PackWeights): Q8_0 and MXFP4 matrices on AVX-512 VNNI CPUs, and Q4_0 ones on
-// AVX2 CPUs too, are repacked once at load into groups of 16 rows whose blocks interleave the rows
-// 4 bytes at a time: a VNNI (or maddubs) product then yields 16 (8) rows' block sums in one
+// Packed weights (PackWeights): Q8_0 matrices on AVX-512 VNNI CPUs, and Q4_0 and MXFP4 ones
+// on AVX2 CPUs too, are repacked once at load into groups of 16 rows whose blocks interleave the
+// rows 4 bytes at a time: a VNNI (or maddubs) product then yields 16 (8) rows' block sums in one
 // register, and for Q8_0 it is the layout of an AMX tile's second operand. Every kernel sums each
 // (row, token) the same way: per block the exact integer dot product, then acc = fma(float(sum),
 // d_w * d_x, acc) over the blocks in order, so AMX tiles (16 tokens at a time) and VNNI (the

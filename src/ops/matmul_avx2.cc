@@ -251,39 +251,60 @@ struct Avx2Vec {
   static float Sum(Vec v) { return HorizontalSum(v); }
 };
 
-// --- Packed Q4_0 (ops/matmul_packed.h) --------------------------------------------------------
+// --- Packed Q4_0 and MXFP4 (ops/matmul_packed.h) ----------------------------------------------
 // A group's 64-byte vectors as two halves of 8 rows. Per 4-column slice, maddubs multiplies the
-// 8 rows' unsigned nibbles (w + 8 <= 15, so the int16 pairs stay below 2 * 15 * 127) with the
-// token's 4 activation bytes broadcast, and madd sums the pairs: 8 rows' exact block sums in one
+// 8 rows' unsigned values (Q4_0's nibbles w + 8 <= 15; MXFP4's codes through a shuffle table to
+// their doubled value + 12 <= 24: the int16 pairs stay below 2 * 24 * 127) with the token's 4
+// activation bytes broadcast, and madd sums the pairs: 8 rows' exact block sums in one
 // register, then the packed kernels' float epilogue per lane, bit for bit the AVX-512 one.
 // (Q8_0's w + 128 would saturate maddubs' int16 pairs: AVX2 reads Q8_0 as stored.)
 
-using PackedQ4 = packed::Q4_0;
 constexpr int kPackedTokens = 2;  // two tokens x two halves of sums and accumulators
 
 inline __m256i Broadcast4(const int8_t* p) { return _mm256_set1_epi32(packed::Slice4(p)); }
 
-template <int NT>
-void PackedQ4_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
-                    int64_t y_stride, int64_t rows, bool prefetch) {
+// A vector of nibbles (one per byte) as the unsigned values the block sum multiplies.
+inline __m256i PackedValues(packed::Q4_0, __m256i nibbles) { return nibbles; }
+inline __m256i PackedValues(packed::MXFP4, __m256i nibbles) {
+  alignas(16) static constexpr uint8_t kShifted[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                                       12, 11, 10, 9,  8,  6,  4,  0};
+  const __m128i lut = _mm_load_si128(reinterpret_cast<const __m128i*>(kShifted));
+  return _mm256_shuffle_epi8(_mm256_set_m128i(lut, lut), nibbles);
+}
+
+// Eight rows' weight scales: f16, or MXFP4's exponent bytes as 2^(e - 128) (subnormal for e < 2).
+inline __m256 PackedScales(packed::Q4_0, const uint16_t* s) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+}
+inline __m256 PackedScales(packed::MXFP4, const uint16_t* s) {
+  const __m256i e = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  const __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, tiny));
+}
+
+template <typename F, int NT>
+void PackedQ4Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
+                  int64_t y_stride, int64_t rows, bool prefetch) {
   const __m256i low = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if (prefetch && b % 2 == 0) packed::PrefetchPairAhead<PackedQ4>(group, b);
-    const uint8_t* v = packed::BlockValues<PackedQ4>(group, b);
-    const uint16_t* scales = packed::BlockScales<PackedQ4>(group, b);
+    if (prefetch && b % 2 == 0) packed::PrefetchPairAhead<F>(group, b);
+    const uint8_t* v = packed::BlockValues<F>(group, b);
+    const uint16_t* scales = packed::BlockScales<F>(group, b);
     for (int h = 0; h < 2; ++h) {
       __m256i sum[NT];
       for (int t = 0; t < NT; ++t) {
-        sum[t] = _mm256_set1_epi32(-PackedQ4::kOffset * x.sum[(t0 + t) * nb + b]);
+        sum[t] = _mm256_set1_epi32(-F::kOffset * x.sum[(t0 + t) * nb + b]);
       }
       for (int m = 0; m < 4; ++m) {
         const __m256i bytes =
             _mm256_load_si256(reinterpret_cast<const __m256i*>(v + m * 64 + h * 32));
-        const __m256i lo = _mm256_and_si256(bytes, low);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low);
+        const __m256i lo = PackedValues(F{}, _mm256_and_si256(bytes, low));
+        const __m256i hi = PackedValues(F{}, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low));
         for (int t = 0; t < NT; ++t) {
           const int8_t* xq = x.q + (t0 + t) * x.cols + b * 32;
           const __m256i plo =
@@ -293,8 +314,7 @@ void PackedQ4_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t 
           sum[t] = _mm256_add_epi32(sum[t], _mm256_add_epi32(plo, phi));
         }
       }
-      const __m256 dw =
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + h * 8)));
+      const __m256 dw = PackedScales(F{}, scales + h * 8);
       for (int t = 0; t < NT; ++t) {
         const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[(t0 + t) * nb + b]));
         acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[t]), scale, acc[t][h]);
@@ -315,19 +335,20 @@ void PackedQ4_0Tile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t 
   }
 }
 
-void PackedQ4_0PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
+template <typename F>
+void PackedQ4PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nb = w.cols / 32;
-  packed::ForChunksAndGroups<PackedQ4>(
+  packed::ForChunksAndGroups<F>(
       w, a.num_tokens, r0, r1,
       [&](const uint8_t* group, int64_t r, int64_t rows, int64_t c0, int64_t c1) {
         int64_t t = c0;
         for (; t + kPackedTokens <= c1; t += kPackedTokens) {
-          PackedQ4_0Tile<kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows,
-                                        t == c0);
+          PackedQ4Tile<F, kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows,
+                                         t == c0);
         }
         if (t < c1) {
-          PackedQ4_0Tile<1>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
+          PackedQ4Tile<F, 1>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows, t == c0);
         }
       });
 }
@@ -340,7 +361,8 @@ bool InitAvx2(KernelTable& table) {
   table.isa = "avx2";
   table.q8_0 = &block32::Panel<block32::Q8_0, MaddubsDot>;
   table.q4_0 = &block32::Panel<block32::Q4_0, MaddubsDot>;
-  table.q4_0_packed = &PackedQ4_0PanelAvx2;
+  table.q4_0_packed = &PackedQ4PanelAvx2<packed::Q4_0>;
+  table.mxfp4_packed = &PackedQ4PanelAvx2<packed::MXFP4>;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, MaddubsDot>;
   table.q4_k = &Q4KPanelAvx2;
   table.q6_k = &Q6KPanelAvx2;

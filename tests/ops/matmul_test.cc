@@ -337,10 +337,10 @@ TEST(PackedWeightsTest, OnlyQ8_0Q4_0AndMxfp4OnCpusWithAPackedKernelArePacked) {
   EXPECT_EQ(PackWeights(mx.w).size(), 0u);
   // Two groups of 16 rows (the second padded), each one pair of blocks: both blocks' values
   // (16 x 32 bytes for Q8_0, 16 x 16 for Q4_0) and 2 x 16 scales of 2 bytes.
-  if (SetMatMulIsa("avx2")) {  // Q4_0 only: Q8_0's w + 128 does not fit maddubs
+  if (SetMatMulIsa("avx2")) {  // Q4_0 and MXFP4: Q8_0's w + 128 does not fit maddubs
     EXPECT_EQ(PackWeights(q8.w).size(), 0u);
     EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
-    EXPECT_EQ(PackWeights(mx.w).size(), 0u);
+    EXPECT_EQ(PackWeights(mx.w).size(), 2u * 576u);
   }
   if (SetMatMulIsa("avx512")) {  // MXFP4: Q4_0's layout, the exponent bytes in the scale slots
     EXPECT_EQ(PackWeights(q8.w).size(), 2u * 1088u);
@@ -361,19 +361,22 @@ std::vector<float> ProductUnder(const char* isa, const WeightMatrix& w, const st
   return y;
 }
 
-TEST(PackedWeightsTest, PackedQ4_0GivesTheSameBitsWithAvxTwoAndVnni) {
+TEST(PackedWeightsTest, PackedQ4_0AndMxfp4GiveTheSameBitsWithAvxTwoAndVnni) {
   // maddubs pairs or dpbusd: the same exact block sums, the same float epilogue per lane.
   if (!SetMatMulIsa("avx2") || !SetMatMulIsa("avx512")) GTEST_SKIP() << "needs AVX-512 VNNI";
   const int64_t rows = 37, cols = 11 * 32, tokens = 7;
   std::mt19937 rng(6);
-  PackedWeights p = MakePacked(GgmlType::kQ4_0, rows, cols, rng);
-  const std::vector<float> x = RandomActivations(tokens * cols, rng);
-  EXPECT_EQ(ProductUnder("avx2", p.q.w, x, tokens), ProductUnder("avx512", p.q.w, x, tokens));
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kMXFP4}) {
+    PackedWeights p = MakePacked(type, rows, cols, rng);
+    const std::vector<float> x = RandomActivations(tokens * cols, rng);
+    EXPECT_EQ(ProductUnder("avx2", p.q.w, x, tokens), ProductUnder("avx512", p.q.w, x, tokens))
+        << Traits(type).name;
+  }
 }
 
 TEST(PackedWeightsTest, Mxfp4ExponentsFromSubnormalToLargeMatchTheReference) {
-  // The packed kernel decodes E8M0 bytes itself: 2^(e - 128) for e >= 2, subnormal below.
-  if (!SetMatMulIsa("avx512")) GTEST_SKIP() << "needs AVX-512 VNNI";
+  // The packed kernels decode E8M0 bytes themselves: 2^(e - 128) for e >= 2, subnormal below.
+  if (!SetMatMulIsa("avx2")) GTEST_SKIP() << "needs AVX2";
   SetMatMulIsa("best");
   const int64_t rows = 20, cols = 4 * 32, tokens = 3;
   std::mt19937 rng(9);
@@ -387,17 +390,19 @@ TEST(PackedWeightsTest, Mxfp4ExponentsFromSubnormalToLargeMatchTheReference) {
   p.q.w.packed = p.packed.data();
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
   ThreadPool pool(2);
-  std::vector<float> got(tokens * rows), want(tokens * rows);
-  ASSERT_TRUE(SetMatMulIsa("avx512"));
-  MatMul(p.q.w, x.data(), tokens, got.data(), pool);
-  const std::vector<float> xe = EffectiveActivations(GgmlType::kMXFP4, x, tokens, cols);
-  SetMatMulIsa("best");
-  MatMulReference(p.q.w, xe.data(), tokens, want.data());
-  EXPECT_LT(MaxRelError(p.q.w, xe.data(), tokens, got, want), 1e-6);
-  // Near 2^-126, d_w * d_x is a subnormal float and keeps fewer bits, so the rows with the
-  // smallest exponents are held to 1% (a scale decoded wrong is off by a power of two).
-  for (int64_t i = 0; i < tokens * rows; ++i) {
-    ASSERT_NEAR(got[i], want[i], 1e-2 * std::fabs(want[i])) << "row " << i % rows;
+  for (const char* isa : PackedIsas(GgmlType::kMXFP4)) {
+    std::vector<float> got(tokens * rows), want(tokens * rows);
+    ASSERT_TRUE(SetMatMulIsa(isa));
+    MatMul(p.q.w, x.data(), tokens, got.data(), pool);
+    const std::vector<float> xe = EffectiveActivations(GgmlType::kMXFP4, x, tokens, cols);
+    SetMatMulIsa("best");
+    MatMulReference(p.q.w, xe.data(), tokens, want.data());
+    EXPECT_LT(MaxRelError(p.q.w, xe.data(), tokens, got, want), 1e-6) << isa;
+    // Near 2^-126, d_w * d_x is a subnormal float and keeps fewer bits, so the rows with the
+    // smallest exponents are held to 1% (a scale decoded wrong is off by a power of two).
+    for (int64_t i = 0; i < tokens * rows; ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-2 * std::fabs(want[i])) << isa << " row " << i % rows;
+    }
   }
 }
 
