@@ -135,6 +135,64 @@ inline std::vector<Done> RunAll(EngineCore& core, const std::vector<std::vector<
   return done;
 }
 
+// Greedy output of `prompt` run alone on a Generator over `model` (no batching, no cache).
+inline std::vector<TokenId> GreedyAlone(std::unique_ptr<Model> model, KvDtype dtype,
+                                        const std::vector<TokenId>& prompt, int max_tokens) {
+  auto gen = Generator::Create(
+      std::move(model), GeneratorConfig{.num_threads = 1, .k_dtype = dtype, .v_dtype = dtype});
+  EXPECT_TRUE(gen.ok()) << gen.status().ToString();
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0.f;
+  r.max_tokens = max_tokens;
+  auto out = (*gen)->Generate(r, nullptr);
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  return out->ids;
+}
+
+// Six prompts of 30..50 tokens (ids 3..292) in pairs (0, 1), (2, 3), (4, 5) whose partners share
+// their first 20 or 36 tokens (a full block, then a partial one); token i of prompt r is
+// 3 + (base * a + i * b) % 290.
+inline std::vector<std::vector<TokenId>> PairedPrompts(int a, int b) {
+  std::vector<std::vector<TokenId>> p(6);
+  for (int r = 0; r < 6; ++r) {
+    const int shared = r % 2 == 0 ? 20 : 36;
+    for (int i = 0; i < 30 + 4 * r; ++i) {
+      const int base = i < shared ? r / 2 : r;  // partners share a prefix
+      p[static_cast<size_t>(r)].push_back(3 + (base * a + i * b) % 290);
+    }
+  }
+  return p;
+}
+
+// Two rounds of greedy requests for `prompts` (max_tokens each, ids round * 10 + i), the
+// second hitting the first's cached blocks, stepped to the end with the invariants checked
+// after every step; each request's tokens by id.
+inline std::map<int64_t, std::vector<TokenId>> RunTwoRounds(
+    EngineCore& core, const std::vector<std::vector<TokenId>>& prompts, int max_tokens) {
+  std::map<int64_t, std::vector<TokenId>> got;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_TRUE(
+          core.Add(RequestId(round * 10 + static_cast<int64_t>(i)), Greedy(prompts[i], max_tokens))
+              .ok());
+    }
+    std::vector<RequestOutput> events;
+    while (core.HasWork()) {
+      EXPECT_TRUE(core.Step(&events).ok());
+      core.CheckInvariants();
+    }
+    for (const RequestOutput& e : events) {
+      auto& ids = got[e.id.value()];
+      ids.insert(ids.end(), e.new_tokens.begin(), e.new_tokens.end());
+      if (e.finished) {
+        EXPECT_NE(e.finish_reason, FinishReason::kError) << e.error.ToString();
+      }
+    }
+  }
+  return got;
+}
+
 // Greedy output of `prompt` run alone (with the given KV cache types), memoized.
 class Reference {
  public:

@@ -57,33 +57,6 @@ std::unique_ptr<Model> LoadModel(const std::string& arch, MlaForm form = MlaForm
   return std::move(model).value();
 }
 
-std::vector<TokenId> Alone(const std::string& arch, KvDtype dtype,
-                           const std::vector<TokenId>& prompt, int max_tokens) {
-  auto gen = Generator::Create(LoadModel(arch), GeneratorConfig{.num_threads = 1, .k_dtype = dtype,
-                                                                .v_dtype = dtype});
-  EXPECT_TRUE(gen.ok()) << gen.status().ToString();
-  GenerateRequest r;
-  r.prompt = prompt;
-  r.sampling.temperature = 0.f;
-  r.max_tokens = max_tokens;
-  auto out = (*gen)->Generate(r, nullptr);
-  EXPECT_TRUE(out.ok()) << out.status().ToString();
-  return out->ids;
-}
-
-// Six prompts: pairs share their first 20 or 36 tokens (a full block, then a partial one).
-std::vector<std::vector<TokenId>> Prompts() {
-  std::vector<std::vector<TokenId>> p(6);
-  for (int r = 0; r < 6; ++r) {
-    const int shared = r % 2 == 0 ? 20 : 36;
-    for (int i = 0; i < 30 + 4 * r; ++i) {
-      const int base = i < shared ? r / 2 : r;  // partners (r, r + 1 within a pair) share a prefix
-      p[static_cast<size_t>(r)].push_back(3 + (base * 41 + i * 17) % 290);
-    }
-  }
-  return p;
-}
-
 struct Case {
   const char* arch;
   KvDtype dtype;
@@ -99,28 +72,12 @@ TEST_P(LatentEngine, CachedBatchedPreemptedGreedyEqualsEachRequestAlone) {
   config.max_num_batched_tokens = 40;
   auto core = EngineCore::Create(LoadModel(c.arch), config);
   ASSERT_TRUE(core.ok()) << core.status().ToString();
-  const auto prompts = Prompts();
-  std::map<int64_t, std::vector<TokenId>> got;
-  for (int round = 0; round < 2; ++round) {  // the second round hits the first round's blocks
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      ASSERT_TRUE((*core)->Add(RequestId(round * 10 + static_cast<int64_t>(i)),
-                               Greedy(prompts[i], 12)).ok());
-    }
-    std::vector<RequestOutput> events;
-    while ((*core)->HasWork()) {
-      ASSERT_TRUE((*core)->Step(&events).ok());
-      (*core)->CheckInvariants();
-    }
-    for (const RequestOutput& e : events) {
-      auto& ids = got[e.id.value()];
-      ids.insert(ids.end(), e.new_tokens.begin(), e.new_tokens.end());
-      if (e.finished) {
-        EXPECT_EQ(e.finish_reason, FinishReason::kLength);
-      }
-    }
-  }
+  const auto prompts = testing_util::PairedPrompts(41, 17);
+  std::map<int64_t, std::vector<TokenId>> got = testing_util::RunTwoRounds(**core, prompts, 12);
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<TokenId> want = Alone(c.arch, c.dtype, prompts[i], 12);
+    const std::vector<TokenId> want =
+        testing_util::GreedyAlone(LoadModel(c.arch), c.dtype, prompts[i], 12);
+    EXPECT_EQ(want.size(), 12u);  // no request ends early
     EXPECT_EQ(got[static_cast<int64_t>(i)], want) << "prompt " << i;
     EXPECT_EQ(got[10 + static_cast<int64_t>(i)], want) << "prompt " << i << ", second round";
   }
@@ -204,7 +161,7 @@ TEST(LatentEngineTier, RestartServesLatentBlocksFromDisk) {
   testing_util::TempDir dir;
   EngineConfig config = testing_util::SmallConfig();
   config.tiers.disk_path = dir.path();
-  const auto prompts = Prompts();
+  const auto prompts = testing_util::PairedPrompts(41, 17);
   std::vector<testing_util::Done> first;
   {
     auto core = EngineCore::Create(LoadModel("deepseek2"), config);
@@ -217,7 +174,9 @@ TEST(LatentEngineTier, RestartServesLatentBlocksFromDisk) {
   int from_disk = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(again[i].tokens, first[i].tokens) << "prompt " << i;
-    EXPECT_EQ(first[i].tokens, Alone("deepseek2", KvDtype::kF16, prompts[i], 6)) << "prompt " << i;
+    EXPECT_EQ(first[i].tokens,
+              testing_util::GreedyAlone(LoadModel("deepseek2"), KvDtype::kF16, prompts[i], 6))
+        << "prompt " << i;
     for (const auto& t : again[i].metrics.cached_tokens_by_tier) {
       if (t.tier == "disk") from_disk += t.tokens;
     }
