@@ -33,8 +33,6 @@ as for the other fixtures. tools/reference/README.md says where each convention 
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -42,8 +40,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from make_moe_fixtures import (HIDDEN, TOKENIZER_SOURCE, VOCAB, Rand,  # noqa: E402
-                               common_header, write)
+from make_moe_fixtures import (HIDDEN, VOCAB, Rand, common_header,  # noqa: E402
+                               fixture_main, write)
 from gguf_ref import GGUFFile  # noqa: E402  (tools/reference/, on the path make_moe_fixtures set)
 
 # Chosen (among the first 1000) so that on the prompts of tests/model/reference/test_reference.py
@@ -106,18 +104,5 @@ def gpt_oss(gguf, out: Path, tok: GGUFFile, seed: int | None = None):
     write(gguf, out / FILE_NAME, "gpt-oss", meta, t, tok)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("gguf_py", help="llama.cpp's gguf-py folder (holds the gguf package)")
-    ap.add_argument("--out", default=str(HERE), help="output folder (default: this one)")
-    ap.add_argument("--seed", type=int, default=None, help=f"weights seed (default {SEED})")
-    args = ap.parse_args()
-    sys.path.insert(0, os.path.abspath(args.gguf_py))
-    import gguf  # noqa: E402  (llama.cpp's gguf-py)
-
-    gpt_oss(gguf, Path(args.out), GGUFFile(str(TOKENIZER_SOURCE)), args.seed)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(fixture_main(__doc__, gpt_oss, SEED))

@@ -146,6 +146,18 @@ def dense_ffn(r: Rand, t: dict, p: str, n_ff: int, suffix: str = ""):
     t[p + f"ffn_down{suffix}.weight"] = r.mat(HIDDEN, n_ff)
 
 
+def llama_attention(r: Rand, t: dict, p: str, *, heads: int, kv_heads: int, head_dim: int):
+    """A llama block up to its FFN, in this draw order: attn_norm, attn_q, attn_k (both drawn
+    in HF row order, then permuted as convert_hf_to_gguf.py does for llama), attn_v,
+    attn_output, ffn_norm."""
+    t[p + "attn_norm.weight"] = r.norm(HIDDEN)
+    t[p + "attn_q.weight"] = llama_permute(r.mat(heads * head_dim, HIDDEN), heads)
+    t[p + "attn_k.weight"] = llama_permute(r.mat(kv_heads * head_dim, HIDDEN), kv_heads)
+    t[p + "attn_v.weight"] = r.mat(kv_heads * head_dim, HIDDEN)
+    t[p + "attn_output.weight"] = r.mat(HIDDEN, heads * head_dim)
+    t[p + "ffn_norm.weight"] = r.norm(HIDDEN)
+
+
 def qwen3moe(gguf, out: Path, tok: GGUFFile):
     layers, heads, kv_heads, head_dim, n_expert, n_used, n_ff_exp = 2, 4, 2, 16, 8, 2, 32
     r = Rand(SEEDS["qwen3moe"])
@@ -184,13 +196,7 @@ def mixtral(gguf, out: Path, tok: GGUFFile):
     t = {"token_embd.weight": r.embd(VOCAB, HIDDEN)}
     for i in range(layers):
         p = f"blk.{i}."
-        t[p + "attn_norm.weight"] = r.norm(HIDDEN)
-        # Drawn in HF row order, then permuted as convert_hf_to_gguf.py does for llama.
-        t[p + "attn_q.weight"] = llama_permute(r.mat(heads * head_dim, HIDDEN), heads)
-        t[p + "attn_k.weight"] = llama_permute(r.mat(kv_heads * head_dim, HIDDEN), kv_heads)
-        t[p + "attn_v.weight"] = r.mat(kv_heads * head_dim, HIDDEN)
-        t[p + "attn_output.weight"] = r.mat(HIDDEN, heads * head_dim)
-        t[p + "ffn_norm.weight"] = r.norm(HIDDEN)
+        llama_attention(r, t, p, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
         experts(r, t, p, n_expert, n_ff)
     t["output_norm.weight"] = r.norm(HIDDEN)  # tied: no output.weight
 
@@ -281,6 +287,23 @@ def deepseek2(gguf, out: Path, tok: GGUFFile, *, lite: bool):
 
     name = "gguf-py-deepseek2-lite-f32.gguf" if lite else "gguf-py-deepseek2-qlora-f32.gguf"
     write(gguf, out / name, "deepseek2", meta, t, tok)
+
+
+def fixture_main(doc: str, writer, default_seed: int) -> int:
+    """main() of a script that writes one fixture (make_phi3_fixture.py,
+    make_gpt_oss_fixture.py): doc is its docstring, writer(gguf, out, tok, seed) writes the file
+    (seed None: its default_seed)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("gguf_py", help="llama.cpp's gguf-py folder (holds the gguf package)")
+    ap.add_argument("--out", default=str(HERE), help="output folder (default: this one)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help=f"weights seed (default {default_seed})")
+    args = ap.parse_args()
+    sys.path.insert(0, os.path.abspath(args.gguf_py))
+    import gguf  # noqa: E402  (llama.cpp's gguf-py)
+
+    writer(gguf, Path(args.out), GGUFFile(str(TOKENIZER_SOURCE)), args.seed)
+    return 0
 
 
 def main() -> int:

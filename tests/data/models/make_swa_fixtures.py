@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from make_moe_fixtures import (HIDDEN, TOKENIZER_SOURCE, VOCAB, Rand,  # noqa: E402
-                               common_header, llama_permute, write)
+                               common_header, dense_ffn, llama_attention, write)
 from gguf_ref import GGUFFile  # noqa: E402  (tools/reference/, on the path make_moe_fixtures set)
 
 # One seed per file, chosen (among a few tried) so that on the prompts of
@@ -60,52 +60,51 @@ def gemma_layer(r: Rand, t: dict, p: str, *, heads: int, kv_heads: int, head_dim
     t[p + "attn_output.weight"] = r.mat(HIDDEN, heads * head_dim)
     t[p + "post_attention_norm.weight"] = r.norm(HIDDEN)
     t[p + "ffn_norm.weight"] = r.norm(HIDDEN)
-    t[p + "ffn_gate.weight"] = r.mat(n_ff, HIDDEN)
-    t[p + "ffn_up.weight"] = r.mat(n_ff, HIDDEN)
-    t[p + "ffn_down.weight"] = r.mat(HIDDEN, n_ff)
+    dense_ffn(r, t, p, n_ff)
     t[p + "post_ffw_norm.weight"] = r.norm(HIDDEN)
 
 
-def gemma2(gguf, out: Path, tok: GGUFFile, seed: int | None = None):
-    layers, heads, kv_heads, head_dim, n_ff, window = 26, 4, 2, 16, 96, 8
-    r = Rand(SEEDS["gemma2"] if seed is None else seed)
+def gemma(gguf, out: Path, tok: GGUFFile, arch: str, seed: int | None, *, layers: int,
+          head_dim: int, qk_norm: bool, extra_meta, **header):
+    """The Gemma 2 / 3 file of `arch`: token_embd, `layers` gemma_layer blocks of 4 heads /
+    2 KV heads / ffn 96, output_norm (tied: no output.weight). Metadata: common_header (header
+    passes its ctx / rope_base), key_length = value_length = head_dim, then extra_meta(w)."""
+    heads, kv_heads, n_ff = 4, 2, 96
+    r = Rand(SEEDS[arch] if seed is None else seed)
     t = {"token_embd.weight": r.embd(VOCAB, HIDDEN)}
     for i in range(layers):
         gemma_layer(r, t, f"blk.{i}.", heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                    n_ff=n_ff, qk_norm=False)
+                    n_ff=n_ff, qk_norm=qk_norm)
     t["output_norm.weight"] = r.norm(HIDDEN)  # tied: no output.weight
 
     def meta(w):
-        common_header(gguf, w, "gemma2", "gemma2", layers=layers, ffn=n_ff, heads=heads,
-                      kv_heads=kv_heads)
+        common_header(gguf, w, arch, arch, layers=layers, ffn=n_ff, heads=heads,
+                      kv_heads=kv_heads, **header)
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
+        extra_meta(w)
+
+    write(gguf, out / f"gguf-py-{arch}-f32.gguf", arch, meta, t, tok)
+
+
+def gemma2(gguf, out: Path, tok: GGUFFile, seed: int | None = None):
+    def meta(w):
         w.add_attn_logit_softcapping(2.0)
         w.add_final_logit_softcapping(5.0)
-        w.add_sliding_window(window)
+        w.add_sliding_window(8)
 
-    write(gguf, out / "gguf-py-gemma2-f32.gguf", "gemma2", meta, t, tok)
+    gemma(gguf, out, tok, "gemma2", seed, layers=26, head_dim=16, qk_norm=False,
+          extra_meta=meta)
 
 
 def gemma3(gguf, out: Path, tok: GGUFFile, seed: int | None = None):
-    layers, heads, kv_heads, head_dim, n_ff, window = 6, 4, 2, 32, 96, 6
-    r = Rand(SEEDS["gemma3"] if seed is None else seed)
-    t = {"token_embd.weight": r.embd(VOCAB, HIDDEN)}
-    for i in range(layers):
-        gemma_layer(r, t, f"blk.{i}.", heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                    n_ff=n_ff, qk_norm=True)
-    t["output_norm.weight"] = r.norm(HIDDEN)  # tied: no output.weight
-
     def meta(w):
-        common_header(gguf, w, "gemma3", "gemma3", layers=layers, ffn=n_ff, heads=heads,
-                      kv_heads=kv_heads, ctx=256, rope_base=1000000.0)
-        w.add_key_length(head_dim)
-        w.add_value_length(head_dim)
-        w.add_sliding_window(window)
+        w.add_sliding_window(6)
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(4.0)
 
-    write(gguf, out / "gguf-py-gemma3-f32.gguf", "gemma3", meta, t, tok)
+    gemma(gguf, out, tok, "gemma3", seed, layers=6, head_dim=32, qk_norm=True,
+          extra_meta=meta, ctx=256, rope_base=1000000.0)
 
 
 def mistral_swa(gguf, out: Path, tok: GGUFFile, seed: int | None = None):
@@ -115,16 +114,8 @@ def mistral_swa(gguf, out: Path, tok: GGUFFile, seed: int | None = None):
     t = {"token_embd.weight": r.embd(VOCAB, HIDDEN)}
     for i in range(layers):
         p = f"blk.{i}."
-        t[p + "attn_norm.weight"] = r.norm(HIDDEN)
-        # Drawn in HF row order, then permuted as convert_hf_to_gguf.py does for llama.
-        t[p + "attn_q.weight"] = llama_permute(r.mat(heads * head_dim, HIDDEN), heads)
-        t[p + "attn_k.weight"] = llama_permute(r.mat(kv_heads * head_dim, HIDDEN), kv_heads)
-        t[p + "attn_v.weight"] = r.mat(kv_heads * head_dim, HIDDEN)
-        t[p + "attn_output.weight"] = r.mat(HIDDEN, heads * head_dim)
-        t[p + "ffn_norm.weight"] = r.norm(HIDDEN)
-        t[p + "ffn_gate.weight"] = r.mat(n_ff, HIDDEN)
-        t[p + "ffn_up.weight"] = r.mat(n_ff, HIDDEN)
-        t[p + "ffn_down.weight"] = r.mat(HIDDEN, n_ff)
+        llama_attention(r, t, p, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+        dense_ffn(r, t, p, n_ff)
     t["output_norm.weight"] = r.norm(HIDDEN)
     t["output.weight"] = r.mat(VOCAB, HIDDEN)
 
