@@ -39,6 +39,13 @@ std::string MoeMlaFingerprint(const Model& model) {
   return out;
 }
 
+// A per-layer window pattern as '0' / '1' per layer ("" for the period rule).
+std::string SwaLayersString(const ModelConfig& c) {
+  std::string out;
+  for (bool windowed : c.swa_layers) out += windowed ? '1' : '0';
+  return out;
+}
+
 // What makes two models' K/V differ for the same tokens: the exact weights (their digest), the
 // configuration read from the metadata (windows, soft-caps, which LongRoPE factors the context
 // chose), the KV layout.
@@ -52,9 +59,10 @@ std::string ModelFingerprint(const Model& model, const KvLayout& layout,
              c.rope.rotary_dim, static_cast<int>(c.rope.scaling), c.rope.scaling_factor,
              model.weight_bytes(), KvDtypeName(layout.k_dtype), KvDtypeName(layout.v_dtype),
              layout.block_size) +
-         fmt::format("|swa{}:{} rl{} af{} f{} sc{}:{} qs{}", c.sliding_window, c.swa_period,
-                     c.rope_local.freq_base, c.rope.attn_factor, static_cast<int>(c.rope_factors),
-                     c.attn_softcap, c.final_softcap, c.attn_scale) +
+         fmt::format("|swa{}:{}:{} rl{} af{} f{} sc{}:{} qs{}", c.sliding_window, c.swa_period,
+                     SwaLayersString(c), c.rope_local.freq_base, c.rope.attn_factor,
+                     static_cast<int>(c.rope_factors), c.attn_softcap, c.final_softcap,
+                     c.attn_scale) +
          MoeMlaFingerprint(model);
 }
 

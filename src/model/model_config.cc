@@ -248,8 +248,29 @@ Status ReadWindowsAndScales(const GgufFile& f, const std::string& arch, ModelCon
   }
   KV_ASSIGN_OR_RETURN(c->sliding_window,
                       CountOr(f, arch, "attention.sliding_window", default_window));
-  KV_ASSIGN_OR_RETURN(c->swa_period,
-                      CountOr(f, arch, "attention.sliding_window_pattern", a.swa_period));
+  const std::string pattern_key = arch + ".attention.sliding_window_pattern";
+  const GgufValue* pattern = f.Find(pattern_key);
+  if (pattern != nullptr && pattern->AsArray() != nullptr) {
+    // One flag per layer (llama.cpp's get_key_or_arr).
+    const GgufArray& flags = *pattern->AsArray();
+    if (flags.items.size() != static_cast<size_t>(c->num_layers)) {
+      return InvalidArgument(fmt::format("metadata '{}' has {} entries for {} layers", pattern_key,
+                                         flags.items.size(), c->num_layers));
+    }
+    for (const GgufValue& item : flags.items) {
+      const std::optional<bool> b = item.AsBool();
+      const std::optional<int64_t> i = item.AsInt();
+      if (!b && !i) {
+        return InvalidArgument(
+            fmt::format("metadata '{}' holds a value that is no flag", pattern_key));
+      }
+      c->swa_layers.push_back(b ? *b : *i != 0);
+    }
+    c->swa_period = 0;
+  } else {
+    KV_ASSIGN_OR_RETURN(c->swa_period,
+                        CountOr(f, arch, "attention.sliding_window_pattern", a.swa_period));
+  }
   c->rope_local = c->rope;
   if (c->sliding_window > 0 && a.local_rope_base > 0.f) {
     KV_ASSIGN_OR_RETURN(double base,

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gguf/gguf_file.h"
 #include "kvserve/status.h"
@@ -122,6 +123,9 @@ struct ModelConfig {
   // scaling), global ones with rope.
   int sliding_window = 0;
   int swa_period = 0;
+  // attention.sliding_window_pattern given per layer (an array; nonzero / true: windowed), as
+  // newer converters may write it; empty: the period rule.
+  std::vector<bool> swa_layers;
   RopeConfig rope_local;
   float attn_scale = 0.f;     // softmax scale (1/sqrt(head_dim) unless the model says otherwise)
   float attn_softcap = 0.f;   // gemma2: scores become c * tanh(score / c); 0: none
@@ -138,6 +142,7 @@ struct ModelConfig {
   // The slots a query of `layer` sees back from its own (0: all).
   int LayerWindow(int layer) const {
     if (sliding_window == 0) return 0;
+    if (!swa_layers.empty()) return swa_layers[static_cast<size_t>(layer)] ? sliding_window : 0;
     return swa_period <= 1 || layer % swa_period < swa_period - 1 ? sliding_window : 0;
   }
   bool has_windows() const { return sliding_window > 0; }

@@ -308,6 +308,31 @@ TEST(Phi3, LongRopeFactorsFollowTheContext) {
   EXPECT_NE(other.status().message().find("sliding_window"), std::string::npos);
 }
 
+// attention.sliding_window_pattern as one flag per layer (llama.cpp reads a number or an array)
+// picks the windowed layers itself; an array of the wrong length is refused by name.
+TEST(SlidingWindow, APerLayerPatternArrayPicksTheLayers) {
+  auto config_of = [](std::vector<int32_t> flags) {
+    GgufWriter w;
+    w.SetString("general.architecture", "gemma3");
+    w.SetUint32("gemma3.block_count", 4);
+    w.SetUint32("gemma3.embedding_length", 64);
+    w.SetUint32("gemma3.feed_forward_length", 96);
+    w.SetUint32("gemma3.attention.head_count", 4);
+    w.SetUint32("gemma3.attention.sliding_window", 8);
+    w.SetInt32Array("gemma3.attention.sliding_window_pattern", flags);
+    return ModelConfigFromGguf(*GgufFile::FromBytes(*w.WriteToBytes()));
+  };
+  auto c = config_of({1, 0, 1, 1});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->LayerWindow(0), 8);
+  EXPECT_EQ(c->LayerWindow(1), 0);
+  EXPECT_EQ(c->LayerWindow(2), 8);
+  EXPECT_EQ(c->LayerWindow(3), 8);
+  auto bad = config_of({1, 0});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("sliding_window_pattern"), std::string::npos);
+}
+
 TEST(Mla, LatentLayoutHoldsOneVectorPerTokenAndLayer) {
   auto model = MakeModel(SmallSpec("deepseek2"));
   const ModelConfig& c = model->config();
