@@ -245,8 +245,7 @@ Result<GgufWriter> BuildSyntheticModel(const SyntheticModelSpec& s) {
   }
   const int head_dim = s.head_dim > 0 ? s.head_dim : s.hidden / s.num_heads;
   if (head_dim <= 0 || head_dim % 2 != 0) return InvalidArgument("head dim must be even");
-  const bool needs_experts = s.arch == "qwen3moe" || s.arch == "deepseek2" || arch->needs_experts;
-  if (needs_experts && s.moe.num_experts <= 0) {
+  if (arch->needs_experts && s.moe.num_experts <= 0) {
     return InvalidArgument(fmt::format("{} needs experts (--experts)", s.arch));
   }
   if (s.moe.num_experts > 0 && (s.moe.num_used <= 0 || s.moe.num_used > s.moe.num_experts ||

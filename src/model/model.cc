@@ -16,10 +16,14 @@
 namespace kvserve {
 namespace {
 
+// y[t] += bias for n rows of `cols` (no-op for a null bias).
+void AddRowBias(float* y, const float* bias, int64_t cols, int64_t n) {
+  if (bias == nullptr) return;
+  for (int64_t t = 0; t < n; ++t) AddInPlace(y + t * cols, bias, cols);
+}
+
 void AddBias(float* y, const std::vector<float>& bias, int64_t num_tokens) {
-  if (bias.empty()) return;
-  const int64_t n = static_cast<int64_t>(bias.size());
-  for (int64_t t = 0; t < num_tokens; ++t) AddInPlace(y + t * n, bias.data(), n);
+  if (!bias.empty()) AddRowBias(y, bias.data(), static_cast<int64_t>(bias.size()), num_tokens);
 }
 
 }  // namespace
@@ -419,11 +423,6 @@ struct FfnBiases {
   const float* down = nullptr;
 };
 
-void AddRowBias(float* y, const float* bias, int64_t cols, int64_t n) {
-  if (bias == nullptr) return;
-  for (int64_t t = 0; t < n; ++t) AddInPlace(y + t * cols, bias, cols);
-}
-
 // y = down(act(gate x) * up x) for n rows of x (dense, expert and shared feed-forwards), act
 // SiLU (SwiGLU), GELU (GeGLU) or gpt-oss's clamped SwiGLU, with biases if given; g and u:
 // scratch of n * gate.rows floats each.
@@ -699,7 +698,7 @@ void Model::MoeFeedForward(int li, int n, ThreadPool& pool) {
   s.moe_expert.resize(static_cast<size_t>(n) * K);
   s.moe_weight.resize(static_cast<size_t>(n) * K);
   MatMul(L.router, s.xn.data(), n, s.router_logits.data(), pool);
-  if (!L.router_bias.empty()) AddRowBias(s.router_logits.data(), L.router_bias.data(), E, n);
+  AddBias(s.router_logits.data(), L.router_bias, n);
   pool.ParallelFor(n, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       RouteToken(s.router_logits.data() + t * E, L.selection_bias, m,

@@ -14,8 +14,11 @@ constexpr std::array<ArchSpec, 9> kArchs = {{
     {.name = "llama"},  // with experts: Mixtral; with attention.sliding_window: Mistral v0.1
     {.name = "qwen2", .rope_style = RopeStyle::kHalves, .has_qkv_bias = true},
     {.name = "qwen3", .rope_style = RopeStyle::kHalves, .has_qk_norm = true},
-    {.name = "qwen3moe", .rope_style = RopeStyle::kHalves, .has_qk_norm = true},
-    {.name = "deepseek2", .mla = true, .moe_weights_norm = false},
+    {.name = "qwen3moe",
+     .rope_style = RopeStyle::kHalves,
+     .has_qk_norm = true,
+     .needs_experts = true},
+    {.name = "deepseek2", .mla = true, .moe_weights_norm = false, .needs_experts = true},
     {.name = "gemma2",
      .rope_style = RopeStyle::kHalves,
      .gemma = true,
@@ -82,7 +85,7 @@ Status ReadMoe(const GgufFile& f, const std::string& arch, ModelConfig* c) {
   MoeConfig& m = c->moe;
   KV_ASSIGN_OR_RETURN(m.num_experts, CountOr(f, arch, "expert_count", 0));
   if (m.num_experts == 0) {
-    if (arch == "qwen3moe" || arch == "deepseek2" || c->arch->needs_experts) {
+    if (c->arch->needs_experts) {
       return NotFound(fmt::format("model metadata lacks required key '{}.expert_count'", arch));
     }
     return Status::Ok();
@@ -301,8 +304,9 @@ Status ReadWindowsAndScales(const GgufFile& f, const std::string& arch, ModelCon
        {std::tuple{".attn_logit_softcapping", a.default_attn_softcap, &c->attn_softcap},
         std::tuple{".final_logit_softcapping", a.default_final_softcap, &c->final_softcap}}) {
     KV_ASSIGN_OR_RETURN(double cap, OptionalFloat(f, arch + key, fallback));
-    if (!(cap < 1e6))
+    if (!(cap < 1e6)) {
       return InvalidArgument(fmt::format("{}{} = {} is out of range", arch, key, cap));
+    }
     *out = cap > 0.0 ? static_cast<float>(cap) : 0.f;  // <= 0: none
   }
   return Status::Ok();

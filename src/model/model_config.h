@@ -46,9 +46,9 @@ struct ArchSpec {
   // phi3: a file without attention.sliding_window takes llama.cpp's defaults for the released
   // Phi-3 shapes (2047 for the 4k models, ...) and is otherwise an error.
   bool phi3_window_defaults = false;
-  // gpt-oss: attn_output.bias, learned attention sinks (attn_sinks [heads]), biases on the
-  // router and every expert matrix, experts required, the router's weights a softmax over the
-  // chosen experts' logits (MoeGating::kSoftmaxWeight).
+  // Experts required (qwen3moe, deepseek2, gpt-oss). gpt-oss: attn_output.bias, learned
+  // attention sinks (attn_sinks [heads]), biases on the router and every expert matrix, the
+  // router's weights a softmax over the chosen experts' logits (MoeGating::kSoftmaxWeight).
   bool attn_out_bias = false;
   bool attn_sinks = false;
   bool moe_biases = false;

@@ -288,6 +288,15 @@ void PackRowBlock(packed::Q4_0, const BlockQ4_0* block, uint8_t* values, int64_t
   for (int m = 0; m < 4; ++m) std::memcpy(values + m * 64 + i * 4, &four[m], 4);
 }
 
+// The kernels' table is the file's E2M1 values, doubled, plus the offset.
+constexpr bool ShiftedValuesMatch() {
+  for (int i = 0; i < 16; ++i) {
+    if (packed::MXFP4::kShiftedValues[i] != kMxfp4Values[i] + packed::MXFP4::kOffset) return false;
+  }
+  return true;
+}
+static_assert(ShiftedValuesMatch());
+
 // MXFP4's codes as stored, laid out as Q4_0's nibbles (padding: code 0, the value 0).
 void PackRowBlock(packed::MXFP4, const BlockMXFP4* block, uint8_t* values, int64_t i) {
   uint32_t four[4] = {};

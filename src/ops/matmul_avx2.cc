@@ -266,9 +266,8 @@ inline __m256i Broadcast4(const int8_t* p) { return _mm256_set1_epi32(packed::Sl
 // A vector of nibbles (one per byte) as the unsigned values the block sum multiplies.
 inline __m256i PackedValues(packed::Q4_0, __m256i nibbles) { return nibbles; }
 inline __m256i PackedValues(packed::MXFP4, __m256i nibbles) {
-  alignas(16) static constexpr uint8_t kShifted[16] = {12, 13, 14, 15, 16, 18, 20, 24,
-                                                       12, 11, 10, 9,  8,  6,  4,  0};
-  const __m128i lut = _mm_load_si128(reinterpret_cast<const __m128i*>(kShifted));
+  const __m128i lut =
+      _mm_load_si128(reinterpret_cast<const __m128i*>(packed::MXFP4::kShiftedValues));
   return _mm256_shuffle_epi8(_mm256_set_m128i(lut, lut), nibbles);
 }
 

@@ -219,10 +219,8 @@ inline void Slices(packed::Q4_0, const uint8_t* v, __m512i (&w)[8]) {
 
 // MXFP4: each code through the table of doubled E2M1 values + 12.
 inline void Slices(packed::MXFP4, const uint8_t* v, __m512i (&w)[8]) {
-  alignas(16) static constexpr uint8_t kShifted[16] = {12, 13, 14, 15, 16, 18, 20, 24,
-                                                       12, 11, 10, 9,  8,  6,  4,  0};
-  const __m512i lut =
-      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kShifted)));
+  const __m512i lut = _mm512_broadcast_i32x4(
+      _mm_load_si128(reinterpret_cast<const __m128i*>(packed::MXFP4::kShiftedValues)));
   const __m512i low = _mm512_set1_epi8(0x0F);
   for (int m = 0; m < 4; ++m) {
     const __m512i bytes = _mm512_load_si512(v + m * 64);

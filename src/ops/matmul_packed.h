@@ -52,6 +52,10 @@ struct Q4_0 {
 struct MXFP4 {
   static constexpr int64_t kValueBytes = 256;
   static constexpr int32_t kOffset = 12;
+  // Each E2M1 code's doubled value (kMxfp4Values) + kOffset: the unsigned bytes the kernels
+  // multiply, through a 16-entry shuffle table.
+  alignas(16) static constexpr uint8_t kShiftedValues[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                                             12, 11, 10, 9,  8,  6,  4,  0};
 };
 
 template <typename F>
