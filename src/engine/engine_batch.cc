@@ -41,10 +41,11 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) {
   for (const ScheduledSeq& s : so.seqs) {
     const std::span<const TokenId> tokens = scheduler_->tokens(s.seq);
     const std::span<const BlockId> table = kv_manager_->block_table(s.seq);
+    const std::span<const BlockId> wtable = kv_manager_->window_table(s.seq);
     // Token i is at slot i - num_evicted (its RoPE position too, kv_eviction.h).
     const int slots = s.num_computed - s.num_evicted;
     if (s.num_draft == 0) {
-      batch.AddSequence(table, slots,
+      batch.AddSequence(table, wtable, slots,
                         tokens.subspan(static_cast<size_t>(s.num_computed), s.num_new_tokens),
                         ScoredRows(s) + (s.wants_logits ? 1 : 0));
       SeqCtx& c = seqs_.at(s.seq);
@@ -65,7 +66,7 @@ ForwardBatch EngineCore::BuildBatch(const ScheduleOutput& so) {
     const std::span<const TokenId> draft = scheduler_->draft(s.seq);
     with_drafts.assign(tokens.begin() + s.num_computed, tokens.end());
     with_drafts.insert(with_drafts.end(), draft.begin(), draft.end());
-    batch.AddSequence(table, slots, with_drafts, s.num_draft + 1);
+    batch.AddSequence(table, wtable, slots, with_drafts, s.num_draft + 1);
   }
   return batch;
 }

@@ -42,6 +42,11 @@ struct EngineConfig {
   double max_itl_ms = 0;              // --max-itl-ms: inter-token latency target; 0 = off
   int min_prefill_chunk = 32;         // --min-prefill-chunk: least prefill a held step carries
   bool partial_block_hits = true;     // token-granular hits (--no-partial-block-hits turns off)
+  // Sliding-window layers keep their K/V in a pool of their own, sized for the running
+  // sequences' windows (docs/kv_cache.md, "Window layers"); --no-kv-windows keeps them in the
+  // main blocks like the other layers. Not with lower tiers.
+  bool kv_windows = true;
+  int num_window_blocks = 0;          // the window group's blocks when > 0 (else sized as above)
   int max_num_seqs = 64;              // running sequences per step
   int max_num_batched_tokens = 0;     // tokens per step; 0 = the model's max batch
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kLru;

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "gguf/weights_digest.h"
+#include "ops/attention.h"
 #include "prefix/block_key.h"
 #include "quant/kv_dtype.h"
 #include "util/check.h"
@@ -68,6 +69,65 @@ std::string ModelFingerprint(const Model& model, const KvLayout& layout,
 
 }  // namespace
 
+Result<KvBlockPlan> PlanKvBlocks(const EngineConfig& config, const ModelConfig& model,
+                                 const KvLayout& layout) {
+  KvBlockPlan full{layout, 0, 0, 0};
+  KV_ASSIGN_OR_RETURN(full.num_blocks, ResolveNumBlocks(config, layout, config.max_model_len));
+  if (!config.kv_windows || !model.has_windows() || config.tiers.any()) return full;
+  KvBlockPlan plan{layout, 0, 0, 0};
+  plan.layout.window_layers.assign(static_cast<size_t>(model.num_layers), 0);
+  int window = 0;
+  for (int l = 0; l < model.num_layers; ++l) {
+    plan.layout.window_layers[static_cast<size_t>(l)] = model.LayerWindow(l) > 0;
+    window = std::max(window, model.LayerWindow(l));
+  }
+  plan.window_reach = window + kAttentionMaxLanes;
+  // Every running sequence's window and a step's new tokens, twice: the second half keeps the
+  // windows of cached prefixes for hits.
+  const int64_t bs = layout.block_size;
+  const int64_t per_seq = (plan.window_reach - 1 + bs - 1) / bs + 2;
+  const int64_t running =
+      config.max_num_seqs * (per_seq + 1) + (config.max_num_batched_tokens + bs - 1) / bs;
+  plan.num_window_blocks = static_cast<int>(std::min<int64_t>(2 * running, 1 << 24));
+  // At least one sequence's window and a whole step of new tokens.
+  const int64_t least = per_seq + 1 + (config.max_num_batched_tokens + bs - 1) / bs;
+  if (config.num_window_blocks > 0) {
+    if (config.num_window_blocks < least) {
+      return InvalidArgument(
+          fmt::format("{} window blocks cannot hold one sequence's window and step ({} blocks)",
+                      config.num_window_blocks, least));
+    }
+    plan.num_window_blocks = config.num_window_blocks;
+  }
+  if (plan.layout.num_main_layers() == 0 && config.num_blocks <= 0) {
+    // Every layer has a window: the main blocks hold no bytes, only the prefix cache's index,
+    // and a memory budget goes to the group (more windows of cached prefixes).
+    const int64_t per_ctx = (config.max_model_len + bs - 1) / bs;
+    plan.num_blocks = static_cast<int>(std::min<int64_t>(
+        std::max<int64_t>(per_ctx * config.max_num_seqs, full.num_blocks), 1 << 24));
+    if (config.kv_cache_memory_bytes > 0 && config.num_window_blocks <= 0) {
+      plan.num_window_blocks = full.num_blocks;  // the budget in blocks of every layer
+    }
+    return plan.num_window_blocks >= least && plan.num_window_blocks < plan.num_blocks ? plan
+                                                                                       : full;
+  }
+  if (config.num_blocks > 0) {
+    plan.num_blocks = config.num_blocks;
+  } else if (config.kv_cache_memory_bytes > 0) {
+    const uint64_t wbytes =
+        static_cast<uint64_t>(plan.num_window_blocks) * plan.layout.window_bytes_per_block();
+    if (wbytes >= config.kv_cache_memory_bytes) return full;
+    plan.num_blocks = static_cast<int>(std::min<uint64_t>(
+        (config.kv_cache_memory_bytes - wbytes) / plan.layout.bytes_per_block(), 1 << 24));
+  } else {
+    plan.num_blocks = full.num_blocks;  // the same tokens in less memory
+  }
+  // Worth it when the window layers then need fewer blocks than the main ones (for the same
+  // memory, more tokens fit).
+  return plan.num_window_blocks < plan.num_blocks && plan.num_blocks >= full.num_blocks ? plan
+                                                                                        : full;
+}
+
 Result<int> ResolveNumBlocks(const EngineConfig& config, const KvLayout& layout,
                              int max_model_len) {
   int64_t blocks = config.num_blocks;
@@ -118,19 +178,25 @@ Result<std::unique_ptr<EngineCore>> EngineCore::Create(std::unique_ptr<Model> mo
   config.max_num_seqs = std::min(config.max_num_seqs, config.max_num_batched_tokens);
   KV_RETURN_IF_ERROR(CheckKvDtype(config.k_dtype, model->config().head_dim));
   KV_RETURN_IF_ERROR(CheckKvDtype(config.v_dtype, model->config().head_dim));
-  const KvLayout layout = model->MakeKvLayout(config.block_size, config.k_dtype, config.v_dtype);
-  KV_ASSIGN_OR_RETURN(const int num_blocks, ResolveNumBlocks(config, layout, config.max_model_len));
-  KvStorage kv(layout, num_blocks);
+  KV_ASSIGN_OR_RETURN(
+      const KvBlockPlan kv_plan,
+      PlanKvBlocks(config, model->config(),
+                   model->MakeKvLayout(config.block_size, config.k_dtype, config.v_dtype)));
+  const KvLayout& layout = kv_plan.layout;
+  const int num_blocks = kv_plan.num_blocks;
+  KvStorage kv(layout, num_blocks, kv_plan.num_window_blocks);
   std::unique_ptr<EngineCore> core(new EngineCore(std::move(model), std::move(kv), config,
                                                   tokenizer));
-  core->kv_manager_ = std::make_unique<KvCacheManager>(
-      KvCacheConfig{num_blocks, config.block_size, config.enable_prefix_caching,
-                    config.eviction_policy, config.max_pinned_fraction, config.partial_block_hits,
-                    config.max_retained_fraction, config.clock_ms});
+  core->kv_manager_ = std::make_unique<KvCacheManager>(KvCacheConfig{
+      num_blocks, config.block_size, config.enable_prefix_caching, config.eviction_policy,
+      config.max_pinned_fraction, config.partial_block_hits, config.max_retained_fraction,
+      config.clock_ms, kv_plan.num_window_blocks, kv_plan.window_reach});
   {
     KvStorage* storage = &core->kv_;
     core->kv_manager_->set_block_copier(
         [storage](BlockId src, BlockId dst) { storage->CopyBlock(src, dst); });
+    core->kv_manager_->set_window_block_copier(
+        [storage](BlockId src, BlockId dst) { storage->CopyBlock(src, dst, /*window=*/true); });
   }
   SchedulerConfig sc{config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len};
   sc.max_itl_seconds = config.max_itl_ms / 1e3;
@@ -402,6 +468,9 @@ EngineStats EngineCore::stats() const {
   st.kv_latent = layout.v_from_k;
   st.kv_bytes_per_token = layout.bytes_per_token();
   st.kv_capacity_tokens = KvCapacityTokens(layout, kv_.num_blocks());
+  st.kv_window_layers = layout.num_window_layers();
+  st.kv_window_bytes =
+      layout.window_bytes_per_block() * static_cast<uint64_t>(kv_.num_window_blocks());
   st.tiers = TierStatsNow();
   st.failed_tiers = failed_tiers_;
   return st;

@@ -304,6 +304,22 @@ class EngineCore {
   std::vector<float> scratch_;  // [vocab] a row copy for each parallel sample
 };
 
+// The KV cache's blocks: the main pool's and, for a model with sliding windows, the window
+// group's (kv_storage.h; docs/kv_cache.md, "Window layers"): layout.window_layers set, the pool
+// sized for every running sequence's window and a step's tokens, twice (the second half keeps
+// cached prefixes' windows), reach = the widest window + kAttentionMaxLanes. With a memory
+// budget the main pool gets what the group leaves. No group (the layout unchanged, every layer
+// in the main blocks) with --no-kv-windows, lower tiers, or where the group would not fit more
+// tokens than without it.
+struct KvBlockPlan {
+  KvLayout layout;
+  int num_blocks = 0;
+  int num_window_blocks = 0;
+  int window_reach = 0;
+};
+Result<KvBlockPlan> PlanKvBlocks(const EngineConfig& config, const ModelConfig& model,
+                                 const KvLayout& layout);
+
 // Resolves the KV block count from the config and the model (num_blocks, else the memory
 // budget, else room for min(max_num_seqs, 4) sequences of max_model_len). Errors name the fix.
 Result<int> ResolveNumBlocks(const EngineConfig& config, const KvLayout& layout,

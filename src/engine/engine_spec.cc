@@ -281,10 +281,12 @@ Status EngineCore::CalibrateVerifyCost(int max_rows) {
   }
   std::vector<float> logits(static_cast<size_t>(max_rows) * static_cast<size_t>(vocab));
   const std::span<const BlockId> table = kv_manager_->block_table(seq);
+  const std::span<const BlockId> wtable = kv_manager_->window_table(seq);
   Status st = Status::Ok();
   const auto time_rows = [&](int m) {
     ForwardBatch b;
-    b.AddSequence(table, 0, std::span<const TokenId>(tokens).first(static_cast<size_t>(m)), m);
+    b.AddSequence(table, wtable, 0, std::span<const TokenId>(tokens).first(static_cast<size_t>(m)),
+                  m);
     const Clock::time_point t0 = Clock::now();
     if (st.ok()) st = model_->Forward(b, kv_, *pool_, logits.data());
     return Seconds(t0, Clock::now());

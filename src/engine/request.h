@@ -159,8 +159,10 @@ struct EngineStats {
   KvDtype kv_k_dtype = KvDtype::kF16;
   KvDtype kv_v_dtype = KvDtype::kF16;
   bool kv_latent = false;  // MLA: one latent vector per token and layer, values read from it
-  size_t kv_bytes_per_token = 0;   // all layers, K and V, scales included
+  size_t kv_bytes_per_token = 0;   // all layers (the main blocks'), K and V, scales included
   int64_t kv_capacity_tokens = 0;  // tokens the whole cache holds (blocks * block_size)
+  int kv_window_layers = 0;        // layers in the window group (kv_storage.h); 0 = none
+  uint64_t kv_window_bytes = 0;    // the window group's blocks, all of them
   int64_t num_preemptions = 0;
   int num_running = 0;
   int num_waiting = 0;

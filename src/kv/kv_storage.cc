@@ -9,18 +9,36 @@
 
 namespace kvserve {
 
-KvStorage::KvStorage(const KvLayout& layout, int num_blocks)
-    : layout_(layout), num_blocks_(num_blocks) {
+KvStorage::KvStorage(const KvLayout& layout, int num_blocks, int num_window_blocks)
+    : layout_(layout), num_blocks_(num_blocks), num_window_blocks_(num_window_blocks) {
   KV_CHECK_GT(layout.num_layers, 0);
   KV_CHECK_GT(layout.block_size, 0);
-  const size_t tiles = static_cast<size_t>(num_blocks) * layout.num_kv_heads * layout.block_size;
+  KV_CHECK(layout.window_layers.empty() ||
+               static_cast<int>(layout.window_layers.size()) == layout.num_layers,
+           "a window flag for each layer");
+  KV_CHECK((num_window_blocks > 0) == (layout.num_window_layers() > 0),
+           "window blocks for a window group");
   k_.reserve(layout.num_layers);
   v_.reserve(layout.num_layers);
   for (int l = 0; l < layout.num_layers; ++l) {
+    const size_t tiles =
+        static_cast<size_t>(num_blocks_of(l)) * layout.num_kv_heads * layout.block_size;
     k_.emplace_back(tiles * layout.k_head_bytes());
     v_.emplace_back(tiles * layout.v_head_bytes());
     total_bytes_ += tiles * (layout.k_head_bytes() + layout.v_head_bytes());
   }
+}
+
+std::string KvCapacitySummary(const KvLayout& layout, int64_t num_blocks,
+                              int64_t num_window_blocks) {
+  std::string line = KvCapacitySummary(layout.k_dtype, layout.v_dtype, layout.bytes_per_token(),
+                                       KvCapacityTokens(layout, num_blocks), layout.v_from_k);
+  if (num_window_blocks > 0) {
+    line += fmt::format(
+        ", + {} window layers in {}", layout.num_window_layers(),
+        FormatByteSize(layout.window_bytes_per_block() * static_cast<uint64_t>(num_window_blocks)));
+  }
+  return line;
 }
 
 std::string KvCapacitySummary(KvDtype k_dtype, KvDtype v_dtype, size_t bytes_per_token,
@@ -32,17 +50,19 @@ std::string KvCapacitySummary(KvDtype k_dtype, KvDtype v_dtype, size_t bytes_per
                      FormatByteSize(bytes_per_token * static_cast<uint64_t>(capacity_tokens)));
 }
 
-void KvStorage::CopyBlock(BlockId src, BlockId dst) {
-  KV_CHECK(src != dst && src.value() >= 0 && dst.value() >= 0 && src.value() < num_blocks_ &&
-               dst.value() < num_blocks_,
+void KvStorage::CopyBlock(BlockId src, BlockId dst, bool window) {
+  const int n = window ? num_window_blocks_ : num_blocks_;
+  KV_CHECK(src != dst && src.value() >= 0 && dst.value() >= 0 && src.value() < n && dst.value() < n,
            "bad block copy {} -> {}", src.value(), dst.value());
   for (int l = 0; l < layout_.num_layers; ++l) {
+    if (layout_.in_window_group(l) != window) continue;
     std::memcpy(KTile(l, dst, 0), KTile(l, src, 0), BlockKBytes());
     if (!layout_.v_from_k) std::memcpy(VTile(l, dst, 0), VTile(l, src, 0), BlockVBytes());
   }
 }
 
 void KvStorage::ReadBlock(BlockId block, uint8_t* out) const {
+  KV_CHECK(num_window_blocks_ == 0, "lower tiers with a window group");
   KV_CHECK(block.value() >= 0 && block.value() < num_blocks_, "bad block {}", block.value());
   const size_t k_bytes = BlockKBytes(), v_bytes = BlockVBytes();
   for (int l = 0; l < layout_.num_layers; ++l) {
@@ -53,6 +73,7 @@ void KvStorage::ReadBlock(BlockId block, uint8_t* out) const {
 }
 
 void KvStorage::WriteBlock(BlockId block, const uint8_t* in) {
+  KV_CHECK(num_window_blocks_ == 0, "lower tiers with a window group");
   KV_CHECK(block.value() >= 0 && block.value() < num_blocks_, "bad block {}", block.value());
   const size_t k_bytes = BlockKBytes(), v_bytes = BlockVBytes();
   for (int l = 0; l < layout_.num_layers; ++l) {

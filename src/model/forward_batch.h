@@ -18,6 +18,10 @@ namespace kvserve {
 
 struct ForwardSeq {
   std::span<const BlockId> block_table;  // must cover num_cached + num_new slots
+  // The window group's table (kv_storage.h), as long as block_table, for the layers in that
+  // group; its entries before the slots those layers' windows read may be invalid. Empty when
+  // the KV layout has no window group.
+  std::span<const BlockId> window_table;
   int32_t num_cached = 0;                // slots already holding K/V before this batch
   int32_t num_new = 0;                   // tokens of this sequence in the batch
   int32_t first_token = 0;               // index of its first token in ForwardBatch::tokens
@@ -45,7 +49,8 @@ struct ForwardBatch {
   // The same, with logits for its last `num_logits` tokens (speculative verification).
   void AddSequence(std::span<const BlockId> block_table, int32_t num_cached,
                    std::span<const TokenId> new_tokens, int num_logits) {
-    ForwardSeq s{block_table, num_cached, static_cast<int32_t>(new_tokens.size()), num_tokens()};
+    ForwardSeq s{
+        block_table, {}, num_cached, static_cast<int32_t>(new_tokens.size()), num_tokens()};
     for (size_t i = 0; i < new_tokens.size(); ++i) {
       tokens.push_back(new_tokens[i]);
       positions.push_back(num_cached + static_cast<int32_t>(i));
@@ -53,6 +58,12 @@ struct ForwardBatch {
     const int32_t n = static_cast<int32_t>(new_tokens.size());
     for (int32_t i = n - std::min(num_logits, n); i < n; ++i) logits_rows.push_back(s.first_token + i);
     seqs.push_back(s);
+  }
+  // The same with the window group's table (ForwardSeq::window_table).
+  void AddSequence(std::span<const BlockId> block_table, std::span<const BlockId> window_table,
+                   int32_t num_cached, std::span<const TokenId> new_tokens, int num_logits) {
+    AddSequence(block_table, num_cached, new_tokens, num_logits);
+    seqs.back().window_table = window_table;
   }
 };
 

@@ -28,6 +28,12 @@ void AddBias(float* y, const std::vector<float>& bias, int64_t num_tokens) {
 
 }  // namespace
 
+// The table a layer's K/V are in: the window group's for a window layer when the layout has
+// that group (ValidateWindowTable: then the group is exactly the window layers).
+std::span<const BlockId> TableFor(const ForwardSeq& seq, int window) {
+  return window > 0 && !seq.window_table.empty() ? seq.window_table : seq.block_table;
+}
+
 PagedKvLayerView KvLayerView(const KvStorage& kv, int layer) {
   const KvLayout& l = kv.layout();
   PagedKvLayerView v;
@@ -47,6 +53,38 @@ PagedKvLayerView KvLayerView(const KvStorage& kv, int layer) {
     v.v_head_bytes = l.v_head_bytes();
   }
   return v;
+}
+
+// The window group's table: as long as the block table, and valid from the first block the
+// group's attention reads for the sequence's first new token (the kernels read from that token's
+// first visible slot rounded down to kAttentionMaxLanes).
+Status Model::ValidateWindowTable(const ForwardSeq& s, const KvStorage& kv) const {
+  const KvLayout& kl = kv.layout();
+  if (kl.num_window_layers() == 0) {
+    if (!s.window_table.empty()) return InvalidArgument("a window table without a window group");
+    return Status::Ok();
+  }
+  if (s.window_table.size() != s.block_table.size()) {
+    return InvalidArgument("the window table and the block table differ in length");
+  }
+  int window = 0;
+  for (int l = 0; l < config_.num_layers; ++l) {
+    if (kl.in_window_group(l) != (config_.LayerWindow(l) > 0)) {
+      return InvalidArgument(
+          fmt::format("layer {}: the window group is not the layers with a window", l));
+    }
+    window = std::max(window, config_.LayerWindow(l));
+  }
+  const int first_read =
+      AttentionFirstSlot(s.num_cached + 1, window) / kAttentionMaxLanes * kAttentionMaxLanes;
+  for (size_t i = 0; i < s.window_table.size(); ++i) {
+    const int32_t b = s.window_table[i].value();
+    const bool read = static_cast<int>(i + 1) * kl.block_size > first_read;
+    if ((read || b >= 0) && (b < 0 || b >= kv.num_window_blocks())) {
+      return InvalidArgument(fmt::format("window block id {} at {} out of range", b, i));
+    }
+  }
+  return Status::Ok();
 }
 
 Status Model::ValidateBatch(const ForwardBatch& batch, const KvStorage& kv) const {
@@ -90,6 +128,7 @@ Status Model::ValidateBatch(const ForwardBatch& batch, const KvStorage& kv) cons
         return InvalidArgument(fmt::format("block id {} out of range", b.value()));
       }
     }
+    KV_RETURN_IF_ERROR(ValidateWindowTable(s, kv));
     covered += s.num_new;
   }
   if (covered != n) return InvalidArgument("sequences do not cover every token of the batch");
@@ -173,7 +212,7 @@ void Model::AttentionBlock(int li, const ForwardBatch& batch, KvStorage& kv, Thr
         rope.Apply(q, c.num_heads, c.head_dim, batch.positions[t]);
         rope.Apply(k, c.num_kv_heads, c.head_dim, batch.positions[t]);
         const int slot = seq.num_cached + static_cast<int>(j);
-        const BlockId blk = seq.block_table[slot / kl.block_size];
+        const BlockId blk = TableFor(seq, config_.LayerWindow(li))[slot / kl.block_size];
         const int off = slot % kl.block_size;
         const float* v = s.v.data() + t * c.kv_dim();
         for (int h = 0; h < c.num_kv_heads; ++h) {
@@ -309,7 +348,7 @@ void Model::Attend(int li, const ForwardBatch& batch, const PagedKvLayerView& vi
         t.group = group;
         t.kv_head = h;
         t.first_slots = seq.num_cached + j0 + 1;
-        t.block_table = seq.block_table;
+        t.block_table = TableFor(seq, window);
         t.window = window;
         t.softcap = config_.attn_softcap;
         t.sinks = sinks.empty() ? nullptr : sinks.data() + static_cast<size_t>(h) * group;

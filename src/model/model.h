@@ -137,6 +137,7 @@ class Model {
   // Where a cached key's rotary part starts: 0, or after the latent for MLA.
   int KeyRopeOffset() const { return config_.is_mla() ? config_.mla.kv_lora_rank : 0; }
   Status ValidateBatch(const ForwardBatch& batch, const KvStorage& kv) const;
+  Status ValidateWindowTable(const ForwardSeq& seq, const KvStorage& kv) const;
   void Embed(const ForwardBatch& batch, ThreadPool& pool);
   void AttentionBlock(int layer, const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool);
   void MlaAttentionBlock(int layer, const ForwardBatch& batch, KvStorage& kv, ThreadPool& pool);

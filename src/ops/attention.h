@@ -56,6 +56,9 @@ inline size_t AttentionPartialFloats(int head_dim) { return static_cast<size_t>(
 
 // The first slot a query that sees slots [0, num_slots) attends to: 0, or with a sliding window
 // of `window` slots (0: none) the last `window` of them.
+// The kernels read a window's K/V from its first slot rounded down to a multiple of this (the
+// widest chunk of slots they load at once): those slots' blocks must exist.
+constexpr int kAttentionMaxLanes = 16;
 inline int AttentionFirstSlot(int num_slots, int window) {
   return window > 0 && num_slots > window ? num_slots - window : 0;
 }

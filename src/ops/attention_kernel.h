@@ -43,6 +43,7 @@ namespace kvserve {
 namespace {
 
 constexpr int W = KVSERVE_ATTN_LANES;
+static_assert(kAttentionMaxLanes % W == 0, "chunks start at multiples of kAttentionMaxLanes");
 typedef float VF __attribute__((vector_size(W * sizeof(float))));
 typedef int32_t VI __attribute__((vector_size(W * sizeof(int32_t))));
 

@@ -14,11 +14,20 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : config_(config),
       pool_(config.num_blocks),
       max_pinned_blocks_(static_cast<int>(config.max_pinned_fraction * config.num_blocks)),
-      max_held_blocks_(static_cast<int>(config.max_retained_fraction * config.num_blocks)) {
+      max_held_blocks_(static_cast<int>(config.max_retained_fraction * config.num_blocks)),
+      wpool_(config.num_window_blocks),
+      wnode_(static_cast<size_t>(config.num_window_blocks), nullptr),
+      wserial_(static_cast<size_t>(config.num_window_blocks), 0) {
   KV_CHECK_GT(config.block_size, 0);
+  KV_CHECK(config.num_window_blocks == 0 || config.window_reach > 0,
+           "a window group needs its reach");
   if (config.enable_prefix_caching) {
     tree_ = std::make_unique<RadixTree>(config.block_size,
                                         MakeEvictionPolicy(config.eviction_policy), &pool_);
+    if (has_window_group()) {
+      wkept_.assign(static_cast<size_t>(config.num_blocks), kNoWindowBlock);
+      tree_->set_evict_hook([this](const RadixTree::Node* n) { OnNodeEvicted(n); });
+    }
   }
 }
 
@@ -43,18 +52,142 @@ int KvCacheManager::PeekCachedTokens(CacheNamespace ns, std::span<const TokenId>
   const int max_blocks = (static_cast<int>(tokens.size()) - 1) / config_.block_size;
   const std::vector<RadixTree::Node*> path = tree_->Match(ns, tokens, max_blocks);
   const int full = static_cast<int>(path.size()) * config_.block_size;
-  return full + MatchPartial(ns, path.empty() ? nullptr : path.back(), tokens, full).second;
+  auto [source, m] = MatchPartial(ns, path.empty() ? nullptr : path.back(), tokens, full);
+  if (!has_window_group()) return full + m;
+  const int depth = WindowHitDepth(path, &source, m);
+  return depth * config_.block_size + (source ? m : 0);
 }
 
 void KvCacheManager::set_block_copier(std::function<void(BlockId src, BlockId dst)> copier) {
   copier_ = std::move(copier);
 }
 
+void KvCacheManager::set_window_block_copier(std::function<void(BlockId src, BlockId dst)> copier) {
+  window_copier_ = std::move(copier);
+}
+
+// --- The window group -------------------------------------------------------------------------
+
+int KvCacheManager::WindowFirstBlock(int next_slot) const {
+  return std::max(0, next_slot - config_.window_reach + 1) / config_.block_size;
+}
+
+BlockId KvCacheManager::CachedWindowBlock(const RadixTree::Node* node) const {
+  return wkept_[static_cast<size_t>(RadixTree::block(node).value())];
+}
+
+int KvCacheManager::WindowHitDepth(const std::vector<RadixTree::Node*>& path,
+                                   RadixTree::Node** partial, int partial_tokens) const {
+  const int bs = config_.block_size;
+  const int n = static_cast<int>(path.size());
+  // missing_below[d]: how many of the first d blocks have no cached window block.
+  std::vector<int> missing_below(static_cast<size_t>(n) + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    missing_below[static_cast<size_t>(i) + 1] =
+        missing_below[static_cast<size_t>(i)] +
+        !CachedWindowBlock(path[static_cast<size_t>(i)]).valid();
+  }
+  auto window_cached = [&](int d, int next_slot) {
+    const int first = std::min(d, WindowFirstBlock(next_slot));
+    return missing_below[static_cast<size_t>(d)] == missing_below[static_cast<size_t>(first)];
+  };
+  if (*partial != nullptr) {
+    // The window at the path's end is needed as well: without room for the copy, the hit ends
+    // there.
+    if (CachedWindowBlock(*partial).valid() && window_cached(n, n * bs) &&
+        window_cached(n, n * bs + partial_tokens)) {
+      return n;
+    }
+    *partial = nullptr;
+  }
+  for (int d = n; d > 0; --d) {
+    if (window_cached(d, d * bs)) return d;
+  }
+  return 0;
+}
+
+void KvCacheManager::WindowAddRef(BlockId w) {
+  if (wpool_.ref_count(w) == 0) {
+    wevictable_.erase({wserial_[static_cast<size_t>(w.value())], w.value()});
+  }
+  wpool_.AddRef(w);
+}
+
+void KvCacheManager::WindowRelease(BlockId w) {
+  wpool_.Release(w);
+  if (wpool_.ref_count(w) == 0 && wpool_.is_cached(w)) {
+    wserial_[static_cast<size_t>(w.value())] = next_wserial_++;
+    wevictable_.insert({wserial_[static_cast<size_t>(w.value())], w.value()});
+  }
+}
+
+void KvCacheManager::WindowEvict(BlockId w) {
+  const RadixTree::Node* node = wnode_[static_cast<size_t>(w.value())];
+  wevictable_.erase({wserial_[static_cast<size_t>(w.value())], w.value()});
+  wkept_[static_cast<size_t>(RadixTree::block(node).value())] = kNoWindowBlock;
+  wnode_[static_cast<size_t>(w.value())] = nullptr;
+  wpool_.Evict(w);
+  ++window_evicted_;
+}
+
+void KvCacheManager::WindowKeep(const RadixTree::Node* node, BlockId w) {
+  KV_CHECK(!CachedWindowBlock(node).valid(), "a node keeps one window block");
+  wpool_.MarkCached(w);
+  wnode_[static_cast<size_t>(w.value())] = node;
+  wkept_[static_cast<size_t>(RadixTree::block(node).value())] = w;
+}
+
+void KvCacheManager::OnNodeEvicted(const RadixTree::Node* node) {
+  const BlockId w = CachedWindowBlock(node);
+  if (!w.valid()) return;
+  // An evictable node is on no sequence's locked path, and only those hold its window block.
+  KV_CHECK_EQ(wpool_.ref_count(w), 0);
+  WindowEvict(w);
+}
+
+bool KvCacheManager::WindowMakeRoom(int n) {
+  if (wpool_.num_free() >= n) return true;
+  if (wpool_.num_free() + static_cast<int>(wevictable_.size()) < n) return false;
+  Tick();
+  // Least recently released first; the windows of pinned and held prefixes only when nothing
+  // else is left (their hits need them).
+  std::vector<BlockId> victims;
+  std::vector<BlockId> kept;
+  for (const auto& [serial, b] : wevictable_) {
+    if (wpool_.num_free() + static_cast<int>(victims.size()) >= n) break;
+    const RadixTree::Node* node = wnode_[static_cast<size_t>(b)];
+    if (RadixTree::pin_ref(node) > 0 || RadixTree::held(node, tree_->now())) {
+      kept.push_back(BlockId(b));
+    } else {
+      victims.push_back(BlockId(b));
+    }
+  }
+  for (size_t i = 0; wpool_.num_free() + static_cast<int>(victims.size()) < n; ++i) {
+    victims.push_back(kept[i]);
+  }
+  for (BlockId b : victims) WindowEvict(b);
+  return true;
+}
+
+void KvCacheManager::SlideWindow(Seq& s, int next_slot) {
+  if (!has_window_group()) return;
+  const int first = std::min(WindowFirstBlock(next_slot), static_cast<int>(s.wtable.size()));
+  for (; s.window_first < first; ++s.window_first) {
+    BlockId& w = s.wtable[static_cast<size_t>(s.window_first)];
+    if (w.valid()) WindowRelease(w);
+    w = kNoWindowBlock;
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+
 std::pair<RadixTree::Node*, int> KvCacheManager::MatchPartial(CacheNamespace ns,
                                                               RadixTree::Node* parent,
                                                               std::span<const TokenId> tokens,
                                                               int start) const {
-  if (!config_.partial_block_hits || !copier_) return {nullptr, 0};
+  if (!config_.partial_block_hits || !copier_ || (has_window_group() && !window_copier_)) {
+    return {nullptr, 0};
+  }
   // The last token is always computed.
   const int max_tokens = static_cast<int>(tokens.size()) - 1 - start;
   return tree_->LongestPartialChild(ns, parent, tokens.subspan(static_cast<size_t>(start)),
@@ -74,7 +207,16 @@ int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const 
   // At least the last token is computed: its logits are what the request needs next.
   const int max_tokens = std::min(static_cast<int>(tokens.size()) - 1, max_hit_tokens);
   const int max_blocks = max_tokens / config_.block_size;
-  const std::vector<RadixTree::Node*> path = tree_->Match(ns, tokens, max_blocks);
+  std::vector<RadixTree::Node*> path = tree_->Match(ns, tokens, max_blocks);
+  const int bs = config_.block_size;
+  auto [source, m] = partial_block ? MatchPartial(ns, path.empty() ? nullptr : path.back(),
+                                                  tokens.first(static_cast<size_t>(max_tokens) + 1),
+                                                  static_cast<int>(path.size()) * bs)
+                                   : std::pair<RadixTree::Node*, int>{nullptr, 0};
+  if (has_window_group()) {
+    path.resize(static_cast<size_t>(WindowHitDepth(path, &source, m)));
+    if (source == nullptr) m = 0;
+  }
   for (RadixTree::Node* n : path) {
     pool_.AddRef(RadixTree::block(n));
     s.table.Append(RadixTree::block(n));
@@ -85,22 +227,35 @@ int KvCacheManager::BeginSequence(SeqId seq, CacheNamespace ns, std::span<const 
     s.node = path.back();
   }
   s.num_committed = static_cast<int>(path.size());
-  s.hit_tokens = s.num_committed * config_.block_size;
-  if (!partial_block) return s.hit_tokens;
-  const auto [source, m] =
-      MatchPartial(ns, s.node, tokens.first(static_cast<size_t>(max_tokens) + 1), s.hit_tokens);
+  s.hit_tokens = s.num_committed * bs;
+  if (has_window_group()) {  // the window at the hit (referenced: room-making cannot take it)
+    s.window_first = std::min(WindowFirstBlock(s.hit_tokens), s.num_committed);
+    s.wtable.assign(path.size(), kNoWindowBlock);
+    for (size_t i = static_cast<size_t>(s.window_first); i < path.size(); ++i) {
+      s.wtable[i] = CachedWindowBlock(path[i]);
+      WindowAddRef(s.wtable[i]);
+    }
+  }
   if (m == 0) return s.hit_tokens;
-  // The source is locked while room is made, so eviction cannot take it; the copy happens
-  // before the lock is dropped.
+  // The source is locked (and its window block referenced) while room is made, so eviction
+  // cannot take them; the copies happen before they are let go.
   tree_->Lock(source);
-  if (MakeRoom(1)) {
+  const BlockId wsource = has_window_group() ? CachedWindowBlock(source) : kNoWindowBlock;
+  if (wsource.valid()) WindowAddRef(wsource);
+  if (MakeRoom(1) && (!wsource.valid() || WindowMakeRoom(1))) {
     const BlockId dst = *pool_.Allocate();
     s.table.Append(dst);
     copier_(RadixTree::block(source), dst);
+    if (wsource.valid()) {
+      const BlockId wdst = *wpool_.Allocate();
+      s.wtable.push_back(wdst);
+      window_copier_(wsource, wdst);
+    }
     tree_->Touch(source, priority, /*hits=*/0);
     s.hit_tokens += m;
     s.partial_hit_tokens = m;
   }
+  if (wsource.valid()) WindowRelease(wsource);
   tree_->Unlock(source);
   return s.hit_tokens;
 }
@@ -111,6 +266,8 @@ BlockKey KvCacheManager::PrefixKey(SeqId seq) const {
 }
 
 int KvCacheManager::num_allocatable_blocks() const {
+  // The window group's pool is sized for every running sequence's window (EngineCore), so the
+  // main pool is what admission weighs.
   return pool_.num_free() + (tree_ ? tree_->num_evictable() : 0);
 }
 
@@ -239,10 +396,18 @@ bool KvCacheManager::Allocate(SeqId seq, int num_tokens) {
   Seq& s = Get(seq);
   const int need = s.table.BlocksNeededFor(num_tokens - s.evicted);
   if (need > 0) {
-    if (!MakeRoom(need)) return false;
+    // The window group's new blocks: those its window reads from (a sequence whose step starts
+    // past a whole window of new blocks does not need the earlier ones; they stay released).
+    const int wneed = has_window_group() ? need : 0;
+    if (!MakeRoom(need) || !WindowMakeRoom(wneed)) return false;
     std::vector<BlockId> got;
     KV_CHECK(pool_.AllocateN(need, &got));
     for (BlockId b : got) s.table.Append(b);
+    if (wneed > 0) {
+      got.clear();
+      KV_CHECK(wpool_.AllocateN(wneed, &got));
+      s.wtable.insert(s.wtable.end(), got.begin(), got.end());
+    }
   }
   if (!s.counted) {
     s.counted = true;
@@ -258,11 +423,18 @@ void KvCacheManager::Shrink(SeqId seq, int num_tokens) {
   const int keep = (num_tokens - s.evicted + config_.block_size - 1) / config_.block_size;
   KV_CHECK_GE(keep, s.num_committed);
   while (s.table.num_blocks() > keep) pool_.Release(s.table.PopBack());
+  while (static_cast<int>(s.wtable.size()) > keep) {
+    if (s.wtable.back().valid()) WindowRelease(s.wtable.back());
+    s.wtable.pop_back();
+  }
+  s.window_first = std::min(s.window_first, keep);
 }
 
 std::span<const BlockId> KvCacheManager::block_table(SeqId seq) const {
   return Get(seq).table.blocks();
 }
+
+std::span<const BlockId> KvCacheManager::window_table(SeqId seq) const { return Get(seq).wtable; }
 
 // NOTE (commit): the blocks [num_committed, full) are walked down from the node the sequence
 // already locks. Each is either new to the tree (inserted with the sequence's own block) or was
@@ -272,9 +444,13 @@ std::span<const BlockId> KvCacheManager::block_table(SeqId seq) const {
 // from the old deepest node to the new one (lock first, so the shared path never looks
 // evictable in between).
 void KvCacheManager::Commit(SeqId seq, std::span<const TokenId> tokens, int num_computed) {
-  if (!tree_) return;
   Seq& s = Get(seq);
-  if (s.edited) return;
+  CommitTree(s, tokens, num_computed);
+  SlideWindow(s, num_computed - s.evicted);
+}
+
+void KvCacheManager::CommitTree(Seq& s, std::span<const TokenId> tokens, int num_computed) {
+  if (!tree_ || s.edited) return;
   const int bs = config_.block_size;
   const int full =
       std::min({num_computed, static_cast<int>(tokens.size()), s.table.capacity_tokens()}) / bs;
@@ -295,6 +471,7 @@ void KvCacheManager::Commit(SeqId seq, std::span<const TokenId> tokens, int num_
       next = tree_->AddChild(s.ns, node, block_tokens, mine);
       if (!next) break;  // token-hash collision with a different block: stop sharing here
     }
+    if (has_window_group()) CommitWindowBlock(s, i, next);
     node = next;
     committed = i + 1;
   }
@@ -304,6 +481,21 @@ void KvCacheManager::Commit(SeqId seq, std::span<const TokenId> tokens, int num_
   if (s.node) tree_->Unlock(s.node);
   s.node = node;
   s.num_committed = committed;
+}
+
+// The window part of committed block i: kept beside its node when the node has none (a window
+// block released before its commit stays released), or swapped for the node's (identical bytes).
+void KvCacheManager::CommitWindowBlock(Seq& s, int i, const RadixTree::Node* node) {
+  BlockId& mine = s.wtable[static_cast<size_t>(i)];
+  if (!mine.valid()) return;
+  const BlockId cached = CachedWindowBlock(node);
+  if (!cached.valid()) {
+    WindowKeep(node, mine);
+  } else if (cached != mine) {
+    WindowAddRef(cached);
+    WindowRelease(mine);
+    mine = cached;
+  }
 }
 
 bool KvCacheManager::PrivatizeBlocks(Seq& s, int from, int keep_committed, BlockEviction* e) {
@@ -340,6 +532,7 @@ bool KvCacheManager::PrivatizeBlocks(Seq& s, int from, int keep_committed, Block
 }
 
 std::optional<BlockEviction> KvCacheManager::EvictBlocks(SeqId seq, int first, int count) {
+  KV_CHECK(!has_window_group(), "eviction inside a sequence with a window group");
   Seq& s = Get(seq);
   const int n = s.table.num_blocks();
   KV_CHECK(first >= 0 && count >= 1 && first + count <= n, "evicting blocks [{}, {}) of {}", first,
@@ -355,6 +548,7 @@ std::optional<BlockEviction> KvCacheManager::EvictBlocks(SeqId seq, int first, i
 }
 
 std::optional<BlockEviction> KvCacheManager::CompactBlocks(SeqId seq, int count) {
+  KV_CHECK(!has_window_group(), "eviction inside a sequence with a window group");
   Seq& s = Get(seq);
   KV_CHECK(count >= 1 && count <= s.table.num_blocks(), "compacting away {} blocks of {}", count,
            s.table.num_blocks());
@@ -371,6 +565,9 @@ void KvCacheManager::EndSequence(SeqId seq) {
   Seq& s = Get(seq);
   if (s.node) tree_->Unlock(s.node);
   for (BlockId b : s.table.TakeAll()) pool_.Release(b);
+  for (BlockId w : s.wtable) {
+    if (w.valid()) WindowRelease(w);
+  }
   seqs_.erase(seq);
 }
 
@@ -383,7 +580,7 @@ Result<std::optional<BlockCopy>> KvCacheManager::Fork(SeqId parent, SeqId child,
   {
     const Seq& p = Get(parent);
     KV_CHECK_GE(p.table.capacity_tokens(), slots);
-    if (partial && !MakeRoom(1)) {
+    if (partial && (!MakeRoom(1) || (has_window_group() && !WindowMakeRoom(1)))) {
       return ResourceExhausted("no KV block free for the copy-on-write of a parallel sample");
     }
   }
@@ -395,16 +592,29 @@ Result<std::optional<BlockCopy>> KvCacheManager::Fork(SeqId parent, SeqId child,
         .num_committed = p.num_committed,
         .counted = true,
         .evicted = p.evicted,
-        .edited = p.edited};
+        .edited = p.edited,
+        .wtable = {},
+        .window_first = std::min(p.window_first, full)};
   for (int i = 0; i < full; ++i) {
     pool_.AddRef(p.table.blocks()[i]);
     c.table.Append(p.table.blocks()[i]);
+  }
+  if (has_window_group()) {
+    c.wtable.assign(p.wtable.begin(), p.wtable.begin() + full);
+    for (BlockId w : c.wtable) {
+      if (w.valid()) WindowAddRef(w);
+    }
   }
   std::optional<BlockCopy> copy;
   if (partial) {
     const BlockId dst = *pool_.Allocate();
     c.table.Append(dst);
     copy = BlockCopy{p.table.blocks()[full], dst};
+    if (has_window_group()) {
+      const BlockId wdst = *wpool_.Allocate();
+      c.wtable.push_back(wdst);
+      window_copier_(p.wtable[static_cast<size_t>(full)], wdst);
+    }
   }
   if (c.node) tree_->Lock(c.node);
   seqs_.emplace(child, std::move(c));
@@ -460,14 +670,54 @@ KvCacheStats KvCacheManager::stats() const {
     st.num_tree_blocks = tree_->num_nodes();
     st.evicted_blocks = tree_->num_evicted();
   }
+  st.num_window_blocks = wpool_.num_blocks();
+  st.window_free = wpool_.num_free();
+  st.window_cached = wpool_.num_cached();
+  st.window_in_use = wpool_.num_in_use();
+  st.window_evicted = window_evicted_;
   st.query_tokens = query_tokens_;
   st.hit_tokens = hit_tokens_;
   st.partial_hit_tokens = partial_hit_tokens_;
   return st;
 }
 
+void KvCacheManager::CheckWindowInvariants() const {
+  wpool_.CheckInvariants();
+  std::unordered_map<int32_t, int> refs;
+  for (const auto& [id, s] : seqs_) {
+    KV_CHECK_EQ(static_cast<int>(s.wtable.size()), s.table.num_blocks());
+    for (size_t i = 0; i < s.wtable.size(); ++i) {
+      const BlockId w = s.wtable[i];
+      KV_CHECK(w.valid() == (static_cast<int>(i) >= s.window_first),
+               "seq {} window entry {} is {} with the window from {}", id.value(), i, w.value(),
+               s.window_first);
+      if (w.valid()) ++refs[w.value()];
+      // A committed block's window part is the one its node keeps.
+      if (w.valid() && static_cast<int>(i) < s.num_committed && wpool_.is_cached(w)) {
+        KV_CHECK(wnode_[static_cast<size_t>(w.value())] != nullptr, "window block {}", w.value());
+      }
+    }
+  }
+  size_t evictable = 0;
+  for (int32_t b = 0; b < wpool_.num_blocks(); ++b) {
+    const BlockId w(b);
+    KV_CHECK(wpool_.ref_count(w) == (refs.count(b) ? refs[b] : 0),
+             "window block {} has ref {} but tables hold it {} times", b, wpool_.ref_count(w),
+             refs.count(b) ? refs[b] : 0);
+    const RadixTree::Node* node = wnode_[static_cast<size_t>(b)];
+    KV_CHECK(wpool_.is_cached(w) == (node != nullptr), "window block {} cached without a node", b);
+    if (node) KV_CHECK(CachedWindowBlock(node) == w, "window block {} not kept by its node", b);
+    const bool candidate = node && wpool_.ref_count(w) == 0;
+    KV_CHECK(candidate == (wevictable_.count({wserial_[static_cast<size_t>(b)], b}) != 0),
+             "window block {} eviction candidate mismatch", b);
+    evictable += candidate;
+  }
+  KV_CHECK_EQ(evictable, wevictable_.size());
+}
+
 void KvCacheManager::CheckInvariants() const {
   pool_.CheckInvariants();
+  if (has_window_group()) CheckWindowInvariants();
   std::unordered_map<int32_t, int> refs;  // block -> tables holding it
   for (const auto& [id, s] : seqs_) {
     for (BlockId b : s.table.blocks()) ++refs[b.value()];

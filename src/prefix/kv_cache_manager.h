@@ -22,6 +22,17 @@
 // m are overwritten by the sequence's own tokens before anything reads them.
 // With prefix caching disabled the facade is the same, but nothing is matched or inserted.
 //
+// NOTE (the window group): layers that attend to their last tokens only (sliding windows) may
+// keep their K/V in a second, smaller pool. Every sequence then has a second table, index for
+// index beside its block table, whose entries before its window are released (kNoWindowBlock):
+// a query at slot p reads the group's slots >= p - window_reach + 1 only, and a block that no
+// later query reads goes back. A block of the group that was committed with its full block
+// stays beside that tree node while nothing needs it (cached-evictable, least recently released
+// first, the blocks of pinned and held prefixes last) and goes when the pool runs short or the
+// node is evicted. A prefix hit at depth d needs the group's blocks of the window before d (and
+// of a partial block's source): BeginSequence takes the deepest depth where they are all still
+// cached, so the hits are the prefixes whose last window was not evicted yet (docs/kv_cache.md).
+//
 // Thread safety: none; the engine thread owns it.
 #pragma once
 
@@ -30,6 +41,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -56,7 +68,14 @@ struct KvCacheConfig {
   // Milliseconds since the Unix epoch, for hold deadlines; null = the system clock. Tests set
   // their own so that no test waits for a TTL to run out.
   std::function<int64_t()> clock;
+  // The window group (NOTE above): its pool's blocks (0 = no group) and how far back a query
+  // reads it, in slots (the widest window plus what a kernel's aligned chunk reads before it).
+  int num_window_blocks = 0;
+  int window_reach = 0;
 };
+
+// A window-group table entry whose block was released (before the sequence's window).
+inline constexpr BlockId kNoWindowBlock{-1};
 
 struct KvCacheStats {
   int num_blocks = 0;
@@ -73,6 +92,12 @@ struct KvCacheStats {
   int64_t hit_tokens = 0;            // of which found cached
   int64_t partial_hit_tokens = 0;    // of which in copied partial blocks
   int64_t evicted_blocks = 0;
+  // The window group (zero without one): its pool's blocks by state.
+  int num_window_blocks = 0;
+  int window_free = 0;
+  int window_cached = 0;  // ref 0, kept beside a tree node
+  int window_in_use = 0;
+  int64_t window_evicted = 0;
 };
 
 // The engine copies every layer's K/V of `src` into `dst` before the next forward pass.
@@ -120,8 +145,11 @@ class KvCacheManager {
                     bool count_tokens = true, bool partial_block = true,
                     int max_hit_tokens = std::numeric_limits<int>::max());
   // Copies every layer's K/V of block src into block dst, at once (the engine owns the bytes).
-  // Without one, hits are whole blocks only.
+  // Without one, hits are whole blocks only. With a window group, this copies the other
+  // layers, and the window copier the group's (both needed for token-granular hits).
   void set_block_copier(std::function<void(BlockId src, BlockId dst)> copier);
+  void set_window_block_copier(std::function<void(BlockId src, BlockId dst)> copier);
+  bool has_window_group() const { return config_.num_window_blocks > 0; }
   // The chained key (block_key.h) of the sequence's last committed block, or its namespace's
   // root key when it has none: where the keys of its next blocks chain from.
   BlockKey PrefixKey(SeqId seq) const;
@@ -143,12 +171,17 @@ class KvCacheManager {
   // list is short. All or nothing: false (and no change) when even eviction cannot make room.
   bool Allocate(SeqId seq, int num_tokens);
   std::span<const BlockId> block_table(SeqId seq) const;
+  // The window group's table: as long as block_table, kNoWindowBlock before the window. Empty
+  // without a window group.
+  std::span<const BlockId> window_table(SeqId seq) const;
   // Releases the blocks past those `num_tokens` slots need (they held only rejected speculative
   // drafts). REQUIRES: they are not committed.
   void Shrink(SeqId seq, int num_tokens);
   // Inserts the full blocks among tokens[0, num_computed) that are not in the tree yet. A block
   // whose tokens are already cached (computed twice concurrently) is swapped for the cached one
   // (identical bytes) and the duplicate freed. No-op without prefix caching.
+  // With a window group, num_computed is also where the sequence's next query is: the group's
+  // blocks before that query's window are released (REQUIRES: it never goes back).
   void Commit(SeqId seq, std::span<const TokenId> tokens, int num_computed);
   // Evicts tokens inside a sequence (a sliding window, attention sinks): drops blocks
   // [first, first + count) of its table, so the slots after them move down by count blocks.
@@ -174,7 +207,8 @@ class KvCacheManager {
   void EndSequence(SeqId seq);
   // Starts `child` as a copy of `parent` whose first num_computed slots hold K/V: full blocks
   // are shared (ref counted); a partial last block is copied into a new block, returned for the
-  // engine to copy. ResourceExhausted (and no child) when no block can be had for the copy.
+  // engine to copy (the window group's copy is made at once, through the window copier).
+  // ResourceExhausted (and no child) when no block can be had for the copy.
   Result<std::optional<BlockCopy>> Fork(SeqId parent, SeqId child, int num_computed);
 
   // Pins the cached full-block prefix of `tokens` until Unpin; returns the pinned tokens.
@@ -228,6 +262,10 @@ class KvCacheManager {
     bool counted = false;
     int evicted = 0;      // tokens evicted inside the sequence: slot = token index - evicted
     bool edited = false;  // EvictBlocks ran: nothing more is committed
+    // The window group's table (NOTE above), index for index beside `table`; entries before
+    // window_first are kNoWindowBlock.
+    std::vector<BlockId> wtable;
+    int window_first = 0;
   };
   Seq& Get(SeqId seq);
   const Seq& Get(SeqId seq) const;
@@ -237,6 +275,25 @@ class KvCacheManager {
                                                 std::span<const TokenId> tokens, int start) const;
   // Makes `n` free blocks available, evicting if needed. False (nothing evicted) if impossible.
   bool MakeRoom(int n);
+  // The window group. Depth (in full blocks of `path`) of the deepest hit whose window blocks
+  // are all cached; with *partial (a token-granular hit's source past the path) tried first at
+  // the path's end, and cleared when it cannot be used.
+  int WindowHitDepth(const std::vector<RadixTree::Node*>& path, RadixTree::Node** partial,
+                     int partial_tokens) const;
+  int WindowFirstBlock(int next_slot) const;  // the group's first block a query at it reads
+  BlockId CachedWindowBlock(const RadixTree::Node* node) const;  // kNoWindowBlock if none
+  void WindowAddRef(BlockId w);
+  void WindowRelease(BlockId w);
+  void WindowEvict(BlockId w);
+  bool WindowMakeRoom(int n);
+  // Keeps w beside node (a committed block's window part). REQUIRES: none kept there yet.
+  void WindowKeep(const RadixTree::Node* node, BlockId w);
+  void OnNodeEvicted(const RadixTree::Node* node);
+  // Releases the group's blocks that no query at or after next_slot reads.
+  void SlideWindow(Seq& s, int next_slot);
+  void CommitTree(Seq& s, std::span<const TokenId> tokens, int num_computed);
+  void CommitWindowBlock(Seq& s, int i, const RadixTree::Node* node);
+  void CheckWindowInvariants() const;
   // EvictBlocks and CompactBlocks: replaces the shared blocks from index `from` on by private
   // copies (recorded in e) and keeps the tree path of the first keep_committed blocks only.
   // False, and no change, when the copies' blocks cannot be had.
@@ -272,6 +329,17 @@ class KvCacheManager {
   int64_t tier_retained_blocks_ = 0;
   int64_t query_tokens_ = 0, hit_tokens_ = 0, partial_hit_tokens_ = 0;
   std::function<void(BlockId, BlockId)> copier_;
+  std::function<void(BlockId, BlockId)> window_copier_;
+  // The window group: its pool; for each of its blocks the tree node it is kept beside (null
+  // when private or free); for each main block id, the window block kept beside its node; the
+  // cached-evictable ones by release order (serial, block).
+  BlockPool wpool_;
+  std::vector<const RadixTree::Node*> wnode_;
+  std::vector<BlockId> wkept_;
+  std::set<std::pair<uint64_t, int32_t>> wevictable_;
+  std::vector<uint64_t> wserial_;
+  uint64_t next_wserial_ = 0;
+  int64_t window_evicted_ = 0;
 };
 
 }  // namespace kvserve

@@ -276,6 +276,7 @@ void RadixTree::RemoveLeaf(Node* n) {
     listener_->OnBlockEvicted(
         TreeBlock{n->chain_key, n->parent->chain_key, n->root->chain_key, n->tokens, n->block});
   }
+  if (evict_hook_) evict_hook_(n);
   pool_->Evict(n->block);
   --num_nodes_;
   --num_evictable_;

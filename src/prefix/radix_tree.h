@@ -64,6 +64,9 @@ class RadixTree {
   int block_size() const { return block_size_; }
   // Told of every insert and eviction (nullptr = nobody). REQUIRES: outlives the tree's use.
   void set_listener(BlockListener* listener) { listener_ = listener; }
+  // Called with every node just before it is evicted (its owner drops what it keeps beside the
+  // node's block: the window group's block). Null = nobody.
+  void set_evict_hook(std::function<void(const Node*)> hook) { evict_hook_ = std::move(hook); }
 
   // The longest path of cached blocks that prefixes `tokens`, at most max_blocks long
   // (root side first). No side effects.
@@ -172,6 +175,7 @@ class RadixTree {
   std::unique_ptr<EvictionPolicy> policy_;
   BlockPool* pool_;
   BlockListener* listener_ = nullptr;
+  std::function<void(const Node*)> evict_hook_;
   std::unordered_map<uint64_t, std::unique_ptr<Node>> roots_;  // by namespace
   std::set<Candidate> candidates_;
   std::set<Deadline> deadlines_;  // every held node

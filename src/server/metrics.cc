@@ -238,6 +238,14 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
           static_cast<double>(stats.kv_bytes_per_token));
   w.Gauge("kvserve:kv_cache_capacity_tokens", "Tokens the whole KV cache holds.",
           static_cast<double>(stats.kv_capacity_tokens));
+  if (kv.num_window_blocks > 0) {  // sliding-window layers' own blocks (docs/kv_cache.md)
+    w.Gauge("kvserve:kv_cache_window_blocks", "Window layers' KV blocks by state.", kv.window_free,
+            "state=\"free\"");
+    w.Gauge("kvserve:kv_cache_window_blocks", "", kv.window_cached, "state=\"cached\"");
+    w.Gauge("kvserve:kv_cache_window_blocks", "", kv.window_in_use, "state=\"in_use\"");
+    w.Gauge("kvserve:kv_cache_window_bytes", "Bytes of the window layers' KV blocks.",
+            static_cast<double>(stats.kv_window_bytes));
+  }
   w.Gauge("kvserve:cache_config_info", "KV-cache element types (value 1).", 1,
           fmt::format("cache_type_k=\"{}\",cache_type_v=\"{}\"", KvDtypeName(stats.kv_k_dtype),
                       KvDtypeName(stats.kv_v_dtype)));

@@ -12,6 +12,7 @@
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "util/byte_size.h"
 #include "util/log.h"
 #include "util/shutdown_signals.h"
 
@@ -84,9 +85,13 @@ Status Serve(const ServeConfig& config) {
   const EngineStats stats = engine->stats();
   KV_LOG(Info, "serving '{}' ({} KV blocks of {} tokens, max model length {})", name,
               stats.kv.num_blocks, engine->config().block_size, engine->config().max_model_len);
-  fmt::print(stderr, "kvserve: {}\n",
+  fmt::print(stderr, "kvserve: {}{}\n",
              KvCapacitySummary(stats.kv_k_dtype, stats.kv_v_dtype, stats.kv_bytes_per_token,
-                               stats.kv_capacity_tokens, stats.kv_latent));
+                               stats.kv_capacity_tokens, stats.kv_latent),
+             stats.kv_window_layers == 0
+                 ? std::string()
+                 : fmt::format(", + {} window layers in {}", stats.kv_window_layers,
+                               FormatByteSize(stats.kv_window_bytes)));
   for (const std::string& line : engine->TierDescriptions()) {
     fmt::print(stderr, "kvserve: {}\n", line);
   }

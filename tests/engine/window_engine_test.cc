@@ -101,6 +101,74 @@ INSTANTIATE_TEST_SUITE_P(
       return name + "_" + std::string(KvDtypeName(param_info.param.dtype));
     });
 
+// The window group (kv_storage.h): the window layers' K/V in a pool of their own, too small
+// for the requests' whole contexts and shared with the prefix cache's windows. Blocks of 4
+// tokens, so that the windows' blocks are released as the requests run past them.
+TEST_P(WindowEngine, WithTheWindowGroupGreedyEqualsEachRequestAlone) {
+  const Case c = GetParam();
+  EngineConfig config = testing_util::SmallConfig();
+  config.k_dtype = config.v_dtype = c.dtype;
+  config.block_size = 4;
+  config.num_blocks = 30;  // 120 slots for six requests of 30..50 tokens + 12: preemption
+  config.num_window_blocks = 26;
+  config.max_num_seqs = 3;
+  config.max_num_batched_tokens = 40;
+  auto core = EngineCore::Create(LoadModel(c.name), config);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  ASSERT_EQ((*core)->stats().kv.num_window_blocks, 26);
+  const auto prompts = testing_util::PairedPrompts(37, 13);
+  std::map<int64_t, std::vector<TokenId>> got = testing_util::RunTwoRounds(**core, prompts, 12);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<TokenId> want =
+        testing_util::GreedyAlone(LoadModel(c.name), c.dtype, prompts[i], 12);
+    EXPECT_EQ(got[static_cast<int64_t>(i)], want) << "prompt " << i;
+    EXPECT_EQ(got[10 + static_cast<int64_t>(i)], want) << "prompt " << i << ", second round";
+  }
+  const EngineStats st = (*core)->stats();
+  EXPECT_GT(st.kv.hit_tokens, 0);
+  EXPECT_GT(st.num_preemptions, 0);
+  EXPECT_GT(st.kv.window_evicted, 0);
+  EXPECT_EQ(st.kv.num_in_use, 0);
+  EXPECT_EQ(st.kv.window_in_use, 0);
+  const ModelConfig& mc = LoadModel(c.name)->config();
+  int windowed = 0;
+  for (int l = 0; l < mc.num_layers; ++l) windowed += mc.LayerWindow(l) > 0;
+  EXPECT_GT(windowed, 0);
+  EXPECT_EQ(st.kv_window_layers, windowed);
+}
+
+// What the group saves: the same tokens in less memory, or more tokens in the same memory.
+TEST(WindowEnginePlan, TheGroupHoldsOnlyTheRunningWindows) {
+  EngineConfig config = testing_util::SmallConfig();
+  config.num_blocks = 0;
+  config.max_num_seqs = 2;
+  config.kv_cache_memory_bytes = 4u << 20;
+  auto model = LoadModel("gemma3");
+  const KvLayout layout = model->MakeKvLayout(config.block_size, config.k_dtype, config.v_dtype);
+  auto full = PlanKvBlocks(
+      [&] {
+        EngineConfig c = config;
+        c.kv_windows = false;
+        return c;
+      }(),
+      model->config(), layout);
+  auto plan = PlanKvBlocks(config, model->config(), layout);
+  ASSERT_TRUE(full.ok() && plan.ok());
+  EXPECT_EQ(full->num_window_blocks, 0);
+  EXPECT_EQ(plan->layout.num_window_layers(), 5);
+  EXPECT_EQ(plan->layout.bytes_per_token() * 6, full->layout.bytes_per_token());
+  // Within the budget, and about six times the tokens: one layer in six pays for them.
+  EXPECT_LE(plan->num_blocks * plan->layout.bytes_per_block() +
+                plan->num_window_blocks * plan->layout.window_bytes_per_block(),
+            config.kv_cache_memory_bytes);
+  EXPECT_GT(plan->num_blocks, 5 * full->num_blocks);
+  // A budget the group's blocks alone would fill: no group.
+  config.kv_cache_memory_bytes = 64u << 10;
+  plan = PlanKvBlocks(config, model->config(), layout);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_window_blocks, 0);
+}
+
 // Eviction moves slots under the windows, which count slots back from each query: refused.
 TEST(WindowEngineEviction, IsRefusedByName) {
   auto core = EngineCore::Create(LoadModel("gemma3"), testing_util::SmallConfig());

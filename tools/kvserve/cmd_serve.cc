@@ -29,6 +29,7 @@ struct ServeOptions {
   bool enable_prefix_caching = false;
   bool no_prefix_caching = false;
   bool no_partial_block_hits = false;
+  bool no_kv_windows = false;
   JumpForwardOptions jump_forward;
   KvEvictionOptions kv_eviction;
   std::string log_level = "info";
@@ -99,6 +100,7 @@ void RunServe(ServeOptions& o) {
   }
   c.engine.enable_prefix_caching = !o.no_prefix_caching;
   c.engine.partial_block_hits = !o.no_partial_block_hits;
+  c.engine.kv_windows = !o.no_kv_windows;
   ApplyJumpForwardOptions(o.jump_forward, &c.engine);
   c.engine.kv_eviction = KvEvictionFromOptions(o.kv_eviction);
   const std::optional<LogLevel> level = ParseLogLevel(o.log_level);
@@ -185,6 +187,8 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_flag("--enable-prefix-caching", o->enable_prefix_caching,
                 "Share cached KV across requests (default)");
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching, "Turn automatic prefix caching off");
+  cmd->add_flag("--no-kv-windows", o->no_kv_windows,
+                "Keep sliding-window layers' K/V in the main blocks (no window group)");
   cmd->add_flag("--no-partial-block-hits", o->no_partial_block_hits,
                 "Reuse whole cached blocks only (default: a prompt that goes on into a cached "
                 "block reuses the tokens it shares with it)");
