@@ -96,7 +96,11 @@ EngineBridge::EngineBridge(Engine* engine, const Tokenizer* tokenizer,
       tokenizer_(tokenizer),
       template_(std::move(tmpl)),
       config_(std::move(config)),
-      metrics_(metrics) {}
+      metrics_(metrics) {
+  if (template_ && template_->reply_format() == ReplyFormat::kHarmony) {
+    harmony_ = HarmonyTokens::Find(*tokenizer_);
+  }
+}
 
 structured::ConstraintCompiler& EngineBridge::constraints() const {
   std::call_once(constraints_once_, [this] {
@@ -115,12 +119,15 @@ uint64_t MinResponseBytesPerToken(Endpoint endpoint, int top_logprobs) {
   return kChunk + (top_logprobs < 0 ? 0 : per_logprob * (1 + static_cast<uint64_t>(top_logprobs)));
 }
 
-std::optional<ApiError> EngineBridge::EncodeChat(
-    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-    std::vector<TokenId>* ids, std::span<const nlohmann::ordered_json> tools) const {
+std::optional<ApiError> EngineBridge::EncodeChat(const std::vector<ChatMessage>& messages,
+                                                 bool add_generation_prompt,
+                                                 std::vector<TokenId>* ids,
+                                                 std::span<const nlohmann::ordered_json> tools,
+                                                 ChatRenderOptions options) const {
   if (!template_) return BadRequest("the model has no chat template", "messages");
+  if (options.date.empty()) options.date = UtcDate(NowMs());
   Result<std::vector<TokenId>> encoded =
-      kvserve::EncodeChat(*template_, *tokenizer_, messages, add_generation_prompt, tools);
+      kvserve::EncodeChat(*template_, *tokenizer_, messages, add_generation_prompt, tools, options);
   if (!encoded.ok()) return BadRequest(encoded.status().message(), "messages");
   *ids = std::move(encoded).value();
   return std::nullopt;
@@ -155,6 +162,10 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
   }
   std::vector<std::vector<TokenId>> prompts;
   std::vector<std::string> echoes;
+  // One date for the prompt and the prefixes of its breakpoints, whatever the clock does.
+  const ChatRenderOptions render{.date = UtcDate(NowMs()), .reasoning_effort = p.reasoning_effort};
+  // Harmony replies (gpt-oss): each choice's tokens are split into reasoning and content.
+  const bool harmony = chat && harmony_.has_value();
   // Tool calls: constrained to the family's call syntax ("required", a named tool; "auto" from
   // the syntax's trigger on) and parsed out of the text into message.tool_calls.
   const bool tool_calls = chat && p.tool_choice != GenerationParams::ToolChoice::kNone;
@@ -201,7 +212,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     std::vector<ChatMessage> messages = cache ? cache->messages : std::vector<ChatMessage>{};
     messages.insert(messages.end(), p.messages.begin(), p.messages.end());
     prompts.emplace_back();
-    if (auto e = EncodeChat(messages, true, &prompts.back(), p.tools)) return e;
+    if (auto e = EncodeChat(messages, true, &prompts.back(), p.tools, render)) return e;
     echoes.emplace_back();
   } else {
     for (const PromptInput& in : p.prompts) {
@@ -298,7 +309,7 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     r.priority = p.priority;
     r.cache_salt = salt;
     std::vector<std::pair<int, int64_t>> breakpoints;
-    if (auto e = ResolveHolds(p, r.prompt, &r.holds, &breakpoints)) {
+    if (auto e = ResolveHolds(p, render, r.prompt, &r.holds, &breakpoints)) {
       in_flight_.fetch_sub(k - i);
       return e;
     }
@@ -335,6 +346,10 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
     job.last_token.assign(static_cast<size_t>(p.n), Clock::time_point{});
     job.text_len.assign(static_cast<size_t>(p.n), 0);
     if (tool_calls) job.tools.assign(static_cast<size_t>(p.n), ToolCallStream(format, tool_names));
+    if (harmony) {
+      job.harmony.assign(static_cast<size_t>(p.n), HarmonyParser(*tokenizer_, *harmony_));
+      job.engine_text_len.assign(static_cast<size_t>(p.n), 0);
+    }
     gen->usage_.prompt_tokens += prompt_len;
     gen->jobs_.push_back(std::move(job));
   }
@@ -348,15 +363,15 @@ std::optional<ApiError> EngineBridge::Start(const GenerationParams& p,
 // tokens that the whole prompt has too, but a prefix rendered alone may end differently (a last
 // message rendered as the final one), and only tokens in the prompt are cached.
 std::optional<ApiError> EngineBridge::ResolveHolds(
-    const GenerationParams& p, std::span<const TokenId> prompt, std::vector<KvHold>* holds,
-    std::vector<std::pair<int, int64_t>>* breakpoints) const {
+    const GenerationParams& p, const ChatRenderOptions& render, std::span<const TokenId> prompt,
+    std::vector<KvHold>* holds, std::vector<std::pair<int, int64_t>>* breakpoints) const {
   const int n = static_cast<int>(prompt.size());
   for (const GenerationParams::PrefixHold& h : p.prefix_holds) {
     int tokens = n;
     if (!h.whole_prompt) {
       std::vector<TokenId> ids;
       const std::vector<ChatMessage> none;
-      if (EncodeChat(h.tools_only ? none : h.messages, false, &ids, p.tools)) {
+      if (EncodeChat(h.tools_only ? none : h.messages, false, &ids, p.tools, render)) {
         // A template that cannot render this prefix alone (no messages, or a system message
         // without a user turn): nothing is held for it, and the request goes on.
         continue;
@@ -548,7 +563,20 @@ void Generation::Take(Job& job, int job_index, RequestOutput e, std::vector<Choi
     c.text = job.echo;
   }
   c.text_offset = job.text_len[s] + c.text.size();
-  if (job.tools.empty()) {
+  if (!job.harmony.empty()) {
+    // The parser reads the tokens (the engine's text lacks the markers) and gives out no more
+    // than the engine's text so far, which stop strings hold back and cut (harmony.h).
+    HarmonyParser& parser = job.harmony[s];
+    const size_t released = job.engine_text_len[s] += e.text.size();
+    HarmonyDelta d = parser.Push(e.new_tokens, released);
+    if (e.finished) {
+      HarmonyDelta rest = parser.Finish(released);
+      d.reasoning += rest.reasoning;
+      d.content += rest.content;
+    }
+    c.text += d.content;
+    c.reasoning = std::move(d.reasoning);
+  } else if (job.tools.empty()) {
     c.text += e.text;
   } else {
     ToolCallStream& tools = job.tools[s];

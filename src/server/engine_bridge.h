@@ -15,11 +15,12 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/harmony.h"
 #include "server/metrics.h"
 #include "server/openai_codec.h"
 #include "server/tool_calls.h"
@@ -92,6 +93,8 @@ class Generation {
     std::vector<std::chrono::steady_clock::time_point> last_token;
     std::vector<size_t> text_len;  // per sample: bytes of text sent so far
     std::vector<ToolCallStream> tools;  // per sample, when tool calls are parsed
+    std::vector<HarmonyParser> harmony;   // per sample, when replies are harmony (gpt-oss)
+    std::vector<size_t> engine_text_len;  // per sample, with harmony: bytes the engine gave out
     // Prompt caching: (prompt tokens up to the breakpoint, its TTL in ms), in prompt order.
     std::vector<std::pair<int, int64_t>> breakpoints;
     bool cache_counted = false;  // the prompt's cache usage is in usage_
@@ -127,10 +130,12 @@ class EngineBridge {
   structured::ConstraintCompiler& constraints() const;
   ServerMetrics& metrics() const { return *metrics_; }
 
-  // Renders messages (and tool definitions) through the chat template and tokenizes them.
+  // Renders messages (and tool definitions) through the chat template and tokenizes them. An
+  // empty options.date is today's by NowMs() (UTC).
   std::optional<ApiError> EncodeChat(const std::vector<ChatMessage>& messages,
                                      bool add_generation_prompt, std::vector<TokenId>* ids,
-                                     std::span<const nlohmann::ordered_json> tools = {}) const;
+                                     std::span<const nlohmann::ordered_json> tools = {},
+                                     ChatRenderOptions options = {}) const;
   // Tokenizes a prompt (text, or ids checked against the vocabulary).
   std::optional<ApiError> EncodePrompt(const PromptInput& prompt, bool add_special,
                                        std::vector<TokenId>* ids) const;
@@ -164,15 +169,18 @@ class EngineBridge {
   Engine* engine_;
   const Tokenizer* tokenizer_;
   std::optional<ChatTemplate> template_;
+  // The vocabulary's harmony markers when the template's replies are harmony; nullopt also for
+  // a vocabulary without them (replies are then plain content).
+  std::optional<HarmonyTokens> harmony_;
   BridgeConfig config_;
   ServerMetrics* metrics_;
   mutable std::once_flag constraints_once_;
   mutable std::unique_ptr<structured::ConstraintCompiler> constraints_;
   std::atomic<int> in_flight_{0};
   // Resolves p's holds into token counts of `prompt` (Start), with (tokens, ttl ms) per
-  // breakpoint for the usage.
-  std::optional<ApiError> ResolveHolds(const GenerationParams& p, std::span<const TokenId> prompt,
-                                       std::vector<KvHold>* holds,
+  // breakpoint for the usage; prefixes render with the prompt's `render` options.
+  std::optional<ApiError> ResolveHolds(const GenerationParams& p, const ChatRenderOptions& render,
+                                       std::span<const TokenId> prompt, std::vector<KvHold>* holds,
                                        std::vector<std::pair<int, int64_t>>* breakpoints) const;
   // The live cache `id` of `tenant` (expired ones are dropped first). REQUIRES: caches_mu_.
   ExplicitCache* FindCacheLocked(const std::string& tenant, const std::string& id);

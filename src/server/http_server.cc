@@ -125,14 +125,14 @@ ApiError StatusError(int status) {
 
 std::string Event(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 
-// About what an update adds to a non-streamed response's JSON: its text, and per logprob entry
-// chat's {"token":…,"logprob":…,"bytes":[…]} (the bytes listed as numbers) or completions'
-// "…": -1.2345 pairs.
+// About what an update adds to a non-streamed response's JSON: its text and reasoning, and per
+// logprob entry chat's {"token":…,"logprob":…,"bytes":[…]} (the bytes listed as numbers) or
+// completions' "…": -1.2345 pairs.
 uint64_t UpdateBytes(const ChoiceOut& u, bool chat) {
   const auto entry = [chat](const std::string& token) -> uint64_t {
     return chat ? 40 + 5 * token.size() : 14 + token.size();
   };
-  uint64_t n = u.text.size();
+  uint64_t n = u.text.size() + u.reasoning.size();
   for (const TokenLogprobOut& t : u.logprobs) {
     n += entry(t.token);
     for (const auto& alt : t.top) n += entry(alt.first);
@@ -207,6 +207,7 @@ struct HttpServer::Impl {
         ChoiceOut& c = choices[static_cast<size_t>(u.index)];
         if (c.logprobs.empty() && !u.logprobs.empty()) c.text_offset = u.text_offset;
         c.text += u.text;
+        c.reasoning += u.reasoning;
         for (ToolCallOut& t : u.tool_calls) c.tool_calls.push_back(std::move(t));
         for (TokenLogprobOut& t : u.logprobs) c.logprobs.push_back(std::move(t));
         if (!u.finish_reason.empty()) c.finish_reason = u.finish_reason;
@@ -255,7 +256,8 @@ struct HttpServer::Impl {
           out += Event(Chunk(h, role, /*first=*/true, include_usage));
           first[i] = false;
         }
-        const bool has_payload = !u.text.empty() || !u.logprobs.empty() || !u.tool_calls.empty();
+        const bool has_payload =
+            !u.text.empty() || !u.reasoning.empty() || !u.logprobs.empty() || !u.tool_calls.empty();
         if (!has_payload && u.finish_reason.empty()) continue;
         if (chat && has_payload && !u.finish_reason.empty()) {
           // The text goes first, then the tool calls (as OpenAI streams them: one delta per
@@ -263,7 +265,7 @@ struct HttpServer::Impl {
           ChoiceOut text = u;
           text.finish_reason.clear();
           text.tool_calls.clear();
-          if (!text.text.empty() || !text.logprobs.empty()) {
+          if (!text.text.empty() || !text.reasoning.empty() || !text.logprobs.empty()) {
             out += Event(Chunk(h, text, false, include_usage));
           }
           for (ToolCallOut& call : u.tool_calls) {
@@ -273,6 +275,7 @@ struct HttpServer::Impl {
             out += Event(Chunk(h, one, false, include_usage));
           }
           u.text.clear();
+          u.reasoning.clear();
           u.logprobs.clear();
           u.tool_calls.clear();
         }
@@ -329,7 +332,9 @@ struct HttpServer::Impl {
       if (auto e = ParseMessages(body["messages"], &messages)) return ErrorResponse(*e);
       std::vector<nlohmann::ordered_json> tools;
       if (auto e = ParseTokenizeTools(body, body_text, &tools)) return ErrorResponse(*e);
-      if (auto e = bridge->EncodeChat(messages, add_generation_prompt, &ids, tools)) {
+      ChatRenderOptions render;
+      if (auto e = ParseReasoningEffort(body, &render.reasoning_effort)) return ErrorResponse(*e);
+      if (auto e = bridge->EncodeChat(messages, add_generation_prompt, &ids, tools, render)) {
         return ErrorResponse(*e);
       }
     } else if (body.contains("prompt") && body["prompt"].is_string()) {

@@ -684,6 +684,20 @@ std::optional<ApiError> ParseTools(const Reader& r, Endpoint endpoint, Generatio
 
 }  // namespace
 
+std::optional<ApiError> ParseReasoningEffort(const json& body, std::string* out) {
+  const Reader r(body);
+  if (!r.Find("reasoning_effort")) return std::nullopt;
+  std::string effort;
+  if (auto e = r.String("reasoning_effort", &effort)) return e;
+  if (effort != "low" && effort != "medium" && effort != "high") {
+    return BadRequest(
+        fmt::format("'reasoning_effort' is '{}'; it must be low, medium or high", effort),
+        "reasoning_effort");
+  }
+  *out = std::move(effort);
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseTokenizeTools(const json& body, const std::string& body_text,
                                            std::vector<nlohmann::ordered_json>* tools) {
   GenerationParams p;
@@ -713,6 +727,7 @@ std::optional<ApiError> ParseGenerationParams(const json& body, Endpoint endpoin
     const json* messages = r.Find("messages");
     if (!messages) return BadRequest("'messages' is required", "messages");
     KV_TRY(ParseMessages(*messages, &p.messages));
+    KV_TRY(ParseReasoningEffort(body, &p.reasoning_effort));
   }
   int64_t i = 0;
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
@@ -929,6 +944,7 @@ json Response(const ResponseHeader& h, const std::vector<ChoiceOut>& choices,
   for (const ChoiceOut& c : choices) {
     if (chat) {
       json message = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
       if (!c.tool_calls.empty()) {
         if (c.text.empty()) message["content"] = nullptr;
         message["tool_calls"] = ToolCallsJson(c.tool_calls, false);
@@ -958,6 +974,7 @@ json Chunk(const ResponseHeader& h, const ChoiceOut& c, bool first, bool include
     json delta = json::object();
     if (first) delta["role"] = "assistant";
     if (first || !c.text.empty()) delta["content"] = c.text;
+    if (!c.reasoning.empty()) delta["reasoning_content"] = c.reasoning;
     if (!c.tool_calls.empty()) delta["tool_calls"] = ToolCallsJson(c.tool_calls, true);
     choice = {{"index", c.index},
               {"delta", std::move(delta)},

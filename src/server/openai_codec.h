@@ -47,6 +47,9 @@ struct GenerationParams {
   std::string model;                  // empty when absent
   std::vector<PromptInput> prompts;   // completions
   std::vector<ChatMessage> messages;  // chat
+  // Chat: OpenAI's reasoning_effort, "low" | "medium" | "high"; empty when absent. Templates
+  // that print one (harmony) take it; others ignore it.
+  std::string reasoning_effort;
   std::optional<int> max_tokens;      // max_completion_tokens wins when both are given
   int n = 1;
   SamplingParams sampling;
@@ -113,6 +116,8 @@ std::optional<ApiError> ParseGenerationParams(const nlohmann::json& body, Endpoi
 // client's order, so that a chat prompt with tools tokenizes as chat renders it.
 std::optional<ApiError> ParseTokenizeTools(const nlohmann::json& body, const std::string& body_text,
                                            std::vector<nlohmann::ordered_json>* tools);
+// reasoning_effort of a chat (or /tokenize) body into *out; left untouched when absent.
+std::optional<ApiError> ParseReasoningEffort(const nlohmann::json& body, std::string* out);
 // The messages array of chat (and /tokenize); `param` names it in errors.
 std::optional<ApiError> ParseMessages(const nlohmann::json& messages,
                                       std::vector<ChatMessage>* out);
@@ -141,6 +146,10 @@ struct ToolCallOut {
 struct ChoiceOut {
   int index = 0;
   std::string text;
+  // Chat with a template whose replies carry reasoning (harmony): the reasoning, sent as
+  // message.reasoning_content / delta.reasoning_content (vLLM's and DeepSeek's name) when
+  // not empty; `text` holds the answer.
+  std::string reasoning;
   // Chat with tools: the calls parsed out of the text (which then holds only what came before
   // them; null content when that is empty).
   std::vector<ToolCallOut> tool_calls;

@@ -1,16 +1,17 @@
 #include "server/server.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
-#include <fmt/format.h>
-
 #include "engine/synthetic_model.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
+#include "server/harmony.h"
 #include "tokenizer/tokenizer.h"
 #include "util/byte_size.h"
 #include "util/log.h"
@@ -47,6 +48,13 @@ Status Serve(const ServeConfig& config) {
   KV_ASSIGN_OR_RETURN(GgufFile file, OpenModelOrDefault(config.model_path));
   KV_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(file));
   KV_ASSIGN_OR_RETURN(ChatTemplate tmpl, PickTemplate(config, tokenizer));
+  if (tmpl.reply_format() == ReplyFormat::kHarmony && !HarmonyTokens::Find(tokenizer)) {
+    KV_LOG(Warning,
+           "chat template '{}' with a vocabulary that lacks harmony's marker tokens "
+           "(<|start|>, <|channel|>, <|message|>, <|end|>, <|return|>, <|call|>): "
+           "replies are sent as plain content",
+           tmpl.name());
+  }
   ModelOptions mo;
   if (config.engine.max_num_batched_tokens > 0) mo.max_batch_tokens = config.engine.max_num_batched_tokens;
   mo.max_context = config.engine.max_model_len;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <chrono>
 
 #include "tokenizer/tokenizer.h"
 
@@ -14,9 +15,16 @@ enum class SystemMode {
   kOwnTurn,        // system messages are turns with their own format
   kFoldFirstUser,  // a leading system message is prepended to the first user turn
   kFoldLastUser,   // ... to the last message if it is a user turn, else dropped (Mistral v3)
+  kLeadingTurn,    // only a leading system message, as a turn of its own that an empty one
+                   // skips (harmony's developer message)
 };
 
-// One turn: prefix + content + suffix. Prefix/suffix may contain {bos}, {eos} and {role}.
+bool Folds(SystemMode mode) {
+  return mode == SystemMode::kFoldFirstUser || mode == SystemMode::kFoldLastUser;
+}
+
+// One turn: prefix + content + suffix. Prefix/suffix may contain {bos}, {eos} and {role}; the
+// family's `begin` also {date} and {reasoning_effort} (ChatRenderOptions).
 struct TurnFormat {
   std::string_view prefix;
   std::string_view suffix;
@@ -44,7 +52,12 @@ struct ChatTemplateFamily {
   bool alternate = false;  // user/assistant must alternate after an optional leading system
   std::string_view generation_prompt;
   std::string_view end_without_generation;
+  // Replaces assistant.suffix on a last assistant turn without generation prompt (harmony ends
+  // a finished reply with <|return|>, an earlier one with <|end|>).
+  std::string_view last_assistant_suffix;
+  std::string_view default_reasoning_effort;  // {reasoning_effort} when the request has none
   ToolFormat tool_format = ToolFormat::kNone;
+  ReplyFormat reply_format = ReplyFormat::kPlain;
 };
 
 namespace {
@@ -53,6 +66,13 @@ constexpr TurnFormat kChatml{"<|im_start|>{role}\n", "<|im_end|>\n"};
 constexpr TurnFormat kLlama3{"<|start_header_id|>{role}<|end_header_id|>\n\n", "<|eot_id|>", true};
 constexpr TurnFormat kPhi3{"<|{role}|>\n", "<|end|>\n"};
 constexpr TurnFormat kZephyr{"<|{role}|>\n", "{eos}\n"};
+
+// gpt-oss's system message as its template writes it without tools or builtin tools.
+constexpr std::string_view kHarmonySystem =
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: {reasoning_effort}\n\n"
+    "# Valid channels: analysis, commentary, final. Channel must be included for every "
+    "message.<|end|>";
 
 constexpr std::string_view kDeepseekDefaultSystem =
     "You are an AI programming assistant, utilizing the Deepseek Coder model, developed by "
@@ -74,6 +94,19 @@ constexpr ChatTemplateFamily kFamilies[] = {
      .other_roles = true,
      .generation_prompt = "<|im_start|>assistant\n",
      .tool_format = ToolFormat::kHermes},
+    {// gpt-oss (OpenAI's harmony format): a fixed system message, the OpenAI system/developer
+     // message as the developer turn, past answers on the final channel.
+     .name = "harmony",
+     .detect_all = {"<|start|>", "<|channel|>", "<|message|>"},
+     .begin = kHarmonySystem,
+     .system = {"<|start|>developer<|message|># Instructions\n\n", "\n\n<|end|>"},
+     .user = {"<|start|>user<|message|>", "<|end|>"},
+     .assistant = {"<|start|>assistant<|channel|>final<|message|>", "<|end|>"},
+     .system_mode = SystemMode::kLeadingTurn,
+     .generation_prompt = "<|start|>assistant",
+     .last_assistant_suffix = "<|return|>",
+     .default_reasoning_effort = "medium",
+     .reply_format = ReplyFormat::kHarmony},
     {// Mistral-Large-Instruct-2411 ("v7").
      .name = "mistral-v7",
      .detect_all = {"[SYSTEM_PROMPT] ", "[INST]"},
@@ -228,10 +261,12 @@ std::string_view Trim(std::string_view s) {
   return s.substr(begin, s.find_last_not_of(kSpace) - begin + 1);
 }
 
-// Expands the {bos}, {eos} and {role} placeholders of a table string.
+// Expands the placeholders of a table string: {bos}, {eos}, {role}, {date}, {reasoning_effort}.
 struct Expander {
   std::string_view bos;
   std::string_view eos;
+  std::string_view date;
+  std::string_view reasoning_effort;
 
   void Append(std::string_view text, std::string_view role, std::string* out) const {
     size_t pos = 0;
@@ -249,6 +284,12 @@ struct Expander {
       } else if (rest.starts_with("{role}")) {
         out->append(role);
         pos = open + 6;
+      } else if (rest.starts_with("{date}")) {
+        out->append(date);
+        pos = open + 6;
+      } else if (rest.starts_with("{reasoning_effort}")) {
+        out->append(reasoning_effort);
+        pos = open + 18;
       } else {
         out->push_back('{');
         pos = open + 1;
@@ -258,10 +299,15 @@ struct Expander {
   }
 };
 
+std::string UtcToday() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return UtcDate(std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+}
+
 const TurnFormat* FormatFor(const ChatTemplateFamily& f, std::string_view role) {
   if (role == "user") return &f.user;
   if (role == "assistant") return &f.assistant;
-  if (role == "system" && f.system_mode == SystemMode::kOwnTurn) return &f.system;
+  if (role == "system" && !Folds(f.system_mode)) return &f.system;
   if (role != "system" && f.other_roles) return &f.other;
   return nullptr;
 }
@@ -297,7 +343,7 @@ Result<size_t> CheckConversation(const ChatTemplateFamily& f,
       }
     }
   }
-  return leading_system && f.system_mode != SystemMode::kOwnTurn ? size_t{1} : size_t{0};
+  return leading_system && Folds(f.system_mode) ? size_t{1} : size_t{0};
 }
 
 }  // namespace
@@ -330,11 +376,15 @@ Result<ChatTemplate> ChatTemplate::Detect(std::string_view jinja_source) {
 
 Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
                                          bool add_generation_prompt, std::string_view bos_text,
-                                         std::string_view eos_text) const {
+                                         std::string_view eos_text,
+                                         const ChatRenderOptions& options) const {
   const ChatTemplateFamily& f = *family_;
   KV_ASSIGN_OR_RETURN(const size_t start, CheckConversation(f, messages));
   const std::string_view system_text = start == 1 ? messages[0].content : std::string_view();
-  const Expander expand{bos_text, eos_text};
+  const std::string date = options.date.empty() ? UtcToday() : options.date;
+  const Expander expand{
+      bos_text, eos_text, date,
+      options.reasoning_effort.empty() ? f.default_reasoning_effort : options.reasoning_effort};
   std::string out;
   expand.Append(f.begin, "", &out);
   if (!f.default_system.empty()) {
@@ -349,6 +399,9 @@ Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
   bool folded = start == 0;
   for (size_t i = start; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
+    if (m.role == "system" && f.system_mode == SystemMode::kLeadingTurn && m.content.empty()) {
+      continue;
+    }
     const TurnFormat& turn = *FormatFor(f, m.role);
     const bool fold = !folded && m.role == "user" &&
                       (f.system_mode == SystemMode::kFoldFirstUser || i + 1 == messages.size());
@@ -365,12 +418,21 @@ Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
     } else {
       body = turn.trim ? Trim(m.content) : std::string_view(m.content);
     }
+    const bool ends_reply = m.role == "assistant" && i + 1 == messages.size() &&
+                            !add_generation_prompt && !f.last_assistant_suffix.empty();
     expand.Append(turn.prefix, m.role, &out);
     out += body;
-    expand.Append(turn.suffix, m.role, &out);
+    expand.Append(ends_reply ? f.last_assistant_suffix : turn.suffix, m.role, &out);
   }
   expand.Append(add_generation_prompt ? f.generation_prompt : f.end_without_generation, "", &out);
   return out;
+}
+
+std::string UtcDate(int64_t unix_ms) {
+  using namespace std::chrono;
+  const year_month_day day(floor<days>(sys_time<milliseconds>(milliseconds(unix_ms))));
+  return fmt::format("{:04}-{:02}-{:02}", static_cast<int>(day.year()),
+                     static_cast<unsigned>(day.month()), static_cast<unsigned>(day.day()));
 }
 
 const char* ToolFormatName(ToolFormat f) {
@@ -545,13 +607,15 @@ std::string PyJsonDumps(const nlohmann::ordered_json& value, int indent) {
 }
 
 ToolFormat ChatTemplate::tool_format() const { return family_->tool_format; }
+ReplyFormat ChatTemplate::reply_format() const { return family_->reply_format; }
 
 Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
                                          std::span<const nlohmann::ordered_json> tools,
                                          bool add_generation_prompt, std::string_view bos_text,
-                                         std::string_view eos_text) const {
+                                         std::string_view eos_text,
+                                         const ChatRenderOptions& options) const {
   if (!UsesTools(messages, tools)) {
-    return Render(messages, add_generation_prompt, bos_text, eos_text);
+    return Render(messages, add_generation_prompt, bos_text, eos_text, options);
   }
   switch (family_->tool_format) {
     case ToolFormat::kHermes:
@@ -570,11 +634,12 @@ Result<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
 Result<std::vector<TokenId>> EncodeChat(const ChatTemplate& tmpl, const Tokenizer& tok,
                                         std::span<const ChatMessage> messages,
                                         bool add_generation_prompt,
-                                        std::span<const nlohmann::ordered_json> tools) {
+                                        std::span<const nlohmann::ordered_json> tools,
+                                        const ChatRenderOptions& options) {
   const std::string bos = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
   const std::string eos = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "";
   KV_ASSIGN_OR_RETURN(std::string text,
-                      tmpl.Render(messages, tools, add_generation_prompt, bos, eos));
+                      tmpl.Render(messages, tools, add_generation_prompt, bos, eos, options));
   const bool has_bos = !bos.empty() && text.rfind(bos, 0) == 0;
   return tok.Encode(text, /*add_special=*/!has_bos, /*parse_special=*/true);
 }

@@ -15,10 +15,13 @@
 // - Families whose template requires user/assistant alternation (after one leading system
 //   message) return InvalidArgument when it is broken.
 // - Trimming ("strip()"/"| trim") removes ASCII whitespace only.
+// - harmony (gpt-oss) drops a system/developer message that is not first; we refuse it. Its
+//   tool rendering (TypeScript-like namespaces) is not reproduced: tools are refused there.
 // Text printed for bos/eos comes from the arguments of Render(): pass "" for bos_text if the
 // tokenizer adds BOS itself, so that it is not doubled.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -43,6 +46,22 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls;  // assistant turns that called tools
   std::string tool_call_id;          // role "tool": the call this is the result of
 };
+
+// What a template prints besides the messages: the Jinja original's strftime_now() and keyword
+// arguments. Families that print neither ignore them.
+struct ChatRenderOptions {
+  std::string date;              // "YYYY-MM-DD"; empty: today's date in UTC
+  std::string reasoning_effort;  // "low", "medium" or "high"; empty: the family's default
+};
+
+// "YYYY-MM-DD" of a Unix time in milliseconds, in UTC (strftime_now("%Y-%m-%d") on a UTC host).
+std::string UtcDate(int64_t unix_ms);
+
+// How a family's model writes its reply.
+//   kPlain: the reply is the text.
+//   kHarmony: gpt-oss: messages on channels, the reasoning on "analysis" and the answer on
+//     "final" (server/harmony.h splits them).
+enum class ReplyFormat { kPlain, kHarmony };
 
 // How a template family writes tool definitions and calls (OpenAI `tools`).
 //   kHermes: Qwen2.5/Qwen3 and Hermes models: tools as JSON lines in <tools></tools> in the
@@ -70,11 +89,14 @@ class ChatTemplate {
 
   const std::string& name() const { return name_; }
   ToolFormat tool_format() const;
+  ReplyFormat reply_format() const;
 
   // REQUIRES nothing; errors: no messages, a role the family does not support, a system
-  // message that is not first (for families that fold it), broken alternation.
+  // message that is not first (for families that fold it or take it only first), broken
+  // alternation.
   Result<std::string> Render(std::span<const ChatMessage> messages, bool add_generation_prompt,
-                             std::string_view bos_text, std::string_view eos_text) const;
+                             std::string_view bos_text, std::string_view eos_text,
+                             const ChatRenderOptions& options = {}) const;
   // With tool definitions (each {"type": "function", "function": {...}} as the client sent
   // it), in the family's tool format. Errors: tools given to a family without a tool format;
   // Llama 3: no first user message, or more than one call in an assistant turn.
@@ -82,7 +104,8 @@ class ChatTemplate {
   Result<std::string> Render(std::span<const ChatMessage> messages,
                              std::span<const nlohmann::ordered_json> tools,
                              bool add_generation_prompt, std::string_view bos_text,
-                             std::string_view eos_text) const;
+                             std::string_view eos_text,
+                             const ChatRenderOptions& options = {}) const;
 
  private:
   explicit ChatTemplate(const ChatTemplateFamily* family);
@@ -98,6 +121,7 @@ class Tokenizer;
 Result<std::vector<TokenId>> EncodeChat(const ChatTemplate& tmpl, const Tokenizer& tok,
                                         std::span<const ChatMessage> messages,
                                         bool add_generation_prompt,
-                                        std::span<const nlohmann::ordered_json> tools = {});
+                                        std::span<const nlohmann::ordered_json> tools = {},
+                                        const ChatRenderOptions& options = {});
 
 }  // namespace kvserve

@@ -89,6 +89,20 @@ void DeriveEogIds(TokenizerSpec* spec) {
       if (spec->tokens[i] == text) ids.insert(static_cast<int32_t>(i));
     }
   }
+  // NOTE: gpt-oss's harmony format closes every message of a reply with <|end|> and the reply
+  // itself with <|return|> (or <|call|> for a tool call): there <|end|> must not stop generation
+  // after the reasoning (analysis) message. A vocabulary with both reply ends is harmony's, and
+  // drops <|end|>, however it became an end (Hugging Face files name it the eot token).
+  const auto text_of = [&](int32_t id) -> std::string_view {
+    return static_cast<size_t>(id) < spec->tokens.size() ? spec->tokens[static_cast<size_t>(id)]
+                                                         : std::string_view();
+  };
+  const auto has = [&](std::string_view text) {
+    return std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return text_of(id) == text; });
+  };
+  if (has("<|return|>") && has("<|call|>")) {
+    std::erase_if(ids, [&](int32_t id) { return text_of(id) == "<|end|>"; });
+  }
   spec->eog_ids.assign(ids.begin(), ids.end());
 }
 

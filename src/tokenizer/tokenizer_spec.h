@@ -54,7 +54,8 @@ struct TokenizerSpec {
 std::string_view TokenizerModelName(TokenizerModel model);  // "llama" or "gpt2"
 
 // Fills spec->eog_ids (sorted, unique) from eos/eot/eom ids and control tokens whose text is a
-// well-known end-of-turn marker.
+// well-known end-of-turn marker; in a harmony (gpt-oss) vocabulary, one with <|return|> and
+// <|call|> among them, <|end|> ends a message, not the reply, and is left out.
 void DeriveEogIds(TokenizerSpec* spec);
 
 // Missing optional keys take llama.cpp's defaults: add_bos and add_space_prefix are true for

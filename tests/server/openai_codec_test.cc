@@ -288,6 +288,45 @@ TEST(OpenAiCodec, ResponsesChunksAndUsageHaveOpenAisShape) {
   EXPECT_EQ(text["choices"][0]["logprobs"]["text_offset"][0], 0);
 }
 
+TEST(OpenAiCodec, ReadsReasoningEffortOfChat) {
+  GenerationParams p;
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"high"})",
+                     Endpoint::kChat, &p));
+  EXPECT_EQ(p.reasoning_effort, "high");
+  GenerationParams absent;
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":null})",
+                     Endpoint::kChat, &absent));
+  EXPECT_EQ(absent.reasoning_effort, "");
+  const ApiError e =
+      ParseError(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"minimal"})",
+                 Endpoint::kChat);
+  EXPECT_EQ(e.param, "reasoning_effort");
+  EXPECT_NE(e.message.find("low, medium or high"), std::string::npos) << e.message;
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":1})",
+                       Endpoint::kChat)
+                .param,
+            "reasoning_effort");
+}
+
+TEST(OpenAiCodec, ReasoningGoesToReasoningContentOnlyWhenThereIsSome) {
+  const ResponseHeader h{Endpoint::kChat, "chatcmpl-1", 7, "m"};
+  ChoiceOut c;
+  c.text = "4";
+  c.reasoning = "2+2 is 4.";
+  c.finish_reason = "stop";
+  const json r = Response(h, {c}, UsageOut{});
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "4");
+  EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], "2+2 is 4.");
+  ChoiceOut delta;
+  delta.reasoning = "2+2";
+  const json chunk = Chunk(h, delta, /*first=*/false, /*include_usage=*/false);
+  EXPECT_EQ(chunk["choices"][0]["delta"], json({{"reasoning_content", "2+2"}}));
+
+  c.reasoning.clear();
+  EXPECT_FALSE(Response(h, {c}, UsageOut{})["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_FALSE(Chunk(h, c, false, false)["choices"][0]["delta"].contains("reasoning_content"));
+}
+
 TEST(OpenAiCodec, InvalidUtf8InOutputIsReplacedNotThrown) {
   const std::string s = Dump(json{{"t", std::string("a\xff")}});
   EXPECT_EQ(s, "{\"t\":\"a\xef\xbf\xbd\"}");

@@ -12,6 +12,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -827,6 +830,122 @@ TEST(ChatTemplateTools, RefusedWhereTheFamilyHasNoFormatOrTheFormatCannotSayIt) 
   // Without tools or tool turns, the plain rendering.
   EXPECT_EQ(*ChatTemplate::FromName("chatml")->Render(m, {}, true, "", ""),
             *ChatTemplate::FromName("chatml")->Render(m, true, "", ""));
+}
+
+// Harmony (gpt-oss). The expected texts are what gpt-oss's own template renders:
+// tests/data/tokenizer/gpt_oss_chat_template.jinja, the chat_template.jinja published with
+// openai/gpt-oss-120b (and carried by its GGUFs), with strftime_now() returning 2025-08-05 and
+// the same conversations. Python's jinja2 was not at hand, so they were rendered with
+// @huggingface/jinja 0.5.11, which applies Hugging Face's trim_blocks and lstrip_blocks.
+std::string HarmonyHead(const std::string& effort) {
+  return "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+         "Knowledge cutoff: 2024-06\nCurrent date: 2025-08-05\n\nReasoning: " +
+         effort +
+         "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+         "message.<|end|>";
+}
+
+const ChatRenderOptions kHarmonyDay{.date = "2025-08-05"};
+
+std::string RenderHarmony(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                          const ChatRenderOptions& options = kHarmonyDay) {
+  Result<std::string> r =
+      ChatTemplate::FromName("harmony")->Render(messages, add_generation_prompt, "", "", options);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : std::string();
+}
+
+TEST(ChatTemplateHarmony, DetectedFromGptOssOwnTemplate) {
+  const char* path = "tests/data/tokenizer/gpt_oss_chat_template.jinja";
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path << " (tests run from the repository root)";
+  std::stringstream source;
+  source << in.rdbuf();
+  Result<ChatTemplate> t = ChatTemplate::Detect(source.str());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->name(), "harmony");
+  EXPECT_EQ(t->reply_format(), ReplyFormat::kHarmony);
+  EXPECT_EQ(ChatTemplate::FromName("chatml")->reply_format(), ReplyFormat::kPlain);
+}
+
+TEST(ChatTemplateHarmony, RendersExactlyWhatGptOssTemplateRenders) {
+  const std::string developer =
+      "<|start|>developer<|message|># Instructions\n\nYou are a helpful assistant\n\n<|end|>";
+  const std::string turns =
+      "<|start|>user<|message|>Hello<|end|><|start|>assistant<|channel|>final<|message|>Hi "
+      "there<|end|><|start|>user<|message|>Who are you<|end|>";
+  EXPECT_EQ(RenderHarmony(WithSystem(kShort), true),
+            HarmonyHead("medium") + developer + turns + "<|start|>assistant");
+  EXPECT_EQ(RenderHarmony(WithSystem(kShort), false), HarmonyHead("medium") + developer + turns);
+  EXPECT_EQ(RenderHarmony(kShort, true), HarmonyHead("medium") + turns + "<|start|>assistant");
+  EXPECT_EQ(RenderHarmony(WithSystem(kLong), true),
+            HarmonyHead("medium") + developer + turns +
+                "<|start|>assistant<|channel|>final<|message|>   I am an assistant   <|end|>"
+                "<|start|>user<|message|>Another question<|end|><|start|>assistant");
+}
+
+TEST(ChatTemplateHarmony, EndsAFinishedReplyWithReturnOnlyWithoutGenerationPrompt) {
+  std::vector<ChatMessage> m = WithSystem(kShort);
+  m.push_back({"assistant", "I am gpt-oss"});
+  const std::string before =
+      HarmonyHead("medium") +
+      "<|start|>developer<|message|># Instructions\n\nYou are a helpful assistant\n\n<|end|>"
+      "<|start|>user<|message|>Hello<|end|><|start|>assistant<|channel|>final<|message|>Hi "
+      "there<|end|><|start|>user<|message|>Who are you<|end|>"
+      "<|start|>assistant<|channel|>final<|message|>I am gpt-oss";
+  EXPECT_EQ(RenderHarmony(m, false), before + "<|return|>");
+  EXPECT_EQ(RenderHarmony(m, true), before + "<|end|><|start|>assistant");
+}
+
+TEST(ChatTemplateHarmony, PrintsTheReasoningEffortAndSkipsAnEmptyDeveloperMessage) {
+  const std::vector<ChatMessage> empty_system = {{"system", ""}, {"user", "Héllo\n  {x}"}};
+  EXPECT_EQ(RenderHarmony(empty_system, true, {.date = "2025-08-05", .reasoning_effort = "high"}),
+            HarmonyHead("high") + "<|start|>user<|message|>Héllo\n  {x}<|end|><|start|>assistant");
+  // The OpenAI codec reads role "developer" as "system".
+  const std::vector<ChatMessage> developer = {{"system", "Be brief."}, {"user", "2+2?"}};
+  EXPECT_EQ(RenderHarmony(developer, true, {.date = "2025-08-05", .reasoning_effort = "low"}),
+            HarmonyHead("low") +
+                "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
+                "<|start|>user<|message|>2+2?<|end|><|start|>assistant");
+}
+
+TEST(ChatTemplateHarmony, DateDefaultsToTodayInUtc) {
+  const auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const std::string before = UtcDate(now_ms());
+  const std::string text = RenderHarmony({{"user", "x"}}, true, ChatRenderOptions{});
+  const std::string after = UtcDate(now_ms());
+  EXPECT_TRUE(text.find("Current date: " + before + "\n") != std::string::npos ||
+              text.find("Current date: " + after + "\n") != std::string::npos)
+      << text;
+}
+
+TEST(ChatTemplateHarmony, RefusesALateSystemMessageToolsAndToolTurns) {
+  const ChatTemplate t = *ChatTemplate::FromName("harmony");
+  EXPECT_EQ(t.tool_format(), ToolFormat::kNone);
+  const std::vector<ChatMessage> late_system = {{"user", "a"}, {"system", "s"}};
+  Result<std::string> r = t.Render(late_system, true, "", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("first message"));
+  const std::vector<nlohmann::ordered_json> tools = {kWeatherTool};
+  const std::vector<ChatMessage> hi = {{"user", "hi"}};
+  r = t.Render(hi, tools, true, "", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("no tool-call format"));
+  r = t.Render(ToolConversation("{}", "21"), {}, true, "", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("no tool-call format"));
+}
+
+TEST(UtcDate, FormatsUnixMillisecondsAsTheUtcDay) {
+  EXPECT_EQ(UtcDate(0), "1970-01-01");
+  EXPECT_EQ(UtcDate(1754352000000), "2025-08-05");
+  EXPECT_EQ(UtcDate(1754352000000 - 1), "2025-08-04");
+  EXPECT_EQ(UtcDate(1709251199999), "2024-02-29");
+  EXPECT_EQ(UtcDate(-1000), "1969-12-31");
 }
 
 TEST(PyJsonDumps, MatchesPythonsSeparatorsAndIndent) {

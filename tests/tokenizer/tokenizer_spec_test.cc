@@ -55,6 +55,26 @@ TEST(TokenizerSpecTest, GgufRoundTripKeepsEveryField) {
   EXPECT_EQ(back->eog_ids, spec.eog_ids);
 }
 
+TEST(TokenizerSpecTest, HarmonyEndClosesAMessageNotTheReply) {
+  // gpt-oss writes <|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final
+  // <|message|>...<|return|>: generation goes on past <|end|> and stops at <|return|> or <|call|>.
+  TokenizerSpec harmony = testing::BpeSpec({}, {},
+                                           {{"<|return|>", TokenType::kControl},     // 256
+                                            {"<|end|>", TokenType::kControl},        // 257
+                                            {"<|call|>", TokenType::kControl},       // 258
+                                            {"<|endoftext|>", TokenType::kControl},  // 259
+                                            {"<|channel|>", TokenType::kControl}});  // 260
+  harmony.eos_id = 256, harmony.eot_id = 257;  // as gpt-oss's Hugging Face files give them
+  DeriveEogIds(&harmony);
+  EXPECT_THAT(harmony.eog_ids, ElementsAre(256, 258, 259));
+  // Phi-3 ends its turns with <|end|> and has no <|return|>: there it stays an end.
+  TokenizerSpec phi3 = testing::BpeSpec(
+      {}, {}, {{"<|end|>", TokenType::kControl}, {"<|endoftext|>", TokenType::kControl}});
+  phi3.eot_id = 256;
+  DeriveEogIds(&phi3);
+  EXPECT_THAT(phi3.eog_ids, ElementsAre(256, 257));
+}
+
 TEST(TokenizerSpecTest, GgufRoundTripOfSyntheticSpmEncodesTheSame) {
   const TokenizerSpec spec = MakeSyntheticSpec(400);
   auto back = RoundTrip(spec);
