@@ -82,13 +82,20 @@ Result<KvBlockPlan> PlanKvBlocks(const EngineConfig& config, const ModelConfig& 
     window = std::max(window, model.LayerWindow(l));
   }
   plan.window_reach = window + kAttentionMaxLanes;
-  // Every running sequence's window and a step's new tokens, twice: the second half keeps the
-  // windows of cached prefixes for hits.
+  // Every running sequence's window and a step's new tokens, twice (the second half keeps the
+  // windows of cached prefixes for hits), within a quarter of the memory (the budget, or what
+  // the full layout would take); but the running windows once within half of it.
   const int64_t bs = layout.block_size;
   const int64_t per_seq = (plan.window_reach - 1 + bs - 1) / bs + 2;
   const int64_t running =
       config.max_num_seqs * (per_seq + 1) + (config.max_num_batched_tokens + bs - 1) / bs;
-  plan.num_window_blocks = static_cast<int>(std::min<int64_t>(2 * running, 1 << 24));
+  const uint64_t wblock = plan.layout.window_bytes_per_block();
+  const uint64_t memory = config.num_blocks <= 0 && config.kv_cache_memory_bytes > 0
+                              ? config.kv_cache_memory_bytes
+                              : static_cast<uint64_t>(full.num_blocks) * layout.bytes_per_block();
+  const int64_t share = static_cast<int64_t>(memory / 4 / wblock);
+  plan.num_window_blocks = static_cast<int>(std::min<int64_t>(
+      std::max(std::min(2 * running, share), std::min(running, 2 * share)), 1 << 24));
   // At least one sequence's window and a whole step of new tokens.
   const int64_t least = per_seq + 1 + (config.max_num_batched_tokens + bs - 1) / bs;
   if (config.num_window_blocks > 0) {
@@ -99,6 +106,7 @@ Result<KvBlockPlan> PlanKvBlocks(const EngineConfig& config, const ModelConfig& 
     }
     plan.num_window_blocks = config.num_window_blocks;
   }
+  if (plan.num_window_blocks < least) return full;
   if (plan.layout.num_main_layers() == 0 && config.num_blocks <= 0) {
     // Every layer has a window: the main blocks hold no bytes, only the prefix cache's index,
     // and a memory budget goes to the group (more windows of cached prefixes).
@@ -114,8 +122,7 @@ Result<KvBlockPlan> PlanKvBlocks(const EngineConfig& config, const ModelConfig& 
   if (config.num_blocks > 0) {
     plan.num_blocks = config.num_blocks;
   } else if (config.kv_cache_memory_bytes > 0) {
-    const uint64_t wbytes =
-        static_cast<uint64_t>(plan.num_window_blocks) * plan.layout.window_bytes_per_block();
+    const uint64_t wbytes = static_cast<uint64_t>(plan.num_window_blocks) * wblock;
     if (wbytes >= config.kv_cache_memory_bytes) return full;
     plan.num_blocks = static_cast<int>(std::min<uint64_t>(
         (config.kv_cache_memory_bytes - wbytes) / plan.layout.bytes_per_block(), 1 << 24));

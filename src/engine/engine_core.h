@@ -307,10 +307,12 @@ class EngineCore {
 // The KV cache's blocks: the main pool's and, for a model with sliding windows, the window
 // group's (kv_storage.h; docs/kv_cache.md, "Window layers"): layout.window_layers set, the pool
 // sized for every running sequence's window and a step's tokens, twice (the second half keeps
-// cached prefixes' windows), reach = the widest window + kAttentionMaxLanes. With a memory
-// budget the main pool gets what the group leaves. No group (the layout unchanged, every layer
-// in the main blocks) with --no-kv-windows, lower tiers, or where the group would not fit more
-// tokens than without it.
+// cached prefixes' windows) within a quarter of the memory (the budget, else what the full
+// layout would take), the running windows once within half of it
+// (EngineConfig::num_window_blocks overrides), reach = the widest window + kAttentionMaxLanes. With
+// a memory budget the main pool gets what the group leaves. No group (the layout unchanged, every
+// layer in the main blocks) with --no-kv-windows, lower tiers, or where the group would not fit
+// more tokens than without it.
 struct KvBlockPlan {
   KvLayout layout;
   int num_blocks = 0;

@@ -189,6 +189,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_flag("--no-prefix-caching", o->no_prefix_caching, "Turn automatic prefix caching off");
   cmd->add_flag("--no-kv-windows", o->no_kv_windows,
                 "Keep sliding-window layers' K/V in the main blocks (no window group)");
+  cmd->add_option("--kv-window-blocks", c.engine.num_window_blocks,
+                  "Blocks of the sliding-window layers' own pool (default: sized for the "
+                  "running sequences' windows, at most half the KV memory)");
   cmd->add_flag("--no-partial-block-hits", o->no_partial_block_hits,
                 "Reuse whole cached blocks only (default: a prompt that goes on into a cached "
                 "block reuses the tokens it shares with it)");
