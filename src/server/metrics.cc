@@ -234,7 +234,8 @@ std::string ServerMetrics::Render(const EngineStats& stats, std::string_view mod
   w.Gauge("kvserve:kv_cache_blocks", "", kv.num_in_use, "state=\"in_use\"");
   w.Gauge("kvserve:kv_cache_blocks_total", "All KV-cache blocks.", kv.num_blocks);
   w.Gauge("kvserve:kv_cache_bytes_per_token",
-          "KV-cache bytes of one token over all layers, K and V, scales included.",
+          "KV-cache bytes of one token over all layers (the main blocks' layers with a window "
+          "group), K and V, scales included.",
           static_cast<double>(stats.kv_bytes_per_token));
   w.Gauge("kvserve:kv_cache_capacity_tokens", "Tokens the whole KV cache holds.",
           static_cast<double>(stats.kv_capacity_tokens));
