@@ -9,7 +9,11 @@
 
 #include "quant/types.h"
 
+// NOTE: the functions are in an anonymous namespace: each including file is compiled for its
+// own instruction set, and one inline definition shared by the linker across them could run an
+// AVX-512 copy on an AVX2-only CPU (SIGILL where a build did not inline it).
 namespace kvserve::kernels {
+namespace {
 
 // Q4_K's 12 scale bytes -> bytes 0-7: the eight 6-bit scales, bytes 8-15: the eight 6-bit mins.
 inline __m128i Q4KScalesAndMins(const uint8_t* s) {
@@ -43,4 +47,5 @@ inline void Q6KUnpackHalf(const BlockQ6_K& blk, int h, __m256i out[4]) {
   out[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
 }
 
+}  // namespace
 }  // namespace kvserve::kernels

@@ -130,7 +130,8 @@ TEST_P(WindowEngine, WithTheWindowGroupGreedyEqualsEachRequestAlone) {
   EXPECT_GT(st.kv.window_evicted, 0);
   EXPECT_EQ(st.kv.num_in_use, 0);
   EXPECT_EQ(st.kv.window_in_use, 0);
-  const ModelConfig& mc = LoadModel(c.name)->config();
+  const std::unique_ptr<Model> model = LoadModel(c.name);
+  const ModelConfig& mc = model->config();
   int windowed = 0;
   for (int l = 0; l < mc.num_layers; ++l) windowed += mc.LayerWindow(l) > 0;
   EXPECT_GT(windowed, 0);
