@@ -87,8 +87,8 @@ Result<KvBlockPlan> PlanKvBlocks(const EngineConfig& config, const ModelConfig& 
   // the full layout would take); but the running windows once within half of it.
   const int64_t bs = layout.block_size;
   const int64_t per_seq = (plan.window_reach - 1 + bs - 1) / bs + 2;
-  const int64_t running =
-      config.max_num_seqs * (per_seq + 1) + (config.max_num_batched_tokens + bs - 1) / bs;
+  const int64_t step = (config.max_num_batched_tokens + bs - 1) / bs;  // a step's new tokens
+  const int64_t running = config.max_num_seqs * (per_seq + 1) + step;
   const uint64_t wblock = plan.layout.window_bytes_per_block();
   const uint64_t memory = config.num_blocks <= 0 && config.kv_cache_memory_bytes > 0
                               ? config.kv_cache_memory_bytes
@@ -97,7 +97,7 @@ Result<KvBlockPlan> PlanKvBlocks(const EngineConfig& config, const ModelConfig& 
   plan.num_window_blocks = static_cast<int>(std::min<int64_t>(
       std::max(std::min(2 * running, share), std::min(running, 2 * share)), 1 << 24));
   // At least one sequence's window and a whole step of new tokens.
-  const int64_t least = per_seq + 1 + (config.max_num_batched_tokens + bs - 1) / bs;
+  const int64_t least = per_seq + 1 + step;
   if (config.num_window_blocks > 0) {
     if (config.num_window_blocks < least) {
       return InvalidArgument(

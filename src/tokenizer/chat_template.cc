@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <iterator>
+#include <utility>
 
 #include "tokenizer/tokenizer.h"
 
@@ -269,27 +272,23 @@ struct Expander {
   std::string_view reasoning_effort;
 
   void Append(std::string_view text, std::string_view role, std::string* out) const {
+    const std::pair<std::string_view, std::string_view> fields[] = {
+        {"{bos}", bos},
+        {"{eos}", eos},
+        {"{role}", role},
+        {"{date}", date},
+        {"{reasoning_effort}", reasoning_effort}};
     size_t pos = 0;
     while (pos < text.size()) {
       const size_t open = text.find('{', pos);
       if (open == std::string_view::npos) break;
       out->append(text.substr(pos, open - pos));
       const std::string_view rest = text.substr(open);
-      if (rest.starts_with("{bos}")) {
-        out->append(bos);
-        pos = open + 5;
-      } else if (rest.starts_with("{eos}")) {
-        out->append(eos);
-        pos = open + 5;
-      } else if (rest.starts_with("{role}")) {
-        out->append(role);
-        pos = open + 6;
-      } else if (rest.starts_with("{date}")) {
-        out->append(date);
-        pos = open + 6;
-      } else if (rest.starts_with("{reasoning_effort}")) {
-        out->append(reasoning_effort);
-        pos = open + 18;
+      const auto* field = std::find_if(std::begin(fields), std::end(fields),
+                                       [&](const auto& f) { return rest.starts_with(f.first); });
+      if (field != std::end(fields)) {
+        out->append(field->second);
+        pos = open + field->first.size();
       } else {
         out->push_back('{');
         pos = open + 1;
