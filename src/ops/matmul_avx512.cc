@@ -17,6 +17,10 @@
 #include "ops/matmul_kernels.h"
 #include "ops/matmul_packed.h"
 
+// Without the target flags (KVSERVE_HOST_ISA_ONLY on a CPU that lacks AVX-512), nothing but a
+// refusal: InitAvx512 says the CPU has no such kernels.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__) && defined(__AVX512VNNI__)
 namespace kvserve::kernels {
 namespace {
 
@@ -570,3 +574,10 @@ bool InitAvx512(KernelTable& table) {
 }
 
 }  // namespace kvserve::kernels
+#else
+namespace kvserve::kernels {
+
+bool InitAvx512(KernelTable&) { return false; }
+
+}  // namespace kvserve::kernels
+#endif
