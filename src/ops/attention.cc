@@ -26,7 +26,10 @@ AttnTable MakeTable(std::string_view isa) {
     }
     if (auto k = attn::Avx2Kernels()) return AttnTable{"avx2", k};
   }
-  return AttnTable{"generic", attn::GenericKernels()};
+  // Built for a target with AVX2 (attention_generic.cc), the portable kernel is the AVX2 one and
+  // is named so: "generic" is then not a kernel of its own (SetAttentionIsa refuses it).
+  const attn::KernelsForHeadDimFn generic = attn::GenericKernels();
+  return AttnTable{generic == attn::Avx2Kernels() ? "avx2" : "generic", generic};
 }
 
 AttnTable& Table() {

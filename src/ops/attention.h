@@ -139,7 +139,8 @@ constexpr float kAttentionScoreFixedOne = 16777216.f;  // 2^24
 // KVSERVE_ISA environment variable like the matmuls). Head dims the fast kernel does not cover
 // (not a multiple of the vector width, or above 256) use AttendGroupReference per token.
 std::string_view AttentionIsa();
-// For tests and benchmarks ("generic", "avx2", "avx512", "best"); false if the CPU lacks it. Not
+// For tests and benchmarks ("generic", "avx2", "avx512", "best"); false if the CPU lacks it, and
+// for "generic" in a build whose target has AVX2 (the portable kernel is then the AVX2 one). Not
 // thread-safe against running kernels.
 bool SetAttentionIsa(std::string_view isa);
 

@@ -374,6 +374,36 @@ TEST(PackedWeightsTest, PackedQ4_0AndMxfp4GiveTheSameBitsWithAvxTwoAndVnni) {
   }
 }
 
+TEST(PackedWeightsTest, PackedQ8_0TakesEveryWeightByte) {
+  // Every int8 value in the file, -128 included (stored as the byte 0 after the +128), against
+  // activations at +-127. The block sums are integers, so the products equal the reference to
+  // rounding.
+  const std::vector<const char*> isas = PackedIsas(GgmlType::kQ8_0);
+  if (isas.empty()) GTEST_SKIP() << "needs a packed Q8_0 kernel";
+  const int64_t rows = 24, cols = 8 * 32, tokens = 3;
+  std::mt19937 rng(9);
+  Quantized q = MakeWeights(GgmlType::kQ8_0, rows, cols, rng);
+  auto* blocks = reinterpret_cast<BlockQ8_0*>(q.bytes.data());
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    blocks[i / 32].qs[i % 32] = static_cast<int8_t>(static_cast<uint8_t>(i * 37 + i / 256));
+  }
+  AlignedBuffer<uint8_t> packed = PackWeights(q.w);
+  q.w.packed = packed.data();
+  std::vector<float> x(tokens * cols);
+  for (int64_t i = 0; i < tokens * cols; ++i) x[i] = i % 3 == 0 ? -1.f : (i % 3 == 1 ? 1.f : 0.5f);
+  const std::vector<float> xe = EffectiveActivations(GgmlType::kQ8_0, x, tokens, cols);
+  std::vector<float> want(tokens * rows);
+  MatMulReference(q.w, xe.data(), tokens, want.data());
+  for (const char* isa : isas) {
+    std::vector<float> got(tokens * rows);
+    ASSERT_TRUE(SetMatMulIsa(isa));
+    ThreadPool pool(1);
+    MatMul(q.w, x.data(), tokens, got.data(), pool);
+    EXPECT_LT(MaxRelError(q.w, xe.data(), tokens, got, want), 1e-6) << isa;
+  }
+  SetMatMulIsa("best");
+}
+
 TEST(PackedWeightsTest, Mxfp4ExponentsFromSubnormalToLargeMatchTheReference) {
   // The packed kernels decode E8M0 bytes themselves: 2^(e - 128) for e >= 2, subnormal below.
   if (!SetMatMulIsa("avx2")) GTEST_SKIP() << "needs AVX2";
