@@ -12,8 +12,16 @@ function(kvserve_module name)
   if(KVSERVE_UNITY)
     set_target_properties(kvserve_${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
   endif()
-  if(KVSERVE_SERVING_OPT AND name IN_LIST KVSERVE_SERVING_MODULES)
-    target_compile_options(kvserve_${name} PRIVATE ${KVSERVE_SERVING_OPT})
+  if(name IN_LIST KVSERVE_SERVING_MODULES)
+    kvserve_serving_opt(kvserve_${name})
+  endif()
+endfunction()
+
+# kvserve_serving_opt(TARGET): KVSERVE_SERVING_OPT (CMakeLists.txt), where it is set, replaces
+# the build type's optimization level for TARGET's own sources.
+function(kvserve_serving_opt target)
+  if(KVSERVE_SERVING_OPT)
+    target_compile_options(${target} PRIVATE ${KVSERVE_SERVING_OPT})
   endif()
 endfunction()
 
