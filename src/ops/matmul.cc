@@ -57,8 +57,13 @@ float* ThreadScratch(size_t n) {
 // its lanes, then the scalar tail) whatever nr and nt are, so a token's result never depends on
 // which other tokens share the batch: a decode step alone, a decode batched with other requests
 // and a prefill of the same tokens produce bit-identical K/V. Prefix caching relies on it.
-void MicroKernel(const float* w, const float* x, int64_t cols, int64_t nr, int64_t nt, float* y,
-                 int64_t y_stride) {
+// NR and NT are the tile's rows and tokens where they are known at compile time (then its
+// accumulators live in registers), or 0 where nr and nt say them.
+template <int64_t NR, int64_t NT>
+void MicroKernelT(const float* w, const float* x, int64_t cols, int64_t nr_arg, int64_t nt_arg,
+                  float* y, int64_t y_stride) {
+  const int64_t nr = NR > 0 ? NR : nr_arg;
+  const int64_t nt = NT > 0 ? NT : nt_arg;
   VecF acc[kMicroTokens][kMicroRows] = {};
   int64_t c = 0;
   for (; c + kLanes <= cols; c += kLanes) {
@@ -75,6 +80,22 @@ void MicroKernel(const float* w, const float* x, int64_t cols, int64_t nr, int64
       for (int64_t k = c; k < cols; ++k) s += w[i * cols + k] * x[t * cols + k];
       y[t * y_stride + i] = s;
     }
+  }
+}
+
+void MicroKernel(const float* w, const float* x, int64_t cols, int64_t nr, int64_t nt, float* y,
+                 int64_t y_stride) {
+  static_assert(kMicroTokens == 4);
+  if (nr != kMicroRows) return MicroKernelT<0, 0>(w, x, cols, nr, nt, y, y_stride);
+  switch (nt) {
+    case 1:
+      return MicroKernelT<kMicroRows, 1>(w, x, cols, nr, nt, y, y_stride);
+    case 2:
+      return MicroKernelT<kMicroRows, 2>(w, x, cols, nr, nt, y, y_stride);
+    case 3:
+      return MicroKernelT<kMicroRows, 3>(w, x, cols, nr, nt, y, y_stride);
+    default:
+      return MicroKernelT<kMicroRows, kMicroTokens>(w, x, cols, nr, nt, y, y_stride);
   }
 }
 

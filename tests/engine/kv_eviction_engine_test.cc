@@ -155,12 +155,12 @@ TEST(KvEviction, EvictionChangesTheOutputOnlyOnceTheBudgetIsReached) {
 }
 
 TEST(KvEviction, AStreamFarPastTheContextStaysWithinItsBudget) {
-  // 40k prompt tokens scored and 10k generated on a model with a context of 512 (sinks); the
-  // scored policies, whose steps cost more, stream 12k + 3k.
+  // 8k prompt tokens scored and 2k generated on a model with a context of 512 (sinks: 20
+  // contexts, some 300 evictions); the scored policies, whose steps cost more, stream 4k + 1k.
   for (KvEvictionPolicy policy : kPolicies) {
     if (policy == KvEvictionPolicy::kWindow) continue;  // the same blocks as sinks, less one
     const bool long_run = policy == KvEvictionPolicy::kSinks;
-    const int prompt = long_run ? 40000 : 12000, gen = long_run ? 10000 : 3000;
+    const int prompt = long_run ? 8000 : 4000, gen = long_run ? 2000 : 1000;
     auto core = MakeCore(SmallConfig());
     EngineRequest r = Evicting(Prompt(4, prompt), gen, Policy(policy, 128, 32));
     r.score_prompt = true;

@@ -10,7 +10,7 @@ tools/train/export_gguf.py --fixture into tests/data/trained/):
     model's float64 logits on held-out windows, max|ours - torch| / max|torch|, with an f32 and
     with the default f16 KV cache;
   * the tokenizer: kvserve's ids for every held-out story equal SentencePiece's;
-  * quality: perplexity of both sizes on models/heldout.txt is far below a unigram model of
+  * quality: perplexity of both sizes on models/heldout.txt (its first quarter) is far below a unigram model of
     the same tokens (the unigram is fitted on the held-out text itself, its most favourable
     case);
   * the embedded default model is models/kvserve-tiny-q8_0.gguf: same greedy ids with and
@@ -123,20 +123,26 @@ class TokenizerAgreement(unittest.TestCase):
 
 class Quality(unittest.TestCase):
     def test_perplexity_far_below_unigram(self):
-        heldout = MODELS / "heldout.txt"
-        target = perplexity(MODELS / "kvserve-tiny-q8_0.gguf", heldout)
-        draft = perplexity(MODELS / "kvserve-tiny-draft-q8_0.gguf", heldout)
-        # The unigram model of the same tokens kvserve scored: exp(entropy of their frequencies).
-        ids = json.loads(kvserve("tokenize", "--model", str(MODELS / "kvserve-tiny-q8_0.gguf"),
-                                 "--file", str(heldout)).stdout)["ids"]
+        # The first quarter of the held-out documents (some 12k tokens): the whole file took
+        # four times as long and measured the same (~1.32 against ~1.35).
+        docs = heldout_documents()
+        with tempfile.TemporaryDirectory() as d:
+            heldout = Path(d) / "heldout_quarter.txt"
+            heldout.write_text("<s>".join(docs[:len(docs) // 4]), encoding="utf-8")
+            target = perplexity(MODELS / "kvserve-tiny-q8_0.gguf", heldout)
+            draft = perplexity(MODELS / "kvserve-tiny-draft-q8_0.gguf", heldout)
+            # The unigram model of the same tokens kvserve scored: exp(entropy of their
+            # frequencies).
+            ids = json.loads(kvserve("tokenize", "--model", str(MODELS / "kvserve-tiny-q8_0.gguf"),
+                                     "--file", str(heldout)).stdout)["ids"]
         counts = np.bincount(np.array(ids[1:]))
         p = counts[counts > 0] / counts.sum()
         unigram = float(np.exp(-(p * np.log(p)).sum()))
         print(f"\nheld-out perplexity: target {target['perplexity']:.3f}, "
               f"draft {draft['perplexity']:.3f}, unigram {unigram:.2f} "
               f"({target['tokens']} tokens)")
-        self.assertGreater(target["tokens"], 40000)
-        # Measured: ~1.35 for both sizes (the templated corpus is near its entropy floor for
+        self.assertGreater(target["tokens"], 10000)
+        # Measured: ~1.32 for both sizes (the templated corpus is near its entropy floor for
         # both) against ~160 for the unigram.
         self.assertLess(target["perplexity"], unigram / 20)
         self.assertLess(draft["perplexity"], unigram / 20)
