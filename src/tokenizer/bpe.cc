@@ -1,6 +1,8 @@
 #include "tokenizer/bpe.h"
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <queue>
 
 #include "tokenizer/unicode.h"
@@ -69,7 +71,9 @@ Result<BpeModel> BpeModel::Create(const Vocab* vocab, const std::vector<std::str
   for (int b = 0; b < 256; ++b) {
     model.byte_ids_[b] = vocab->Find(CodepointToUtf8(ByteToUnicode(static_cast<uint8_t>(b))));
   }
-  model.merges_.reserve(merges.size());
+  model.merges_.assign(std::bit_ceil(std::max<size_t>(16, 2 * merges.size())),
+                       MergeSlot{kEmpty, Merge{0, -1}});
+  const size_t mask = model.merges_.size() - 1;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& merge = merges[rank];
     const size_t space = merge.find(' ', 1);
@@ -83,14 +87,27 @@ Result<BpeModel> BpeModel::Create(const Vocab* vocab, const std::vector<std::str
     const TokenId b = vocab->Find(right);
     const TokenId result = vocab->Find(std::string(left) + std::string(right));
     if (a < 0 || b < 0 || result < 0) continue;
-    model.merges_.try_emplace(PairKey(a, b), Merge{static_cast<int32_t>(rank), result});
+    const uint64_t key = PairKey(a, b);
+    for (size_t i = model.SlotOf(key);; i = (i + 1) & mask) {  // the first merge of a pair wins
+      MergeSlot& slot = model.merges_[i];
+      if (slot.key == key) break;
+      if (slot.key == kEmpty) {
+        slot = MergeSlot{key, Merge{static_cast<int32_t>(rank), result}};
+        break;
+      }
+    }
   }
   return model;
 }
 
 const BpeModel::Merge* BpeModel::FindMerge(TokenId a, TokenId b) const {
-  const auto it = merges_.find(PairKey(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
+  if (merges_.empty()) return nullptr;  // not made by Create()
+  const uint64_t key = PairKey(a, b);
+  for (size_t i = SlotOf(key);; i = (i + 1) & (merges_.size() - 1)) {
+    const MergeSlot& slot = merges_[i];
+    if (slot.key == key) return &slot.merge;
+    if (slot.key == kEmpty) return nullptr;
+  }
 }
 
 // NOTE: the merge loop keeps symbols in a linked list over the word's bytes and a min-heap of

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "kvserve/status.h"
@@ -41,15 +40,25 @@ class BpeModel {
     int32_t rank;
     TokenId result;
   };
+  // NOTE: the merges are an open-addressed array keyed by the pair (ids are >= 0, so the key
+  // kEmpty never occurs), at most half full: one slot per lookup, no node per merge.
+  struct MergeSlot {
+    uint64_t key;
+    Merge merge;
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
   static uint64_t PairKey(TokenId a, TokenId b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  size_t SlotOf(uint64_t key) const {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & (merges_.size() - 1);
   }
   const Merge* FindMerge(TokenId a, TokenId b) const;
 
   const Vocab* vocab_ = nullptr;
   TokenId unk_id_ = -1;
   std::vector<TokenId> byte_ids_;  // [256] id of each byte's single-character token, or -1
-  std::unordered_map<uint64_t, Merge> merges_;
+  std::vector<MergeSlot> merges_;
 };
 
 }  // namespace kvserve

@@ -1,22 +1,39 @@
 #include "tokenizer/vocab.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstdio>
+#include <functional>
 
 namespace kvserve {
+namespace {
+
+size_t TableSize(size_t n) { return std::bit_ceil(std::max<size_t>(16, 2 * n)); }
+
+}  // namespace
 
 Vocab::Vocab(const TokenizerSpec& spec) {
   const size_t n = spec.tokens.size();
   types_.resize(n, TokenType::kNormal);
   for (size_t i = 0; i < spec.types.size() && i < n; ++i) types_[i] = spec.types[i];
   byte_tokens_.fill(-1);
-  all_.reserve(n);
-  mergeable_.reserve(n);
+  size_t bytes = 0;
+  for (const std::string& t : spec.tokens) bytes += t.size();
+  text_.reserve(bytes);
+  start_.reserve(n + 1);
+  for (const std::string& t : spec.tokens) {
+    start_.push_back(text_.size());
+    text_ += t;
+  }
+  start_.push_back(text_.size());
+  all_.resize(TableSize(n));
+  mergeable_.resize(TableSize(n));
   for (size_t i = 0; i < n; ++i) {
     const auto id = static_cast<TokenId>(i);
     const std::string& text = spec.tokens[i];
-    all_.emplace(text, id);  // first occurrence wins for duplicates
+    Insert(all_, id);
     if (types_[i] == TokenType::kNormal || types_[i] == TokenType::kUserDefined) {
-      mergeable_.emplace(text, id);
+      Insert(mergeable_, id);
     }
     if (types_[i] == TokenType::kByte && text.size() == 6 && text.compare(0, 3, "<0x") == 0 &&
         text[5] == '>') {
@@ -28,14 +45,28 @@ Vocab::Vocab(const TokenizerSpec& spec) {
   }
 }
 
-TokenId Vocab::Find(std::string_view text) const {
-  const auto it = all_.find(text);
-  return it == all_.end() ? -1 : it->second;
+TokenId Vocab::Lookup(const std::vector<Slot>& table, std::string_view text) const {
+  const size_t h = std::hash<std::string_view>()(text);
+  const size_t mask = table.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    const Slot& s = table[i];
+    if (s.id < 0) return -1;
+    if (s.hash == static_cast<uint32_t>(h) && Text(s.id) == text) return s.id;
+  }
 }
 
-TokenId Vocab::FindMergeable(std::string_view text) const {
-  const auto it = mergeable_.find(text);
-  return it == mergeable_.end() ? -1 : it->second;
+void Vocab::Insert(std::vector<Slot>& table, TokenId id) {
+  const std::string_view text = Text(id);
+  const size_t h = std::hash<std::string_view>()(text);
+  const size_t mask = table.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    Slot& s = table[i];
+    if (s.id < 0) {
+      s = Slot{static_cast<uint32_t>(h), id};
+      return;
+    }
+    if (s.hash == static_cast<uint32_t>(h) && Text(s.id) == text) return;
+  }
 }
 
 }  // namespace kvserve
