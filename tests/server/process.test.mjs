@@ -104,7 +104,9 @@ function untilServerCloses(port, data) {
 }
 
 test("--read-timeout: a client that stalls mid-request is disconnected; others are served", { timeout: 60_000 }, async () => {
-  const server = await Server.start(["--read-timeout", "1"]);
+  // A body that stalls meets --read-timeout; headers that stall meet --header-timeout, also 1 s
+  // here (its default, 10 s, was most of this test's time).
+  const server = await Server.start(["--read-timeout", "1", "--header-timeout", "1"]);
   try {
     const stalledBody = untilServerCloses(server.port,
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\": ");
