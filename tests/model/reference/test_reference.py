@@ -1392,11 +1392,13 @@ class KvserveSyntheticTest(unittest.TestCase):
         for name, wtype in self.models:
             vocab = SYNTHETIC[name]["vocab"]
             ids = prompt_ids(vocab, 7)
+            ref = None  # [N, vocab], the same for both caches: computed once
             for kv, flags, bounds in [("f32", ["--cache-type-k", "f32", "--cache-type-v", "f32"],
                                        BOUND_F32_KV), ("f16 (default)", [], BOUND_F16_KV)]:
                 with self.subTest(model=name, type=wtype, kv=kv):
                     path = self.model(name, wtype)
-                    ref = self.reference(name, wtype).logits(ids)          # [N, vocab]
+                    if ref is None:
+                        ref = self.reference(name, wtype).logits(ids)
                     ours = kvserve_logits(path, ids, vocab, self.dir, *flags)
                     bound = bounds[wtype]
                     if is_moe(SYNTHETIC[name]) and wtype in ("Q8_0", "Q4_K"):
