@@ -73,7 +73,6 @@ Result<BpeModel> BpeModel::Create(const Vocab* vocab, const std::vector<std::str
   }
   model.merges_.assign(std::bit_ceil(std::max<size_t>(16, 2 * merges.size())),
                        MergeSlot{kEmpty, Merge{0, -1}});
-  const size_t mask = model.merges_.size() - 1;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& merge = merges[rank];
     const size_t space = merge.find(' ', 1);
@@ -88,13 +87,9 @@ Result<BpeModel> BpeModel::Create(const Vocab* vocab, const std::vector<std::str
     const TokenId result = vocab->Find(std::string(left) + std::string(right));
     if (a < 0 || b < 0 || result < 0) continue;
     const uint64_t key = PairKey(a, b);
-    for (size_t i = model.SlotOf(key);; i = (i + 1) & mask) {  // the first merge of a pair wins
-      MergeSlot& slot = model.merges_[i];
-      if (slot.key == key) break;
-      if (slot.key == kEmpty) {
-        slot = MergeSlot{key, Merge{static_cast<int32_t>(rank), result}};
-        break;
-      }
+    MergeSlot& slot = model.merges_[model.SlotOf(key)];
+    if (slot.key == kEmpty) {  // else an earlier merge of the same pair keeps it
+      slot = MergeSlot{key, Merge{static_cast<int32_t>(rank), result}};
     }
   }
   return model;
@@ -102,12 +97,8 @@ Result<BpeModel> BpeModel::Create(const Vocab* vocab, const std::vector<std::str
 
 const BpeModel::Merge* BpeModel::FindMerge(TokenId a, TokenId b) const {
   if (merges_.empty()) return nullptr;  // not made by Create()
-  const uint64_t key = PairKey(a, b);
-  for (size_t i = SlotOf(key);; i = (i + 1) & (merges_.size() - 1)) {
-    const MergeSlot& slot = merges_[i];
-    if (slot.key == key) return &slot.merge;
-    if (slot.key == kEmpty) return nullptr;
-  }
+  const MergeSlot& slot = merges_[SlotOf(PairKey(a, b))];
+  return slot.key == kEmpty ? nullptr : &slot.merge;
 }
 
 // NOTE: the merge loop keeps symbols in a linked list over the word's bytes and a min-heap of

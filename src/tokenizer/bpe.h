@@ -50,8 +50,12 @@ class BpeModel {
   static uint64_t PairKey(TokenId a, TokenId b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
+  // The slot holding `key`, or the empty slot where it would go.
   size_t SlotOf(uint64_t key) const {
-    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & (merges_.size() - 1);
+    const size_t mask = merges_.size() - 1;
+    size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+    while (merges_[i].key != key && merges_[i].key != kEmpty) i = (i + 1) & mask;
+    return i;
   }
   const Merge* FindMerge(TokenId a, TokenId b) const;
 

@@ -31,9 +31,10 @@ Vocab::Vocab(const TokenizerSpec& spec) {
   for (size_t i = 0; i < n; ++i) {
     const auto id = static_cast<TokenId>(i);
     const std::string& text = spec.tokens[i];
-    Insert(all_, id);
+    const size_t hash = std::hash<std::string_view>()(text);
+    Insert(all_, id, hash);
     if (types_[i] == TokenType::kNormal || types_[i] == TokenType::kUserDefined) {
-      Insert(mergeable_, id);
+      Insert(mergeable_, id, hash);
     }
     if (types_[i] == TokenType::kByte && text.size() == 6 && text.compare(0, 3, "<0x") == 0 &&
         text[5] == '>') {
@@ -45,28 +46,21 @@ Vocab::Vocab(const TokenizerSpec& spec) {
   }
 }
 
-TokenId Vocab::Lookup(const std::vector<Slot>& table, std::string_view text) const {
-  const size_t h = std::hash<std::string_view>()(text);
+size_t Vocab::SlotFor(const std::vector<Slot>& table, std::string_view text, size_t hash) const {
   const size_t mask = table.size() - 1;
-  for (size_t i = h & mask;; i = (i + 1) & mask) {
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const Slot& s = table[i];
-    if (s.id < 0) return -1;
-    if (s.hash == static_cast<uint32_t>(h) && Text(s.id) == text) return s.id;
+    if (s.id < 0 || (s.hash == static_cast<uint32_t>(hash) && Text(s.id) == text)) return i;
   }
 }
 
-void Vocab::Insert(std::vector<Slot>& table, TokenId id) {
-  const std::string_view text = Text(id);
-  const size_t h = std::hash<std::string_view>()(text);
-  const size_t mask = table.size() - 1;
-  for (size_t i = h & mask;; i = (i + 1) & mask) {
-    Slot& s = table[i];
-    if (s.id < 0) {
-      s = Slot{static_cast<uint32_t>(h), id};
-      return;
-    }
-    if (s.hash == static_cast<uint32_t>(h) && Text(s.id) == text) return;
-  }
+TokenId Vocab::Lookup(const std::vector<Slot>& table, std::string_view text) const {
+  return table[SlotFor(table, text, std::hash<std::string_view>()(text))].id;  // -1 if empty
+}
+
+void Vocab::Insert(std::vector<Slot>& table, TokenId id, size_t hash) {
+  Slot& s = table[SlotFor(table, Text(id), hash)];
+  if (s.id < 0) s = Slot{static_cast<uint32_t>(hash), id};  // else the first token keeps it
 }
 
 }  // namespace kvserve

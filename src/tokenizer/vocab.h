@@ -40,9 +40,12 @@ class Vocab {
   std::string_view Text(TokenId id) const {
     return std::string_view(text_).substr(start_[id], start_[id + 1] - start_[id]);
   }
+  // The slot of `text` (whose hash is `hash`) in `table`, or the empty slot where it would go.
+  size_t SlotFor(const std::vector<Slot>& table, std::string_view text, size_t hash) const;
   TokenId Lookup(const std::vector<Slot>& table, std::string_view text) const;
-  // Adds `id` under its text unless a token with that text is there (the first one wins).
-  void Insert(std::vector<Slot>& table, TokenId id);
+  // Adds `id` under its text (whose hash is `hash`) unless a token with that text is there (the
+  // first one wins).
+  void Insert(std::vector<Slot>& table, TokenId id, size_t hash);
 
   std::vector<TokenType> types_;
   std::string text_;           // every token's text, in id order
