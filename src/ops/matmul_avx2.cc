@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "ops/kquant_unpack.h"
 #include "ops/matmul_block32_impl.h"
@@ -36,163 +37,187 @@ struct MaddubsDot {
   }
 };
 
-// --- Q4_K ------------------------------------------------------------------------------------
+// --- K-quants ---------------------------------------------------------------------------------
+// One row at a time (a single sequential stream for decode), up to kKTokens tokens per pass over
+// it: a super-block is unpacked once for the tile, and every token then runs the same
+// arithmetic whatever tile it is in (batch invariance). Sub-block scales multiply the int16
+// pairs of maddubs through madd; everything else per token is whole vectors.
 
+constexpr int kKTokens = 4;
+
+// Tiles of kKTokens tokens, then one tile of the 1-3 tokens left (so a small batch also reads
+// each super-block once).
+template <typename TileCall>
+void ForKTokenTiles(int64_t num_tokens, TileCall&& tile) {
+  int64_t t = 0;
+  for (; t + kKTokens <= num_tokens; t += kKTokens)
+    tile(std::integral_constant<int, kKTokens>{}, t);
+  switch (num_tokens - t) {
+    case 3:
+      return tile(std::integral_constant<int, 3>{}, t);
+    case 2:
+      return tile(std::integral_constant<int, 2>{}, t);
+    case 1:
+      return tile(std::integral_constant<int, 1>{}, t);
+    default:
+      return;
+  }
+}
+
+// Int16 lane k of v (the same in both halves of v) in every lane.
+inline __m256i BroadcastLane16(__m256i v, int k) {
+  return _mm256_shuffle_epi8(v,
+                             _mm256_set1_epi16(static_cast<int16_t>((2 * k) | ((2 * k + 1) << 8))));
+}
+
+// Q4_K: per super-block the 4-bit values of each 64-value chunk (lo: its first 32, hi: the next
+// 32), their sub-block scales as int16 in every lane, the eight mins as int32.
 struct Q4KSuper {
-  __m256i lo[4], hi[4];       // unpacked 4-bit values of each 64-value chunk
-  __m256i sc_lo[4], sc_hi[4];  // their sub-block scales as int16
-  float d;
-  float min_terms[8];
+  __m256i lo[4], hi[4];
+  __m256i sc_lo[4], sc_hi[4];
+  __m256i mins;
+  float d, dmin;
 };
 
 inline void LoadQ4K(const BlockQ4_K& blk, Q4KSuper& s) {
-  uint8_t sm[16];  // 8 scales, then 8 mins
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(sm), Q4KScalesAndMins(blk.scales));
-  const uint8_t* sc = sm;
-  const uint8_t* m = sm + 8;
-  s.d = Half(blk.d);
-  const float dmin = Half(blk.dmin);
+  const __m128i sm = Q4KScalesAndMins(blk.scales);  // bytes 0-7 scales, 8-15 mins
+  const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(sm, sm));  // scales, twice
   const __m256i low = _mm256_set1_epi8(0x0F);
   for (int c = 0; c < 4; ++c) {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
     s.lo[c] = _mm256_and_si256(raw, low);
     s.hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-    s.sc_lo[c] = _mm256_set1_epi16(sc[2 * c]);
-    s.sc_hi[c] = _mm256_set1_epi16(sc[2 * c + 1]);
+    s.sc_lo[c] = BroadcastLane16(sc16, 2 * c);
+    s.sc_hi[c] = BroadcastLane16(sc16, 2 * c + 1);
   }
-  for (int j = 0; j < 8; ++j) s.min_terms[j] = dmin * m[j];
+  s.mins = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));
+  s.d = Half(blk.d);
+  s.dmin = Half(blk.dmin);
 }
 
-template <int NR, int NT>
-void Q4KTile(const BlockQ4_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+// y = sum over super-blocks of d·dx·sum_j(scale_j · q·x over sub-block j)
+//                            - dmin·dx·sum_j(min_j · (sum of x over sub-block j)).
+template <int NT>
+void Q4KTile(const BlockQ4_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
              int64_t y_stride, int64_t prefetch) {
-  __m256 acc[NT][NR];
-  float mins[NT][NR] = {};
-  for (int t = 0; t < NT; ++t)
-    for (int i = 0; i < NR; ++i) acc[t][i] = _mm256_setzero_ps();
-  Q4KSuper sup[NR];
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  Q4KSuper sup;
   for (int64_t s = 0; s < nsb; ++s) {
-    for (int i = 0; i < NR; ++i) {
-      if (prefetch != 0) {  // 144 bytes: three lines
-        const char* next = reinterpret_cast<const char*>(rows[i] + s) + prefetch;
-        for (int l = 0; l < 3; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
-      }
-      LoadQ4K(rows[i][s], sup[i]);
+    if (prefetch != 0) {  // 144 bytes: three lines
+      const char* next = reinterpret_cast<const char*>(row + s) + prefetch;
+      for (int l = 0; l < 3; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
     }
+    LoadQ4K(row[s], sup);
     for (int t = 0; t < NT; ++t) {
       const int64_t tok = t0 + t;
       const int8_t* xq = x.q + tok * x.cols + s * 256;
       const float dx = x.d[tok * nsb + s];
-      const int32_t* bsum = x.bsum + (tok * nsb + s) * 8;
-      for (int i = 0; i < NR; ++i) {
-        __m256i isum = _mm256_setzero_si256();
-        for (int c = 0; c < 4; ++c) {
-          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * c));
-          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * c + 32));
-          const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(sup[i].lo[c], x0), sup[i].sc_lo[c]);
-          const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(sup[i].hi[c], x1), sup[i].sc_hi[c]);
-          isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-        }
-        acc[t][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sup[i].d * dx), acc[t][i]);
-        float m = 0.f;
-        for (int j = 0; j < 8; ++j) m += sup[i].min_terms[j] * static_cast<float>(bsum[j]);
-        mins[t][i] += m * dx;
+      __m256i isum = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * c));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * c + 32));
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(sup.lo[c], x0), sup.sc_lo[c]);
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(sup.hi[c], x1), sup.sc_hi[c]);
+        isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
       }
+      const __m256i bsum =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum + (tok * nsb + s) * 8));
+      const __m256i msum = _mm256_mullo_epi32(sup.mins, bsum);  // |.| <= 63 * 32 * 127
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sup.d * dx), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(sup.dmin * dx), acc[t]);
     }
   }
-  for (int t = 0; t < NT; ++t)
-    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = HorizontalSum(acc[t][i]) - mins[t][i];
-}
-
-template <int NR>
-void Q4KRows(const PanelArgs& a, const ActQ8K& x, int64_t r) {
-  const WeightMatrix& w = *a.w;
-  const BlockQ4_K* rows[NR];
-  for (int i = 0; i < NR; ++i) rows[i] = reinterpret_cast<const BlockQ4_K*>(w.row(r + i));
-  const int64_t nsb = w.cols / 256;
-  int64_t t = 0;
-  for (; t + 2 <= a.num_tokens; t += 2) {
-    Q4KTile<NR, 2>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));
-  }
-  for (; t < a.num_tokens; ++t) {
-    Q4KTile<NR, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, NR, t));
-  }
+  for (int t = 0; t < NT; ++t) y[t * y_stride] = HorizontalSum(acc[t]);
 }
 
 void Q4KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) Q4KRows<1>(a, x, r);
+  const WeightMatrix& w = *a.w;
+  const int64_t nsb = w.cols / 256;
+  for (int64_t r = r0; r < r1; ++r) {
+    const auto* row = reinterpret_cast<const BlockQ4_K*>(w.row(r));
+    ForKTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+      Q4KTile<decltype(nt)::value>(row, nsb, x, t, a.y + t * w.rows + r, w.rows,
+                                   PrefetchDistance(w, 1, t));
+    });
+  }
 }
 
-// Q6_K: see matmul_avx512.cc. Each 32-value group holds two 16-value sub-blocks, so after
-// maddubs (pairs -> int16) the first 8 lanes take one scale and the last 8 the next.
+// Q6_K: values q - 32 in [-32, 31] as signed bytes. maddubs takes |w| (unsigned) against the
+// activations with w's sign moved onto them (pairs <= 2 * 32 * 127, no saturation; the
+// activations are in [-127, 127]), and madd applies the sub-block scales: each 32-value group
+// holds two 16-value sub-blocks, so the first 8 int16 lanes take one scale and the last 8 the
+// next.
 struct Q6KSuper {
-  __m256i q[8];   // 32 unsigned 6-bit values per group, element order
-  __m256i sc[8];  // int16 scales: lanes 0-7 first sub-block, 8-15 second
+  __m256i mag[8];  // |w| per group of 32 values, element order
+  __m256i w[8];    // w, for its sign
+  __m256i sc[8];   // int16 scales: lanes 0-7 first sub-block, 8-15 second
   float d;
 };
 
 inline void LoadQ6K(const BlockQ6_K& blk, Q6KSuper& s) {
+  const __m256i k32 = _mm256_set1_epi8(32);
+  // The 16 scales as int16: half h's eight in both 128-bit lanes of by_half[h]; group g of the
+  // half takes its scale 2g in the low lane and 2g + 1 in the high lane (one in-lane shuffle).
+  const __m256i sc16 =
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+  const __m256i by_half[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                              _mm256_permute2x128_si256(sc16, sc16, 0x11)};
   for (int h = 0; h < 2; ++h) {
-    Q6KUnpackHalf(blk, h, s.q + 4 * h);
+    Q6KUnpackHalf(blk, h, s.w + 4 * h);
     for (int g = 0; g < 4; ++g) {
-      const int8_t a = blk.scales[8 * h + 2 * g], b = blk.scales[8 * h + 2 * g + 1];
-      s.sc[4 * h + g] = _mm256_setr_epi16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+      __m256i& w = s.w[4 * h + g];
+      w = _mm256_sub_epi8(w, k32);
+      s.mag[4 * h + g] = _mm256_abs_epi8(w);
+      const int16_t lo = static_cast<int16_t>((4 * g) | ((4 * g + 1) << 8));
+      const int16_t hi = static_cast<int16_t>((4 * g + 2) | ((4 * g + 3) << 8));
+      s.sc[4 * h + g] = _mm256_shuffle_epi8(
+          by_half[h],
+          _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi));
     }
   }
   s.d = Half(blk.d);
 }
 
-template <int NR, int NT>
-void Q6KTile(const BlockQ6_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+template <int NT>
+void Q6KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
              int64_t y_stride, int64_t prefetch) {
-  const __m256i k32 = _mm256_set1_epi8(32);
-  __m256 acc[NT][NR];
-  for (int t = 0; t < NT; ++t)
-    for (int i = 0; i < NR; ++i) acc[t][i] = _mm256_setzero_ps();
-  Q6KSuper sup[NR];
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  Q6KSuper sup;
   for (int64_t s = 0; s < nsb; ++s) {
-    for (int i = 0; i < NR; ++i) {
-      if (prefetch != 0) {  // 210 bytes: four lines
-        const char* next = reinterpret_cast<const char*>(rows[i] + s) + prefetch;
-        for (int l = 0; l < 4; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
-      }
-      LoadQ6K(rows[i][s], sup[i]);
+    if (prefetch != 0) {  // 210 bytes: four lines
+      const char* next = reinterpret_cast<const char*>(row + s) + prefetch;
+      for (int l = 0; l < 4; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
     }
+    LoadQ6K(row[s], sup);
     for (int t = 0; t < NT; ++t) {
       const int64_t tok = t0 + t;
       const int8_t* xq = x.q + tok * x.cols + s * 256;
       const float dx = x.d[tok * nsb + s];
-      for (int i = 0; i < NR; ++i) {
-        __m256i isum = _mm256_setzero_si256();
-        for (int g = 0; g < 8; ++g) {
-          // Group g covers elements 128 * (g / 4) + 32 * (g % 4) .. + 32.
-          const __m256i xv = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(xq + 128 * (g / 4) + 32 * (g % 4)));
-          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(sup[i].q[g], xv), sup[i].sc[g]);
-          const __m256i e = _mm256_madd_epi16(_mm256_maddubs_epi16(k32, xv), sup[i].sc[g]);
-          isum = _mm256_add_epi32(isum, _mm256_sub_epi32(p, e));
-        }
-        acc[t][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sup[i].d * dx),
-                                    acc[t][i]);
+      __m256i isum = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {
+        // Group g covers elements 128 * (g / 4) + 32 * (g % 4) .. + 32.
+        const __m256i xv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 128 * (g / 4) + 32 * (g % 4)));
+        const __m256i p = _mm256_maddubs_epi16(sup.mag[g], _mm256_sign_epi8(xv, sup.w[g]));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sup.sc[g]));
       }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sup.d * dx), acc[t]);
     }
   }
-  for (int t = 0; t < NT; ++t)
-    for (int i = 0; i < NR; ++i) y[t * y_stride + i] = HorizontalSum(acc[t][i]);
+  for (int t = 0; t < NT; ++t) y[t * y_stride] = HorizontalSum(acc[t]);
 }
 
 void Q6KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nsb = w.cols / 256;
   for (int64_t r = r0; r < r1; ++r) {
-    const BlockQ6_K* rows[1] = {reinterpret_cast<const BlockQ6_K*>(w.row(r))};
-    int64_t t = 0;
-    for (; t + 2 <= a.num_tokens; t += 2) {
-      Q6KTile<1, 2>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, 1, t));
-    }
-    for (; t < a.num_tokens; ++t) {
-      Q6KTile<1, 1>(rows, nsb, x, t, a.y + t * w.rows + r, w.rows, PrefetchDistance(w, 1, t));
-    }
+    const auto* row = reinterpret_cast<const BlockQ6_K*>(w.row(r));
+    ForKTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+      Q6KTile<decltype(nt)::value>(row, nsb, x, t, a.y + t * w.rows + r, w.rows,
+                                   PrefetchDistance(w, 1, t));
+    });
   }
 }
 
