@@ -2,6 +2,7 @@
 // run-time CPU check (InitAvx2).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -70,140 +71,140 @@ inline __m256i BroadcastLane16(__m256i v, int k) {
                              _mm256_set1_epi16(static_cast<int16_t>((2 * k) | ((2 * k + 1) << 8))));
 }
 
-// Q4_K: per super-block the 4-bit values of each 64-value chunk (lo: its first 32, hi: the next
-// 32), their sub-block scales as int16 in every lane, the eight mins as int32.
-struct Q4KSuper {
-  __m256i lo[4], hi[4];
-  __m256i sc_lo[4], sc_hi[4];
-  __m256i mins;
-  float d, dmin;
-};
-
-inline void LoadQ4K(const BlockQ4_K& blk, Q4KSuper& s) {
-  const __m128i sm = Q4KScalesAndMins(blk.scales);  // bytes 0-7 scales, 8-15 mins
-  const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(sm, sm));  // scales, twice
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  for (int c = 0; c < 4; ++c) {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
-    s.lo[c] = _mm256_and_si256(raw, low);
-    s.hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-    s.sc_lo[c] = BroadcastLane16(sc16, 2 * c);
-    s.sc_hi[c] = BroadcastLane16(sc16, 2 * c + 1);
-  }
-  s.mins = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));
-  s.d = Half(blk.d);
-  s.dmin = Half(blk.dmin);
-}
-
-// y = sum over super-blocks of d·dx·sum_j(scale_j · q·x over sub-block j)
-//                            - dmin·dx·sum_j(min_j · (sum of x over sub-block j)).
+// Q4_K, per super-block: y += d·dx·sum_j(scale_j · q·x over sub-block j)
+//                           - dmin·dx·sum_j(min_j · (sum of x over sub-block j)).
+// Chunk by chunk (64 values: two sub-blocks), its values and scales are unpacked into registers
+// once and meet each token of the tile; the integer sums are exact, so their order is free.
 template <int NT>
 void Q4KTile(const BlockQ4_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
              int64_t y_stride, int64_t prefetch) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  Q4KSuper sup;
   for (int64_t s = 0; s < nsb; ++s) {
+    const BlockQ4_K& blk = row[s];
     if (prefetch != 0) {  // 144 bytes: three lines
-      const char* next = reinterpret_cast<const char*>(row + s) + prefetch;
+      const char* next = reinterpret_cast<const char*>(&blk) + prefetch;
       for (int l = 0; l < 3; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
     }
-    LoadQ4K(row[s], sup);
+    const __m128i sm = Q4KScalesAndMins(blk.scales);  // bytes 0-7 scales, 8-15 mins
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(sm, sm));  // scales, twice
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
+      const __m256i lo = _mm256_and_si256(raw, low);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+      const __m256i sc_lo = BroadcastLane16(sc16, 2 * c), sc_hi = BroadcastLane16(sc16, 2 * c + 1);
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xq = x.q + (t0 + t) * x.cols + s * 256 + 64 * c;
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc_lo);
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc_hi);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p0, p1));
+      }
+    }
+    const __m256i mins = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));
+    const float d = Half(blk.d), dmin = Half(blk.dmin);
     for (int t = 0; t < NT; ++t) {
       const int64_t tok = t0 + t;
-      const int8_t* xq = x.q + tok * x.cols + s * 256;
       const float dx = x.d[tok * nsb + s];
-      __m256i isum = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * c));
-        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64 * c + 32));
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(sup.lo[c], x0), sup.sc_lo[c]);
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(sup.hi[c], x1), sup.sc_hi[c]);
-        isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-      }
       const __m256i bsum =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum + (tok * nsb + s) * 8));
-      const __m256i msum = _mm256_mullo_epi32(sup.mins, bsum);  // |.| <= 63 * 32 * 127
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sup.d * dx), acc[t]);
-      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(sup.dmin * dx), acc[t]);
+      const __m256i msum = _mm256_mullo_epi32(mins, bsum);  // |.| <= 63 * 32 * 127
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * dx), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * dx), acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) y[t * y_stride] = HorizontalSum(acc[t]);
 }
 
+// Rows [r0, r1) in blocks of about 128 KiB of weights: each token tile runs over a block's rows
+// while its activations are in L1, and the block stays in L2 across the tiles, so a prefill's
+// activations are read once per block of rows rather than once per row (512 tokens of 2048
+// columns are 1 MiB, beyond L2). Decode is one tile: the rows in order, one stream.
+template <typename Block, typename TileFn>
+void ForRowBlocksAndTokenTiles(const PanelArgs& a, int64_t r0, int64_t r1, TileFn&& tile) {
+  const WeightMatrix& w = *a.w;
+  const int64_t block = std::clamp<int64_t>((128 << 10) / static_cast<int64_t>(w.row_bytes), 4, 64);
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t re = std::min(r1, rb + block);
+    ForKTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+      for (int64_t r = rb; r < re; ++r) tile(nt, reinterpret_cast<const Block*>(w.row(r)), r, t);
+    });
+  }
+}
+
 void Q4KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nsb = w.cols / 256;
-  for (int64_t r = r0; r < r1; ++r) {
-    const auto* row = reinterpret_cast<const BlockQ4_K*>(w.row(r));
-    ForKTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
-      Q4KTile<decltype(nt)::value>(row, nsb, x, t, a.y + t * w.rows + r, w.rows,
-                                   PrefetchDistance(w, 1, t));
-    });
-  }
+  ForRowBlocksAndTokenTiles<BlockQ4_K>(
+      a, r0, r1, [&](auto nt, const BlockQ4_K* row, int64_t r, int64_t t) {
+        Q4KTile<decltype(nt)::value>(row, nsb, x, t, a.y + t * w.rows + r, w.rows,
+                                     PrefetchDistance(w, 1, t));
+      });
 }
 
 // Q6_K: values q - 32 in [-32, 31] as signed bytes. maddubs takes |w| (unsigned) against the
 // activations with w's sign moved onto them (pairs <= 2 * 32 * 127, no saturation; the
 // activations are in [-127, 127]), and madd applies the sub-block scales: each 32-value group
 // holds two 16-value sub-blocks, so the first 8 int16 lanes take one scale and the last 8 the
-// next.
-struct Q6KSuper {
-  __m256i mag[8];  // |w| per group of 32 values, element order
-  __m256i w[8];    // w, for its sign
-  __m256i sc[8];   // int16 scales: lanes 0-7 first sub-block, 8-15 second
-  float d;
-};
-
-inline void LoadQ6K(const BlockQ6_K& blk, Q6KSuper& s) {
-  const __m256i k32 = _mm256_set1_epi8(32);
-  // The 16 scales as int16: half h's eight in both 128-bit lanes of by_half[h]; group g of the
-  // half takes its scale 2g in the low lane and 2g + 1 in the high lane (one in-lane shuffle).
-  const __m256i sc16 =
-      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
-  const __m256i by_half[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
-                              _mm256_permute2x128_si256(sc16, sc16, 0x11)};
-  for (int h = 0; h < 2; ++h) {
-    Q6KUnpackHalf(blk, h, s.w + 4 * h);
-    for (int g = 0; g < 4; ++g) {
-      __m256i& w = s.w[4 * h + g];
-      w = _mm256_sub_epi8(w, k32);
-      s.mag[4 * h + g] = _mm256_abs_epi8(w);
-      const int16_t lo = static_cast<int16_t>((4 * g) | ((4 * g + 1) << 8));
-      const int16_t hi = static_cast<int16_t>((4 * g + 2) | ((4 * g + 3) << 8));
-      s.sc[4 * h + g] = _mm256_shuffle_epi8(
-          by_half[h],
-          _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi));
-    }
-  }
-  s.d = Half(blk.d);
-}
-
+// next. Group by group, its values and scales are assembled in registers once and meet each
+// token of the tile (exact integer sums, in any order).
 template <int NT>
 void Q6KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
              int64_t y_stride, int64_t prefetch) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i k32 = _mm256_set1_epi8(32);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  Q6KSuper sup;
   for (int64_t s = 0; s < nsb; ++s) {
+    const BlockQ6_K& blk = row[s];
     if (prefetch != 0) {  // 210 bytes: four lines
-      const char* next = reinterpret_cast<const char*>(row + s) + prefetch;
+      const char* next = reinterpret_cast<const char*>(&blk) + prefetch;
       for (int l = 0; l < 4; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
     }
-    LoadQ6K(row[s], sup);
-    for (int t = 0; t < NT; ++t) {
-      const int64_t tok = t0 + t;
-      const int8_t* xq = x.q + tok * x.cols + s * 256;
-      const float dx = x.d[tok * nsb + s];
-      __m256i isum = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {
-        // Group g covers elements 128 * (g / 4) + 32 * (g % 4) .. + 32.
-        const __m256i xv =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 128 * (g / 4) + 32 * (g % 4)));
-        const __m256i p = _mm256_maddubs_epi16(sup.mag[g], _mm256_sign_epi8(xv, sup.w[g]));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sup.sc[g]));
+    // The 16 scales as int16: half h's eight in both 128-bit lanes of by_half[h]; group g of a
+    // half takes its scale 2g in the low lane and 2g + 1 in the high lane (one in-lane shuffle).
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+    const __m256i by_half[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
+                                _mm256_permute2x128_si256(sc16, sc16, 0x11)};
+    __m256i isum[NT];
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+      for (int g = 0; g < 4; ++g) {
+        // Group g of half h: elements 128h + 32g .. + 32. Low 4 bits: ql's low (g < 2) or high
+        // nibbles of bytes 64h + 32(g % 2) ..; high 2 bits: qh's bits 2g, 2g + 1.
+        const __m256i ql =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h + 32 * (g % 2)));
+        const __m256i lo4 =
+            g < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+        const __m256i hi2 = g == 0   ? _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)
+                            : g == 1 ? _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)
+                            : g == 2 ? _mm256_and_si256(qh, m30)
+                                     : _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);
+        const __m256i w = _mm256_sub_epi8(_mm256_or_si256(lo4, hi2), k32);
+        const __m256i mag = _mm256_abs_epi8(w);
+        const int16_t lo = static_cast<int16_t>((4 * g) | ((4 * g + 1) << 8));
+        const int16_t hi = static_cast<int16_t>((4 * g + 2) | ((4 * g + 3) << 8));
+        const __m256i sc = _mm256_shuffle_epi8(
+            by_half[h],
+            _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi));
+        for (int t = 0; t < NT; ++t) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+              x.q + (t0 + t) * x.cols + s * 256 + 128 * h + 32 * g));
+          const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(xv, w));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc));
+        }
       }
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(sup.d * dx), acc[t]);
+    }
+    const float d = Half(blk.d);
+    for (int t = 0; t < NT; ++t) {
+      const float dx = x.d[(t0 + t) * nsb + s];
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * dx), acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) y[t * y_stride] = HorizontalSum(acc[t]);
@@ -212,13 +213,11 @@ void Q6KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, flo
 void Q6KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nsb = w.cols / 256;
-  for (int64_t r = r0; r < r1; ++r) {
-    const auto* row = reinterpret_cast<const BlockQ6_K*>(w.row(r));
-    ForKTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
-      Q6KTile<decltype(nt)::value>(row, nsb, x, t, a.y + t * w.rows + r, w.rows,
-                                   PrefetchDistance(w, 1, t));
-    });
-  }
+  ForRowBlocksAndTokenTiles<BlockQ6_K>(
+      a, r0, r1, [&](auto nt, const BlockQ6_K* row, int64_t r, int64_t t) {
+        Q6KTile<decltype(nt)::value>(row, nsb, x, t, a.y + t * w.rows + r, w.rows,
+                                     PrefetchDistance(w, 1, t));
+      });
 }
 
 void F16ToF32Avx2(const uint16_t* src, float* dst, int64_t n) {
