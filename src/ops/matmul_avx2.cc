@@ -76,8 +76,8 @@ inline __m256i BroadcastLane16(__m256i v, int k) {
 // Chunk by chunk (64 values: two sub-blocks), its values and scales are unpacked into registers
 // once and meet each token of the tile; the integer sums are exact, so their order is free.
 template <int NT>
-void Q4KTile(const BlockQ4_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
-             int64_t y_stride, int64_t prefetch) {
+void KTile(const BlockQ4_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+           int64_t y_stride, int64_t prefetch) {
   const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
@@ -120,32 +120,6 @@ void Q4KTile(const BlockQ4_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, flo
   for (int t = 0; t < NT; ++t) y[t * y_stride] = HorizontalSum(acc[t]);
 }
 
-// Rows [r0, r1) in blocks of about 128 KiB of weights: each token tile runs over a block's rows
-// while its activations are in L1, and the block stays in L2 across the tiles, so a prefill's
-// activations are read once per block of rows rather than once per row (512 tokens of 2048
-// columns are 1 MiB, beyond L2). Decode is one tile: the rows in order, one stream.
-template <typename Block, typename TileFn>
-void ForRowBlocksAndTokenTiles(const PanelArgs& a, int64_t r0, int64_t r1, TileFn&& tile) {
-  const WeightMatrix& w = *a.w;
-  const int64_t block = std::clamp<int64_t>((128 << 10) / static_cast<int64_t>(w.row_bytes), 4, 64);
-  for (int64_t rb = r0; rb < r1; rb += block) {
-    const int64_t re = std::min(r1, rb + block);
-    ForKTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
-      for (int64_t r = rb; r < re; ++r) tile(nt, reinterpret_cast<const Block*>(w.row(r)), r, t);
-    });
-  }
-}
-
-void Q4KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
-  const WeightMatrix& w = *a.w;
-  const int64_t nsb = w.cols / 256;
-  ForRowBlocksAndTokenTiles<BlockQ4_K>(
-      a, r0, r1, [&](auto nt, const BlockQ4_K* row, int64_t r, int64_t t) {
-        Q4KTile<decltype(nt)::value>(row, nsb, x, t, a.y + t * w.rows + r, w.rows,
-                                     PrefetchDistance(w, 1, t));
-      });
-}
-
 // Q6_K: values q - 32 in [-32, 31] as signed bytes. maddubs takes |w| (unsigned) against the
 // activations with w's sign moved onto them (pairs <= 2 * 32 * 127, no saturation; the
 // activations are in [-127, 127]), and madd applies the sub-block scales: each 32-value group
@@ -153,8 +127,8 @@ void Q4KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
 // next. Group by group, its values and scales are assembled in registers once and meet each
 // token of the tile (exact integer sums, in any order).
 template <int NT>
-void Q6KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
-             int64_t y_stride, int64_t prefetch) {
+void KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+           int64_t y_stride, int64_t prefetch) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   const __m256i k32 = _mm256_set1_epi8(32);
   __m256 acc[NT];
@@ -210,14 +184,25 @@ void Q6KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, flo
   for (int t = 0; t < NT; ++t) y[t * y_stride] = HorizontalSum(acc[t]);
 }
 
-void Q6KPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
+// The panel of either type (KTile by its block type). Rows [r0, r1) are visited in blocks of
+// about 128 KiB of weights: each token tile runs over a block's rows while its activations are in
+// L1, and the block stays in L2 across the tiles, so a prefill's activations are read once per
+// block of rows rather than once per row (512 tokens of 2048 columns are 1 MiB, beyond L2).
+// Decode is one tile: the rows in order, one stream.
+template <typename Block>
+void KQuantPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nsb = w.cols / 256;
-  ForRowBlocksAndTokenTiles<BlockQ6_K>(
-      a, r0, r1, [&](auto nt, const BlockQ6_K* row, int64_t r, int64_t t) {
-        Q6KTile<decltype(nt)::value>(row, nsb, x, t, a.y + t * w.rows + r, w.rows,
-                                     PrefetchDistance(w, 1, t));
-      });
+  const int64_t block = std::clamp<int64_t>((128 << 10) / static_cast<int64_t>(w.row_bytes), 4, 64);
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t re = std::min(r1, rb + block);
+    ForKTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+      for (int64_t r = rb; r < re; ++r) {
+        KTile<decltype(nt)::value>(reinterpret_cast<const Block*>(w.row(r)), nsb, x, t,
+                                   a.y + t * w.rows + r, w.rows, PrefetchDistance(w, 1, t));
+      }
+    });
+  }
 }
 
 void F16ToF32Avx2(const uint16_t* src, float* dst, int64_t n) {
@@ -387,8 +372,8 @@ bool InitAvx2(KernelTable& table) {
   table.q4_0_packed = &PackedQ4PanelAvx2<packed::Q4_0>;
   table.mxfp4_packed = &PackedQ4PanelAvx2<packed::MXFP4>;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, MaddubsDot>;
-  table.q4_k = &Q4KPanelAvx2;
-  table.q6_k = &Q6KPanelAvx2;
+  table.q4_k = &KQuantPanelAvx2<BlockQ4_K>;
+  table.q6_k = &KQuantPanelAvx2<BlockQ6_K>;
   table.f16_to_f32 = &F16ToF32Avx2;
   table.f16 = &half::Panel<Avx2Vec, false>;
   table.bf16 = &half::Panel<Avx2Vec, true>;
