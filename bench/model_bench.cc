@@ -20,11 +20,12 @@
 //       --matmul-cols a multiple of 256)
 #include <fmt/format.h>
 #include <immintrin.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
