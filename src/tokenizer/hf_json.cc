@@ -1,8 +1,9 @@
 // TokenizerSpecFromHfJson: HuggingFace tokenizer.json (+ tokenizer_config.json) → TokenizerSpec.
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <vector>
 
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer_spec.h"
@@ -11,6 +12,7 @@ namespace kvserve {
 namespace {
 
 using Json = nlohmann::json;
+using TokenIds = std::unordered_map<std::string, int32_t>;
 
 constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // "▁"
 
@@ -48,17 +50,25 @@ std::string TokenName(const Json& j) {
   return {};
 }
 
-Status ReadVocab(const Json& root, TokenizerSpec* spec, std::map<std::string, int32_t>* ids) {
+// Every token's text and type by id (an added token replaces a vocab entry of the same id; ids
+// no entry names are unused), and text -> id (the lowest id of a text).
+Status ReadVocab(const Json& root, TokenizerSpec* spec, TokenIds* ids) {
   const Json& vocab = Field(Field(root, "model"), "vocab");
   if (!vocab.is_object()) return InvalidArgument("tokenizer.json: model.vocab is not an object");
-  std::map<int64_t, std::pair<std::string, TokenType>> by_id;
+  const Json& added = Field(root, "added_tokens");
+  struct Entry {
+    int64_t id;
+    const std::string* text;
+    TokenType type;
+  };
+  std::vector<Entry> entries;  // in order: a later entry of an id replaces an earlier one
+  entries.reserve(vocab.size() + (added.is_array() ? added.size() : 0));
   for (const auto& [text, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24)) {
       return InvalidArgument("tokenizer.json: bad id for vocab entry '" + text + "'");
     }
-    by_id[id.get<int64_t>()] = {text, TokenType::kNormal};
+    entries.push_back({id.get<int64_t>(), &text, TokenType::kNormal});
   }
-  const Json& added = Field(root, "added_tokens");
   if (added.is_array()) {
     for (const Json& t : added) {
       const Json& id = Field(t, "id");
@@ -67,19 +77,28 @@ Status ReadVocab(const Json& root, TokenizerSpec* spec, std::map<std::string, in
         return InvalidArgument("tokenizer.json: malformed entry in added_tokens");
       }
       const bool special = Field(t, "special").is_boolean() && Field(t, "special").get<bool>();
-      by_id[id.get<int64_t>()] = {Field(t, "content").get<std::string>(),
-                                  special ? TokenType::kControl : TokenType::kUserDefined};
+      entries.push_back({id.get<int64_t>(), Field(t, "content").get_ptr<const std::string*>(),
+                         special ? TokenType::kControl : TokenType::kUserDefined});
     }
   }
-  if (by_id.empty()) return InvalidArgument("tokenizer.json: empty vocabulary");
-  const int64_t n = by_id.rbegin()->first + 1;
-  spec->tokens.resize(n);
+  if (entries.empty()) return InvalidArgument("tokenizer.json: empty vocabulary");
+  int64_t n = 0;
+  for (const Entry& e : entries) n = std::max(n, e.id + 1);
+  std::vector<const std::string*> text_of(n, nullptr);
   spec->types.assign(n, TokenType::kUnused);
-  for (int64_t i = 0; i < n; ++i) spec->tokens[i] = "[kvserve_unused_" + std::to_string(i) + "]";
-  for (const auto& [id, entry] : by_id) {
-    spec->tokens[id] = entry.first;
-    spec->types[id] = entry.second;
-    ids->emplace(entry.first, static_cast<int32_t>(id));
+  for (const Entry& e : entries) {
+    text_of[e.id] = e.text;
+    spec->types[e.id] = e.type;
+  }
+  spec->tokens.resize(n);
+  ids->reserve(entries.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (text_of[i] == nullptr) {
+      spec->tokens[i] = "[kvserve_unused_" + std::to_string(i) + "]";
+      continue;
+    }
+    spec->tokens[i] = *text_of[i];
+    ids->emplace(spec->tokens[i], static_cast<int32_t>(i));
   }
   return Status::Ok();
 }
@@ -103,8 +122,8 @@ Status ReadMerges(const Json& model, std::vector<std::string>* merges) {
 
 // SPM vocabularies carry scores, HF's BPE conversion carries merges ordered by score: a piece's
 // score is minus the rank of the first merge that produces it.
-void SpmFromMerges(const std::vector<std::string>& merges,
-                   const std::map<std::string, int32_t>& ids, TokenizerSpec* spec) {
+void SpmFromMerges(const std::vector<std::string>& merges, const TokenIds& ids,
+                   TokenizerSpec* spec) {
   spec->scores.assign(spec->tokens.size(), 0.0f);
   std::vector<bool> produced(spec->tokens.size(), false);
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -161,8 +180,8 @@ Status ReadPreTokenizer(const Json& root, TokenizerSpec* spec) {
 }
 
 // BOS/EOS insertion as the post-processor's single-sequence template declares it.
-void ReadPostProcessor(const Json& root, const std::map<std::string, int32_t>& ids,
-                       TokenizerSpec* spec, bool* has_template) {
+void ReadPostProcessor(const Json& root, const TokenIds& ids, TokenizerSpec* spec,
+                       bool* has_template) {
   ForEachComponent(Field(root, "post_processor"), [&](const Json& c) {
     if (Field(c, "type") != "TemplateProcessing" || !Field(c, "single").is_array()) return;
     *has_template = true;
@@ -184,8 +203,7 @@ void ReadPostProcessor(const Json& root, const std::map<std::string, int32_t>& i
   });
 }
 
-void ReadConfig(const Json& config, const std::map<std::string, int32_t>& ids, bool has_template,
-                TokenizerSpec* spec) {
+void ReadConfig(const Json& config, const TokenIds& ids, bool has_template, TokenizerSpec* spec) {
   auto lookup = [&](const char* key, int32_t* out) {
     const std::string name = TokenName(Field(config, key));
     if (const auto it = ids.find(name); !name.empty() && it != ids.end()) *out = it->second;
@@ -219,7 +237,7 @@ Result<TokenizerSpec> Convert(const Json& root, const Json& config) {
                          " is not supported (only BPE)");
   }
   TokenizerSpec spec;
-  std::map<std::string, int32_t> ids;
+  TokenIds ids;
   KV_RETURN_IF_ERROR(ReadVocab(root, &spec, &ids));
   std::vector<std::string> merges;
   KV_RETURN_IF_ERROR(ReadMerges(model, &merges));
