@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "ops/kquant_unpack.h"
 #include "ops/matmul_block32_impl.h"
@@ -45,25 +44,6 @@ struct MaddubsDot {
 // pairs of maddubs through madd; everything else per token is whole vectors.
 
 constexpr int kKTokens = 4;
-
-// Tiles of kKTokens tokens, then one tile of the 1-3 tokens left (so a small batch also reads
-// each super-block once).
-template <typename TileCall>
-void ForKTokenTiles(int64_t num_tokens, TileCall&& tile) {
-  int64_t t = 0;
-  for (; t + kKTokens <= num_tokens; t += kKTokens)
-    tile(std::integral_constant<int, kKTokens>{}, t);
-  switch (num_tokens - t) {
-    case 3:
-      return tile(std::integral_constant<int, 3>{}, t);
-    case 2:
-      return tile(std::integral_constant<int, 2>{}, t);
-    case 1:
-      return tile(std::integral_constant<int, 1>{}, t);
-    default:
-      return;
-  }
-}
 
 // Int16 lane k of v (the same in both halves of v) in every lane.
 inline __m256i BroadcastLane16(__m256i v, int k) {
@@ -196,7 +176,7 @@ void KQuantPanelAvx2(const PanelArgs& a, const ActQ8K& x, int64_t r0, int64_t r1
   const int64_t block = std::clamp<int64_t>((128 << 10) / static_cast<int64_t>(w.row_bytes), 4, 64);
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t re = std::min(r1, rb + block);
-    ForKTokenTiles(a.num_tokens, [&](auto nt, int64_t t) {
+    ForTokenTiles<kKTokens>(a.num_tokens, [&](auto nt, int64_t t) {
       for (int64_t r = rb; r < re; ++r) {
         KTile<decltype(nt)::value>(reinterpret_cast<const Block*>(w.row(r)), nsb, x, t,
                                    a.y + t * w.rows + r, w.rows, PrefetchDistance(w, 1, t));

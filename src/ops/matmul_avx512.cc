@@ -144,27 +144,6 @@ void Q8_0Tile(const BlockQ8_0* const* rows, int64_t nb, const ActQ8_0& x, int64_
     for (int i = 0; i < NR; ++i) y[t * y_stride + i] = _mm512_reduce_add_ps(acc[t][i]);
 }
 
-// Calls tile(std::integral_constant<int, N>, t) for N = n (1 <= n < kTile) at token t.
-template <int N, typename TileCall>
-void LastTile(int64_t n, int64_t t, TileCall& tile) {
-  if constexpr (N > 0) {
-    if (n == N) {
-      tile(std::integral_constant<int, N>{}, t);
-    } else {
-      LastTile<N - 1>(n, t, tile);
-    }
-  }
-}
-
-// Calls tile(std::integral_constant<int, NT>, t) over tokens in tiles of kTile, then one tile
-// of the remaining tokens, so small batches also read each weight tile only once.
-template <int kTile, typename TileCall>
-void ForTokenTiles(int64_t num_tokens, TileCall&& tile) {
-  int64_t t = 0;
-  for (; t + kTile <= num_tokens; t += kTile) tile(std::integral_constant<int, kTile>{}, t);
-  LastTile<kTile - 1>(num_tokens - t, t, tile);
-}
-
 template <int NR, bool kPaired>
 void Q8_0Rows(const PanelArgs& a, const ActQ8_0& x, int64_t r) {
   const WeightMatrix& w = *a.w;

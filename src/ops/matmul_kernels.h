@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/act_quant.h"
 #include "ops/matmul.h"
@@ -55,6 +56,30 @@ struct KernelTable {
   HalfPanel f16 = nullptr;   // F16 weights x float activations
   HalfPanel bf16 = nullptr;  // BF16 weights x float activations
 };
+
+// Token tiles for the ISA files' panels. Each call passes a lambda of its own file, so no
+// instantiation is shared between files compiled for different instruction sets.
+
+// Calls tile(std::integral_constant<int, N>, t) for N = n (1 <= n < kTile) at token t.
+template <int N, typename TileCall>
+void LastTile(int64_t n, int64_t t, TileCall& tile) {
+  if constexpr (N > 0) {
+    if (n == N) {
+      tile(std::integral_constant<int, N>{}, t);
+    } else {
+      LastTile<N - 1>(n, t, tile);
+    }
+  }
+}
+
+// Calls tile(std::integral_constant<int, NT>, t) over tokens in tiles of kTile, then one tile
+// of the remaining tokens, so small batches also read each weight tile only once.
+template <int kTile, typename TileCall>
+void ForTokenTiles(int64_t num_tokens, TileCall&& tile) {
+  int64_t t = 0;
+  for (; t + kTile <= num_tokens; t += kTile) tile(std::integral_constant<int, kTile>{}, t);
+  LastTile<kTile - 1>(num_tokens - t, t, tile);
+}
 
 // Each returns false (and leaves the table) when the CPU or the compiler lacks the ISA.
 bool InitAvx512(KernelTable& table);
