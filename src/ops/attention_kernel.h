@@ -4,9 +4,11 @@
 // the per-ISA copies never merge at link time. Internal to ops/; see attention.h for the contract.
 //
 // Per query row (one query head of one token) and per partition of kAttentionPartition slots:
-//   for each chunk of W slots (W = lanes, chunk starts are multiples of W from slot 0):
-//     scores = q · K^T over the chunk (K converted to f32 and transposed once per chunk for all
-//     rows of the tile), slots the row may not see masked to -inf;
+//   for each chunk of kChunk = 4W slots (W = lanes, chunk starts are multiples of kChunk from
+//   slot 0):
+//     scores = q · K^T over the chunk (K converted to f32 once per W slots for all rows of the
+//     tile; each slot's dot product one vector accumulator over the columns in order, then its
+//     lanes summed by a fixed tree), slots the row may not see masked to -inf;
 //     online softmax: m = max(m, max(scores)), rescale l and acc when m grows,
 //     p = exp(scores - m), l += sum(p), acc += sum_s p[s] * V[s] over the row's visible slots
 //     (even and odd slots summed separately, then added).
@@ -242,9 +244,8 @@ inline VF LoadKvRaw(const uint8_t* row, int i) {
   }
 }
 
-// Permutation masks, built at compile time. Stage h of the transpose pairs rows i and i + h
-// (i & h == 0) and, within every segment of 2h lanes, takes the low (lo) or high (hi) h lanes of
-// both rows; swap<h> maps lane l to l ^ h.
+// Permutation masks, built at compile time: within every segment of 2h lanes, the low (lo) or
+// high (hi) h lanes of two vectors side by side; swap<h> maps lane l to l ^ h.
 constexpr int LoLane(int l, int h) {
   return (l & (2 * h - 1)) < h ? (l & ~(2 * h - 1)) + (l & (2 * h - 1))
                                : W + (l & ~(2 * h - 1)) + (l & (2 * h - 1)) - h;
@@ -270,19 +271,6 @@ template <int H, size_t... L>
 constexpr VF ButterflySign(std::index_sequence<L...>) {
   return VF{((static_cast<int>(L) & H) != 0 ? -1.f : 1.f)...};
 }
-
-// In-place transpose of a W x W matrix held as W row vectors: stages h = W/2, ..., 1.
-template <int H>
-__attribute__((always_inline)) inline void TransposeStages(VF* r) {
-  for (int i = 0; i < W; ++i) {
-    if (i & H) continue;
-    const VF x = r[i], y = r[i + H];
-    r[i] = ShuffleLo<H>(x, y, std::make_index_sequence<W>{});
-    r[i + H] = ShuffleHi<H>(x, y, std::make_index_sequence<W>{});
-  }
-  if constexpr (H > 1) TransposeStages<H / 2>(r);
-}
-__attribute__((always_inline)) inline void Transpose(VF* r) { TransposeStages<W / 2>(r); }
 
 // Fixed-order horizontal max / sum (a butterfly; every lane ends up with the result).
 template <int H = 1>
@@ -436,9 +424,17 @@ inline void FinishRow(const float* merged, float* out, float* lse, float sink) {
   if (lse != nullptr) *lse = m + std::log(l);
 }
 
+// RunPartition's softmax chunk: kChunkVectors vectors of W slots. One online-softmax step (the
+// maximum, its rescale, the exponentials and their sum: a chain of dependent operations per
+// row) covers the whole chunk, so its latency is paid once per 4W slots rather than once per W
+// (f16, 64-dim heads in groups of 4, 256 cached, one Zen 3 thread: 475 -> 380 ns per 8 slots).
+constexpr int kChunkVectors = 4;
+constexpr int kChunk = kChunkVectors * W;
+static_assert(kAttentionPartition % kChunk == 0, "a partition is whole chunks");
+
 // Per-thread buffers of the kernel.
 struct TileScratch {
-  std::vector<float> kt, vf, scores, probs, state, merged, qrot, qsum;
+  std::vector<float> kf, vf, scores, probs, state, merged, qrot, qsum;
   std::vector<const float*> qrows;  // the tile's query rows (PrepareTile)
   // Long head vectors (D > 128): per row of a chunk, its rescale factor (< 0: none), the int4
   // minimums' share and its visible slots, between the two passes over the rows.
@@ -453,12 +449,12 @@ struct TileScratch {
       grow(row_pm, static_cast<size_t>(rows));
       if (row_v.size() < static_cast<size_t>(rows)) row_v.resize(static_cast<size_t>(rows));
       if (row_u.size() < static_cast<size_t>(rows)) row_u.resize(static_cast<size_t>(rows));
-      grow(probs, static_cast<size_t>(rows) * W);
+      grow(probs, static_cast<size_t>(rows) * kChunk);
     }
-    grow(kt, static_cast<size_t>(d) * W);
-    grow(vf, static_cast<size_t>(d) * W);
-    grow(scores, static_cast<size_t>(rows) * W);
-    grow(probs, W);
+    grow(kf, static_cast<size_t>(d) * W);
+    grow(vf, static_cast<size_t>(d) * kChunk);
+    grow(scores, static_cast<size_t>(rows) * kChunk);
+    grow(probs, kChunk);
     grow(state, static_cast<size_t>(rows) * (d + 2));
     grow(merged, static_cast<size_t>(rows) * (d + 2));
     grow(qrot, static_cast<size_t>(rows) * d);
@@ -470,52 +466,56 @@ inline TileScratch& Scratch() {
   return s;
 }
 
-// Scores of rows [r0, r0 + NR) against the chunk of raw keys: scores[r] = (q_r · Kt) * ks, and
-// with kMin also + km * qsum[r] (int4: Σ_i q_i (s·c_i + m) = s (q·c) + m Σ_i q_i). ks and km are
+// Lane s of the result: the sum of v[s]'s lanes (v[0..W) are overwritten). Stage h adds, for
+// each i < h, v[i] and v[i + h] lane-wise folded in halves of every 2h-lane segment, so every
+// lane of the result is one fixed tree of additions.
+template <int H = W / 2>
+__attribute__((always_inline)) inline VF SumEachVector(VF* v) {
+  for (int i = 0; i < H; ++i) {
+    const VF x = v[i], y = v[i + H];
+    v[i] = ShuffleLo<H>(x, y, std::make_index_sequence<W>{}) +
+           ShuffleHi<H>(x, y, std::make_index_sequence<W>{});
+  }
+  if constexpr (H > 1) {
+    return SumEachVector<H / 2>(v);
+  } else {
+    return v[0];
+  }
+}
+
+// Scores of one row against a chunk of W raw keys kf[W][D]: lane s = (q · k_s) * ks[s], and
+// with kMin also + km[s] * qsum (int4: Σ_i q_i (s·c_i + m) = s (q·c) + m Σ_i q_i). ks and km are
 // per slot with the softmax scale folded in; for f32/f16 ks is the softmax scale in every lane.
-template <int D, int NR, bool kMin>
-inline void ScoreRows(const float* const* q, const float* kt, VF ks, VF km, const float* qsum,
-                      float* scores) {
-  VF acc[NR] = {};
-  for (int i = 0; i < D; ++i) {
-    const VF k = LoadF(kt + i * W);
-    for (int j = 0; j < NR; ++j) acc[j] = Fma(q[j][i], k, acc[j]);
-  }
-  for (int j = 0; j < NR; ++j) {
-    if constexpr (kMin) {
-      StoreF(scores + j * W, Fma(km, qsum[j], acc[j] * ks));
-    } else {
-      StoreF(scores + j * W, acc[j] * ks);
-    }
-  }
-}
-
+// Each slot's dot product is one vector accumulator over the columns in order (W independent
+// chains), then SumEachVector.
 template <int D, bool kMin>
-void ScoreRowsN(int nr, const float* const* q, const float* kt, VF ks, VF km, const float* qsum,
-                float* scores) {
-  switch (nr) {
-    case 1: return ScoreRows<D, 1, kMin>(q, kt, ks, km, qsum, scores);
-    case 2: return ScoreRows<D, 2, kMin>(q, kt, ks, km, qsum, scores);
-    case 3: return ScoreRows<D, 3, kMin>(q, kt, ks, km, qsum, scores);
-    case 4: return ScoreRows<D, 4, kMin>(q, kt, ks, km, qsum, scores);
-    case 5: return ScoreRows<D, 5, kMin>(q, kt, ks, km, qsum, scores);
-    case 6: return ScoreRows<D, 6, kMin>(q, kt, ks, km, qsum, scores);
-    case 7: return ScoreRows<D, 7, kMin>(q, kt, ks, km, qsum, scores);
-    default: return ScoreRows<D, 8, kMin>(q, kt, ks, km, qsum, scores);
+inline void ScoreRow(const float* q, const float* kf, VF ks, VF km, float qsum, float* scores) {
+  VF acc[W];
+  for (int s = 0; s < W; ++s) {
+    const float* k = kf + s * D;
+    VF a = LoadF(q) * LoadF(k);
+    for (int i = W; i < D; i += W) a = Fma(LoadF(q + i), LoadF(k + i), a);
+    acc[s] = a;
+  }
+  const VF dot = SumEachVector(acc);
+  if constexpr (kMin) {
+    StoreF(scores, Fma(km, qsum, dot * ks));
+  } else {
+    StoreF(scores, dot * ks);
   }
 }
 
-// Scores of rows [rc, rows) against a converted K chunk, into sc_scores + r * W.
+// Scores of rows [rc, rows) against a converted K chunk of W slots, into
+// sc_scores + r * stride.
 template <int D>
-inline void ScoreChunk(int rc, int rows, const float* const* qrows, const float* kt, VF ks, VF km,
-                       bool k_min, const float* qsum, float* sc_scores) {
-  for (int r = rc; r < rows; r += 8) {
-    const int nr = std::min(8, rows - r);
-    float* out = sc_scores + static_cast<size_t>(r) * W;
+inline void ScoreChunk(int rc, int rows, const float* const* qrows, const float* kf, VF ks, VF km,
+                       bool k_min, const float* qsum, float* sc_scores, int stride = W) {
+  for (int r = rc; r < rows; ++r) {
+    float* out = sc_scores + static_cast<size_t>(r) * stride;
     if (k_min) {
-      ScoreRowsN<D, true>(nr, qrows + r, kt, ks, km, qsum + r, out);
+      ScoreRow<D, true>(qrows[r], kf, ks, km, qsum[r], out);
     } else {
-      ScoreRowsN<D, false>(nr, qrows + r, kt, ks, km, nullptr, out);
+      ScoreRow<D, false>(qrows[r], kf, ks, km, 0.f, out);
     }
   }
 }
@@ -534,18 +534,26 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
   }
 }
 
-// One row's online-softmax step over a chunk (its visible slots u..v-1's scores at `scores`): the
-// running maximum and sum in st[D] and st[D + 1] are updated, the probabilities (times the value
-// scales) written to probs, the int4 minimums' share Σ p_s m_s to *pm, and the factor the row's
-// running values must be rescaled by is returned (< 0: none; an alpha of 0 still zeroes them).
-template <int D>
+// One row's online-softmax step over a chunk (its visible slots u..v-1's scores at `scores`, G
+// vectors of W): the running maximum and sum in st[D] and st[D + 1] are updated, the
+// probabilities (times the value scales vs[g]) written to probs, the int4 minimums' share
+// Σ p_s m_s to *pm, and the factor the row's running values must be rescaled by is returned
+// (< 0: none; an alpha of 0 still zeroes them). The vectors' maxima, sums and shares are taken
+// in vector order, then across lanes.
+template <int D, int G>
 inline float SoftmaxStep(float* st, const float* scores, int u, int v, VI iota, bool v_scaled,
-                         VF vs, bool v_min, VF vm, float* probs, float* pm) {
+                         const VF* vs, bool v_min, const VF* vm, float* probs, float* pm) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const VI valid = (iota < (VI{} + v)) & (iota >= (VI{} + u));
-  VF s = LoadF(scores);
-  s = valid ? s : SplatF(kNegInf);
-  const float cm = HMax(s);
+  VF s[G];
+  VI valid[G];
+  VF mx = SplatF(kNegInf);
+  for (int g = 0; g < G; ++g) {
+    const VI lane = iota + g * W;
+    valid[g] = (lane < (VI{} + v)) & (lane >= (VI{} + u));
+    s[g] = valid[g] ? LoadF(scores + g * W) : SplatF(kNegInf);
+    mx = mx > s[g] ? mx : s[g];
+  }
+  const float cm = HMax(mx);
   float m = st[D], l = st[D + 1];
   float alpha = -1.f;
   if (cm > m) {
@@ -555,54 +563,84 @@ inline float SoftmaxStep(float* st, const float* scores, int u, int v, VI iota, 
     }
     m = cm;
   }
-  VF pr = Exp(s - m);
-  pr = valid ? pr : VF{};
-  l += HSum(pr);
-  // Quantized values: Σ p_s (s_s c_s + m_s) = Σ (p_s s_s) c_s + Σ p_s m_s. Lanes the row does
-  // not see are selected out rather than multiplied by zero: their slots' scales may be anything
-  // (slots outside a sliding window).
-  *pm = v_min ? HSum(valid ? pr * vm : VF{}) : 0.f;
-  if (v_scaled) pr = valid ? pr * vs : VF{};
-  StoreF(probs, pr);
+  VF sum{}, share{};
+  for (int g = 0; g < G; ++g) {
+    VF pr = Exp(s[g] - m);
+    pr = valid[g] ? pr : VF{};
+    sum += pr;
+    // Quantized values: Σ p_s (s_s c_s + m_s) = Σ (p_s s_s) c_s + Σ p_s m_s. Lanes the row does
+    // not see are selected out rather than multiplied by zero: their slots' scales may be
+    // anything (slots outside a sliding window, vectors of the chunk not loaded).
+    if (v_min) share += valid[g] ? pr * vm[g] : VF{};
+    if (v_scaled) pr = valid[g] ? pr * vs[g] : VF{};
+    StoreF(probs + g * W, pr);
+  }
+  l += HSum(sum);
+  *pm = v_min ? HSum(share) : 0.f;
   st[D] = m;
   st[D + 1] = l;
   return alpha;
 }
 
+// The most vectors of columns one AccumulateValues call sums (its accumulators and a broadcast
+// probability stay in registers: 16 on AVX2).
+constexpr int kAccVectors = 8;
+
 // One row's running values, NB vectors of columns at st (the row's state; vf holds the chunk's
 // converted values, D floats per slot, offset to the same columns): rescaled by alpha when the
 // row's maximum grew (alpha >= 0, as SoftmaxStep returns it), then acc += Σ_k probs[k] v_k over
-// the row's visible slots u..v-1. Two interleaved partial sums (slots u, u + 2, ... and u + 1,
-// u + 3, ...) halve the FMA dependency chains; acc += even + odd (+ pm, the minimums' share, for
-// int4 values).
+// the row's visible slots u..v-1, summed in one accumulator per vector, slot by slot. Fewer
+// than kAccVectors vectors would make too few FMA dependency chains: there two interleaved
+// partial sums (slots u, u + 2, ... and u + 1, u + 3, ...) are added at the end. Then
+// acc += sum (+ pm, the minimums' share, for int4 values).
 template <int D, int NB>
 inline void AccumulateValues(float* st, const float* vf, const float* probs, int u, int v,
                              float alpha, bool v_min, float pm) {
+  static_assert(NB <= kAccVectors);
   VF acc[NB];
   for (int i = 0; i < NB; ++i) acc[i] = LoadF(st + i * W);
   if (alpha >= 0.f) {
     for (int i = 0; i < NB; ++i) acc[i] *= alpha;
   }
-  VF even[NB] = {}, odd[NB] = {};
-  int k = u;
-  for (; k + 2 <= v; k += 2) {
-    const float p0 = probs[k], p1 = probs[k + 1];
-    const float* v0 = vf + k * D;
-    const float* v1 = v0 + D;
-    for (int i = 0; i < NB; ++i) {
-      even[i] = Fma(p0, LoadF(v0 + i * W), even[i]);
-      odd[i] = Fma(p1, LoadF(v1 + i * W), odd[i]);
+  VF sum[NB] = {};
+  if constexpr (NB < kAccVectors) {
+    VF odd[NB] = {};
+    int k = u;
+    for (; k + 2 <= v; k += 2) {
+      const float p0 = probs[k], p1 = probs[k + 1];
+      const float* v0 = vf + k * D;
+      const float* v1 = v0 + D;
+      for (int i = 0; i < NB; ++i) {
+        sum[i] = Fma(p0, LoadF(v0 + i * W), sum[i]);
+        odd[i] = Fma(p1, LoadF(v1 + i * W), odd[i]);
+      }
+    }
+    if (k < v) {
+      const float* v0 = vf + k * D;
+      for (int i = 0; i < NB; ++i) sum[i] = Fma(probs[k], LoadF(v0 + i * W), sum[i]);
+    }
+    for (int i = 0; i < NB; ++i) sum[i] = sum[i] + odd[i];
+  } else {
+    for (int k = u; k < v; ++k) {
+      const float p = probs[k];
+      const float* v0 = vf + k * D;
+      for (int i = 0; i < NB; ++i) sum[i] = Fma(p, LoadF(v0 + i * W), sum[i]);
     }
   }
-  if (k < v) {
-    const float* v0 = vf + k * D;
-    for (int i = 0; i < NB; ++i) even[i] = Fma(probs[k], LoadF(v0 + i * W), even[i]);
-  }
   if (v_min) {
-    for (int i = 0; i < NB; ++i) StoreF(st + i * W, acc[i] + ((even[i] + odd[i]) + pm));
+    for (int i = 0; i < NB; ++i) StoreF(st + i * W, acc[i] + (sum[i] + pm));
   } else {
-    for (int i = 0; i < NB; ++i) StoreF(st + i * W, acc[i] + (even[i] + odd[i]));
+    for (int i = 0; i < NB; ++i) StoreF(st + i * W, acc[i] + sum[i]);
   }
+}
+
+// The columns of a row in blocks of kAccVectors vectors (then the rest), each by
+// AccumulateValues; fn<NB>(first column) calls it for the block.
+template <int D, typename Fn>
+inline void ForAccumulateBlocks(Fn&& fn) {
+  constexpr int kCols = kAccVectors * W;
+  for (int b = 0; b + kCols <= D; b += kCols) fn.template operator()<kAccVectors>(b);
+  if constexpr (D % kCols != 0) fn.template operator()<(D % kCols) / W>(D - D % kCols);
 }
 
 // Chunk conversion, once per chunk for all rows of the tile (dispatched on the dtype once per
@@ -624,26 +662,25 @@ struct ChunkScales {
   }
 };
 
-// K: the nc slots at ptr converted (raw) and transposed to kt[D][W]; slots past nc are zero.
+// K: the nc slots at ptr converted (raw) to kf[W][D]; slots past nc are zero.
 template <int D, KvDtype DT>
-inline void ConvertKChunkT(const uint8_t* const* ptr, int nc, float* kt, ChunkScales* cs) {
+inline void ConvertKChunkT(const uint8_t* const* ptr, int nc, float* kf, ChunkScales* cs) {
   if constexpr (kHasScale<DT>) {
     for (int s = 0; s < W; ++s) {
       cs->s[s] = cs->m[s] = 0;
       if (s < nc) ReadSlotScale<DT, D>(ptr[s], &cs->s[s], &cs->m[s]);
     }
   }
-  for (int i = 0; i < D; i += W) {
-    VF r[W];
-    for (int s = 0; s < W; ++s) r[s] = s < nc ? LoadKvRaw<DT, D>(ptr[s], i) : VF{};
-    Transpose(r);
-    for (int s = 0; s < W; ++s) StoreF(kt + (i + s) * W, r[s]);
+  for (int s = 0; s < W; ++s) {
+    for (int i = 0; i < D; i += W) {
+      StoreF(kf + s * D + i, s < nc ? LoadKvRaw<DT, D>(ptr[s], i) : VF{});
+    }
   }
 }
 template <int D, KvDtype DT>
-__attribute__((noinline)) void ConvertKChunkOutOfLine(const uint8_t* const* ptr, int nc, float* kt,
+__attribute__((noinline)) void ConvertKChunkOutOfLine(const uint8_t* const* ptr, int nc, float* kf,
                                                       ChunkScales* cs) {
-  ConvertKChunkT<D, DT>(ptr, nc, kt, cs);
+  ConvertKChunkT<D, DT>(ptr, nc, kf, cs);
 }
 
 // V: slots [c0, c0 + nc) converted to vf[nc][D], each slot as its pointer is found (keeping the
@@ -722,7 +759,7 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
     st[D + 1] = 0.f;
   }
   const VI iota = Iota();
-  float* kt = sc.kt.data();
+  float* kf = sc.kf.data();
   float* vf = sc.vf.data();
   // Quantized types: per-slot scales (and int4 minimums) are applied to the scores and to the
   // probabilities, once per slot and row, rather than to every element.
@@ -731,97 +768,108 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
   const bool v_scaled = !kPlain && HasScale(kv.v_dtype), v_min = !kPlain && HasMin(kv.v_dtype);
   const float k_factor = scale * RawFactor(kv.k_dtype), v_factor = RawFactor(kv.v_dtype);
   ChunkScales kcs, vcs;
-  // Chunks start at multiples of W from s0; with a window, the ones before the first row's first
-  // slot are skipped.
+  // Chunks start at multiples of kChunk from s0; with a window, the ones before the first row's
+  // first slot are skipped.
   const int lo0 = AttentionFirstSlot(t.first_slots + j0, t.window);
-  const int c_begin = lo0 > s0 ? s0 + (lo0 - s0) / W * W : s0;
-  for (int c0 = c_begin; c0 < s1 && r_first < r_end; c0 += W) {
-    const int nc = std::min(W, s1 - c0);  // slots of the chunk any row sees
-    // K: convert and transpose to kt[D][W]; slots past nc are zero (and masked below).
-    {
-      const uint8_t* ptr[W] = {};
-      ForSlots<true>(kv, t.block_table, t.kv_head, c0, nc,
-                     [&](int i, const uint8_t* s) { ptr[i] = s; });
-      if constexpr (kPlain) {
-        if (kv.k_dtype == KvDtype::kF16) {
-          ConvertKChunkT<D, KvDtype::kF16>(ptr, nc, kt, &kcs);
-        } else {
-          ConvertKChunkT<D, KvDtype::kF32>(ptr, nc, kt, &kcs);
-        }
-      } else if constexpr (kConv >= 0) {
-        ConvertKChunkT<D, static_cast<KvDtype>(kConv)>(ptr, nc, kt, &kcs);
-      } else {
-        WithKvDtype(kv.k_dtype,
-                    [&]<KvDtype DT>() { ConvertKChunkOutOfLine<D, DT>(ptr, nc, kt, &kcs); });
-      }
-    }
-    // V: convert to vf[nc][D].
-    if constexpr (kPlain) {
-      if (kv.v_dtype == KvDtype::kF16) {
-        ConvertVChunkT<D, KvDtype::kF16>(kv, t.block_table, t.kv_head, c0, nc, vf, &vcs);
-      } else {
-        ConvertVChunkT<D, KvDtype::kF32>(kv, t.block_table, t.kv_head, c0, nc, vf, &vcs);
-      }
-    } else if constexpr (kConv >= 0) {
-      ConvertVChunkT<D, static_cast<KvDtype>(kConv)>(kv, t.block_table, t.kv_head, c0, nc, vf,
-                                                     &vcs);
-    } else {
-      WithKvDtype(kv.v_dtype, [&]<KvDtype DT>() {
-        ConvertVChunkOutOfLine<D, DT>(kv, t.block_table, t.kv_head, c0, nc, vf, &vcs);
-      });
-    }
+  const int c_begin = lo0 > s0 ? s0 + (lo0 - s0) / kChunk * kChunk : s0;
+  for (int c0 = c_begin; c0 < s1 && r_first < r_end; c0 += kChunk) {
+    const int nc = std::min(kChunk, s1 - c0);  // slots of the chunk any row sees
     // The rows that see a slot of the chunk.
     int jc = 0, je = 0;
     TokensSeeing(t, c0, c0 + nc, &jc, &je);
     const int rc = jc * t.group, re = std::min(r_end, je * t.group);
-    const VF ks = k_scaled ? kcs.Scales() * k_factor : SplatF(scale);
-    const VF km = k_min ? kcs.Mins() * scale : VF{};
-    ScoreChunk<D>(rc, re, qrows, kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
-    if (t.softcap > 0.f) {
-      for (int r = rc; r < re; ++r) {
-        float* sr = sc.scores.data() + static_cast<size_t>(r) * W;
-        StoreF(sr, SoftCap(LoadF(sr), t.softcap));
+    // Its vectors of W slots, from the first one with a slot any row sees (a window's first
+    // slot rounded down to W): K converted to kf[W][D] (slots past the end zero,
+    // and masked below) and scored for the rows that see one of its slots, into
+    // scores[r * kChunk + g * W]; V converted to vf[g * W + slot][D]. The scores and scales of
+    // the vectors before that one are never read unmasked.
+    VF vs[kChunkVectors], vm[kChunkVectors];
+    for (int g = 0; g < kChunkVectors; ++g) vs[g] = vm[g] = VF{};
+    const int g_first = std::max(0, lo0 - c0) / W;
+    for (int g = g_first; g * W < nc; ++g) {
+      const int cg = c0 + g * W, ng = std::min(W, nc - g * W);
+      {
+        const uint8_t* ptr[W] = {};
+        ForSlots<true>(kv, t.block_table, t.kv_head, cg, ng,
+                       [&](int i, const uint8_t* s) { ptr[i] = s; });
+        if constexpr (kPlain) {
+          if (kv.k_dtype == KvDtype::kF16) {
+            ConvertKChunkT<D, KvDtype::kF16>(ptr, ng, kf, &kcs);
+          } else {
+            ConvertKChunkT<D, KvDtype::kF32>(ptr, ng, kf, &kcs);
+          }
+        } else if constexpr (kConv >= 0) {
+          ConvertKChunkT<D, static_cast<KvDtype>(kConv)>(ptr, ng, kf, &kcs);
+        } else {
+          WithKvDtype(kv.k_dtype,
+                      [&]<KvDtype DT>() { ConvertKChunkOutOfLine<D, DT>(ptr, ng, kf, &kcs); });
+        }
+      }
+      float* vg = vf + static_cast<size_t>(g) * W * D;
+      if constexpr (kPlain) {
+        if (kv.v_dtype == KvDtype::kF16) {
+          ConvertVChunkT<D, KvDtype::kF16>(kv, t.block_table, t.kv_head, cg, ng, vg, &vcs);
+        } else {
+          ConvertVChunkT<D, KvDtype::kF32>(kv, t.block_table, t.kv_head, cg, ng, vg, &vcs);
+        }
+      } else if constexpr (kConv >= 0) {
+        ConvertVChunkT<D, static_cast<KvDtype>(kConv)>(kv, t.block_table, t.kv_head, cg, ng, vg,
+                                                       &vcs);
+      } else {
+        WithKvDtype(kv.v_dtype, [&]<KvDtype DT>() {
+          ConvertVChunkOutOfLine<D, DT>(kv, t.block_table, t.kv_head, cg, ng, vg, &vcs);
+        });
+      }
+      vs[g] = v_scaled ? vcs.Scales() * v_factor : SplatF(1.f);
+      vm[g] = v_min ? vcs.Mins() : VF{};
+      int jg = 0, jge = 0;
+      TokensSeeing(t, cg, cg + ng, &jg, &jge);
+      const int rg = jg * t.group, rge = std::min(r_end, jge * t.group);
+      const VF ks = k_scaled ? kcs.Scales() * k_factor : SplatF(scale);
+      const VF km = k_min ? kcs.Mins() * scale : VF{};
+      float* scores_g = sc.scores.data() + g * W;
+      ScoreChunk<D>(rg, rge, qrows, kf, ks, km, k_min, sc.qsum.data(), scores_g, kChunk);
+      if (t.softcap > 0.f) {
+        for (int r = rg; r < rge; ++r) {
+          float* sr = scores_g + static_cast<size_t>(r) * kChunk;
+          StoreF(sr, SoftCap(LoadF(sr), t.softcap));
+        }
       }
     }
-    const VF vs = v_scaled ? vcs.Scales() * v_factor : SplatF(1.f);
-    const VF vm = v_min ? vcs.Mins() : VF{};
-    // Long vectors (D > 128): every row's softmax step first, then the values a block of 128
-    // columns at a time for all rows, so that block of the chunk's values stays in L1 while the
-    // rows use it (and a row's accumulators fit the registers). Each element's arithmetic is the
-    // same either way.
+    // Long vectors (D > 128): every row's softmax step first, then the values a block of
+    // kAccVectors vectors of columns at a time for all rows, so that block of the chunk's values
+    // stays in L1 while the rows use it. Each element's arithmetic is the same either way.
     float* probs_rows = sc.probs.data();
     for (int r = rc; r < re; ++r) {
       const int n = t.first_slots + r / t.group;  // the row sees slots [lo, n)
-      const int v = std::min(W, n - c0);          // of the chunk's: [u, v), not empty
+      const int v = std::min(kChunk, n - c0);     // of the chunk's: [u, v), not empty
       const int u = std::max(0, AttentionFirstSlot(n, t.window) - c0);
       float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
-      float* probs = D > 128 ? probs_rows + static_cast<size_t>(r) * W : probs_rows;
+      float* probs = D > 128 ? probs_rows + static_cast<size_t>(r) * kChunk : probs_rows;
       float pm = 0.f;
-      const float alpha = SoftmaxStep<D>(st, sc.scores.data() + static_cast<size_t>(r) * W, u, v,
-                                         iota, v_scaled, vs, v_min, vm, probs, &pm);
+      const float alpha =
+          SoftmaxStep<D, kChunkVectors>(st, sc.scores.data() + static_cast<size_t>(r) * kChunk, u,
+                                        v, iota, v_scaled, vs, v_min, vm, probs, &pm);
       if constexpr (D > 128) {
         sc.row_alpha[static_cast<size_t>(r)] = alpha;
         sc.row_pm[static_cast<size_t>(r)] = pm;
         sc.row_v[static_cast<size_t>(r)] = v;
         sc.row_u[static_cast<size_t>(r)] = u;
       } else {
-        AccumulateValues<D, D / W>(st, vf, probs, u, v, alpha, v_min, pm);
+        ForAccumulateBlocks<D>([&]<int NB>(int b) {
+          AccumulateValues<D, NB>(st + b, vf + b, probs, u, v, alpha, v_min, pm);
+        });
       }
     }
     if constexpr (D > 128) {
-      constexpr int kAccBlock = 128;
-      auto columns = [&]<int NB>(int b) {
+      ForAccumulateBlocks<D>([&]<int NB>(int b) {
         for (int r = rc; r < re; ++r) {
           const size_t ur = static_cast<size_t>(r);
-          AccumulateValues<D, NB>(sc.state.data() + ur * (D + 2) + b, vf + b, probs_rows + ur * W,
-                                  sc.row_u[ur], sc.row_v[ur], sc.row_alpha[ur], v_min,
-                                  sc.row_pm[ur]);
+          AccumulateValues<D, NB>(sc.state.data() + ur * (D + 2) + b, vf + b,
+                                  probs_rows + ur * kChunk, sc.row_u[ur], sc.row_v[ur],
+                                  sc.row_alpha[ur], v_min, sc.row_pm[ur]);
         }
-      };
-      for (int b = 0; b + kAccBlock <= D; b += kAccBlock) columns.template operator()<kAccBlock / W>(b);
-      if constexpr (D % kAccBlock != 0) {
-        columns.template operator()<(D % kAccBlock) / W>(D - D % kAccBlock);
-      }
+      });
     }
   }
   // Rotated values: the partial sums are in the rotated basis; map them back (linear, so doing
@@ -949,7 +997,7 @@ void TileScores(const AttentionTile& t, const PagedKvLayerView& kv, float scale,
   const bool k_scaled = HasScale(kv.k_dtype), k_min = HasMin(kv.k_dtype);
   const float k_factor = scale * RawFactor(kv.k_dtype);
   const VI iota = Iota();
-  float* kt = sc.kt.data();
+  float* kf = sc.kf.data();
   ChunkScales kcs;
   for (int c0 = 0; c0 < n_max; c0 += W) {
     const int nc = std::min(W, n_max - c0);
@@ -959,11 +1007,11 @@ void TileScores(const AttentionTile& t, const PagedKvLayerView& kv, float scale,
     ForSlots<true>(kv, t.block_table, t.kv_head, c0, nc,
                    [&](int i, const uint8_t* s) { ptr[i] = s; });
     WithKvDtype(kv.k_dtype,
-                [&]<KvDtype DT>() { ConvertKChunkOutOfLine<D, DT>(ptr, nc, kt, &kcs); });
+                [&]<KvDtype DT>() { ConvertKChunkOutOfLine<D, DT>(ptr, nc, kf, &kcs); });
     const int rc = jc * t.group;
     const VF ks = k_scaled ? kcs.Scales() * k_factor : SplatF(scale);
     const VF km = k_min ? kcs.Mins() * scale : VF{};
-    ScoreChunk<D>(rc, rows, q.data(), kt, ks, km, k_min, sc.qsum.data(), sc.scores.data());
+    ScoreChunk<D>(rc, rows, q.data(), kf, ks, km, k_min, sc.qsum.data(), sc.scores.data());
     int64_t sums[W] = {};
     for (int r = rc; r < rows; ++r) {
       const int n = t.first_slots + r / t.group;
