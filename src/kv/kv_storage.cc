@@ -18,14 +18,25 @@ KvStorage::KvStorage(const KvLayout& layout, int num_blocks, int num_window_bloc
            "a window flag for each layer");
   KV_CHECK((num_window_blocks > 0) == (layout.num_window_layers() > 0),
            "window blocks for a window group");
-  k_.reserve(layout.num_layers);
-  v_.reserve(layout.num_layers);
+  // One arena: each layer's K then V, every array starting on a cache line.
+  const auto line = [](size_t bytes) { return (bytes + 63) / 64 * 64; };
+  std::vector<size_t> k_at, v_at;
+  size_t arena = 0;
   for (int l = 0; l < layout.num_layers; ++l) {
     const size_t tiles =
         static_cast<size_t>(num_blocks_of(l)) * layout.num_kv_heads * layout.block_size;
-    k_.emplace_back(tiles * layout.k_head_bytes());
-    v_.emplace_back(tiles * layout.v_head_bytes());
+    k_at.push_back(arena);
+    arena += line(tiles * layout.k_head_bytes());
+    v_at.push_back(arena);
+    arena += line(tiles * layout.v_head_bytes());
     total_bytes_ += tiles * (layout.k_head_bytes() + layout.v_head_bytes());
+  }
+  arena_ = PageBuffer(arena);
+  // Committed now, as a preallocated cache should be (PageBuffer's pages are zero until written).
+  if (arena > 0) std::memset(arena_.data(), 0, arena);
+  for (int l = 0; l < layout.num_layers; ++l) {
+    k_.push_back(arena_.data() + k_at[static_cast<size_t>(l)]);
+    v_.push_back(arena_.data() + v_at[static_cast<size_t>(l)]);
   }
 }
 
