@@ -11,7 +11,8 @@
 //     lanes summed by a fixed tree), slots the row may not see masked to -inf;
 //     online softmax: m = max(m, max(scores)), rescale l and acc when m grows,
 //     p = exp(scores - m), l += sum(p), acc += sum_s p[s] * V[s] over the row's visible slots
-//     (even and odd slots summed separately, then added).
+//     (in blocks of at most kAccVectors vectors of columns; a block of fewer sums its even and
+//     odd slots separately, then adds them).
 // Partition states are folded in partition order (FoldPartial) and normalised at the end.
 // Quantized KV types (quant/kv_dtype.h) are converted as stored (integer levels, raw fp8) and
 // each slot's scale and minimum are applied to its score and its probability instead (see
@@ -534,20 +535,20 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
   }
 }
 
-// One row's online-softmax step over a chunk (its visible slots u..v-1's scores at `scores`, G
-// vectors of W): the running maximum and sum in st[D] and st[D + 1] are updated, the
+// One row's online-softmax step over a chunk (its visible slots u..v-1's scores at `scores`,
+// kChunkVectors vectors of W): the running maximum and sum in st[D] and st[D + 1] are updated, the
 // probabilities (times the value scales vs[g]) written to probs, the int4 minimums' share
 // Σ p_s m_s to *pm, and the factor the row's running values must be rescaled by is returned
 // (< 0: none; an alpha of 0 still zeroes them). The vectors' maxima, sums and shares are taken
 // in vector order, then across lanes.
-template <int D, int G>
+template <int D>
 inline float SoftmaxStep(float* st, const float* scores, int u, int v, VI iota, bool v_scaled,
                          const VF* vs, bool v_min, const VF* vm, float* probs, float* pm) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  VF s[G];
-  VI valid[G];
+  VF s[kChunkVectors];
+  VI valid[kChunkVectors];
   VF mx = SplatF(kNegInf);
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < kChunkVectors; ++g) {
     const VI lane = iota + g * W;
     valid[g] = (lane < (VI{} + v)) & (lane >= (VI{} + u));
     s[g] = valid[g] ? LoadF(scores + g * W) : SplatF(kNegInf);
@@ -564,7 +565,7 @@ inline float SoftmaxStep(float* st, const float* scores, int u, int v, VI iota, 
     m = cm;
   }
   VF sum{}, share{};
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < kChunkVectors; ++g) {
     VF pr = Exp(s[g] - m);
     pr = valid[g] ? pr : VF{};
     sum += pr;
@@ -847,9 +848,8 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
       float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
       float* probs = D > 128 ? probs_rows + static_cast<size_t>(r) * kChunk : probs_rows;
       float pm = 0.f;
-      const float alpha =
-          SoftmaxStep<D, kChunkVectors>(st, sc.scores.data() + static_cast<size_t>(r) * kChunk, u,
-                                        v, iota, v_scaled, vs, v_min, vm, probs, &pm);
+      const float alpha = SoftmaxStep<D>(st, sc.scores.data() + static_cast<size_t>(r) * kChunk, u,
+                                         v, iota, v_scaled, vs, v_min, vm, probs, &pm);
       if constexpr (D > 128) {
         sc.row_alpha[static_cast<size_t>(r)] = alpha;
         sc.row_pm[static_cast<size_t>(r)] = pm;
