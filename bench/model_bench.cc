@@ -16,7 +16,7 @@
 //       [--pp 512] [--tg 128] [--batches 1,2,4,8,16] [--long-context 4096] [--pp-at 1024,2048]
 //       [--cache-type-k int8] [--cache-type-v int8]
 //   kvserve_model_bench --matmul Q4_0,MXFP4 [--matmul-rows 2880] [--matmul-cols 2880]
-//       [--matmul-tokens 1,512]   (weight types alone, no model; Q4_K and Q6_K need
+//       [--matmul-tokens 1,512]   (weight types alone, no model; Q4_K, Q5_K and Q6_K need
 //       --matmul-cols a multiple of 256)
 #include <fmt/format.h>
 #include <immintrin.h>
@@ -560,7 +560,7 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
 // Random weights of `type` written as blocks directly (quantizing gigabytes would take
 // minutes): random values with a small scale. Q8_0 values stay in [-127, 127] as its quantizer
 // writes them.
-constexpr const char* kMatMulTypes = "Q8_0, Q4_0, MXFP4, Q4_K and Q6_K";
+constexpr const char* kMatMulTypes = "Q8_0, Q4_0, MXFP4, Q4_K, Q5_K and Q6_K";
 
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
   const size_t bytes = static_cast<size_t>(*RowBytes(type, cols)) * static_cast<size_t>(rows);
@@ -579,7 +579,8 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, ui
       case GgmlType::kMXFP4:
         out[b] = static_cast<uint8_t>(116 + out[b] % 8);  // 2^-12 .. 2^-5
         break;
-      case GgmlType::kQ4_K:  // d, dmin; the scales, mins and values as drawn
+      case GgmlType::kQ4_K:  // d, dmin; the scales, mins, (fifth bits,) values as drawn
+      case GgmlType::kQ5_K:
         std::memcpy(&out[b], &d, 2);
         std::memcpy(&out[b + 2], &d, 2);
         break;
@@ -657,9 +658,9 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"kvserve_model_bench: forward-pass speed against measured machine limits"};
   app.add_option("--model", o.models, "GGUF model(s)");
-  app.add_option(
-         "--matmul", o.matmul_types,
-         "Weight types to time alone in a matmul (Q8_0, Q4_0, MXFP4, Q4_K, Q6_K), e.g. Q4_0,Q4_K")
+  app.add_option("--matmul", o.matmul_types,
+                 "Weight types to time alone in a matmul (Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K), "
+                 "e.g. Q4_0,Q4_K")
       ->delimiter(',');
   app.add_option("--matmul-rows", o.matmul_rows, "Rows (output features) of the --matmul weight");
   app.add_option("--matmul-cols", o.matmul_cols, "Columns (input features), a multiple of 32");
@@ -697,11 +698,12 @@ int main(int argc, char** argv) {
   for (const std::string& name : o.matmul_types) {
     const std::optional<GgmlType> t = ParseGgmlType(name);
     if (t != GgmlType::kQ8_0 && t != GgmlType::kQ4_0 && t != GgmlType::kMXFP4 &&
-        t != GgmlType::kQ4_K && t != GgmlType::kQ6_K) {
+        t != GgmlType::kQ4_K && t != GgmlType::kQ5_K && t != GgmlType::kQ6_K) {
       fmt::print(stderr, "error: --matmul takes {}, not {}\n", kMatMulTypes, name);
       return 2;
     }
-    if ((t == GgmlType::kQ4_K || t == GgmlType::kQ6_K) && o.matmul_cols % 256 != 0) {
+    if ((t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K) &&
+        o.matmul_cols % 256 != 0) {
       fmt::print(stderr, "error: --matmul {} needs --matmul-cols a multiple of 256\n", name);
       return 2;
     }

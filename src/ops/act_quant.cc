@@ -50,10 +50,10 @@ void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out) {
     for (int64_t s = 0; s < nsb; ++s) {
       const int64_t off = t * out.cols + s * 256;
       out.d[t * nsb + s] = QuantizeBlock(x + off, 256, out.q + off);
-      for (int j = 0; j < 8; ++j) {
-        int32_t sum = 0;
-        for (int k = 0; k < 32; ++k) sum += out.q[off + j * 32 + k];
-        out.bsum[(t * nsb + s) * 8 + j] = sum;
+      for (int j = 0; j < 16; ++j) {
+        int sum = 0;
+        for (int k = 0; k < 16; ++k) sum += out.q[off + j * 16 + k];
+        out.bsum[(t * nsb + s) * 16 + j] = static_cast<int16_t>(sum);
       }
     }
   }

@@ -2,7 +2,7 @@
 //
 // ActQ8_0 pairs with Q8_0 weights: per token, blocks of 32 int8 with one float scale
 // (x ≈ d * q, q in [-127, 127]). ActQ8K pairs with K-quant weights: super-blocks of 256 int8 with
-// one float scale, plus the integer sum of every 32 values (for the weights' min terms).
+// one float scale, plus the integer sum of every 16 values (for the weights' mins and offsets).
 // Quantization is per token, so a token's result never depends on the rest of the batch.
 #pragma once
 
@@ -27,7 +27,9 @@ struct ActQ8_0 {
 struct ActQ8K {
   int8_t* q = nullptr;      // [num_tokens, cols]
   float* d = nullptr;       // [num_tokens, cols / 256]
-  int32_t* bsum = nullptr;  // [num_tokens, cols / 32] sum of each 32 q values
+  // [num_tokens, cols / 16] sum of each 16 q values (|sum| <= 16 * 127 fits int16): Q6_K's
+  // sub-blocks, and in adjacent pairs Q4_K's / Q5_K's.
+  int16_t* bsum = nullptr;
   int64_t cols = 0;
 };
 

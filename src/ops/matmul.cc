@@ -25,11 +25,10 @@ constexpr int64_t kMicroTokens = 4;
 kernels::KernelTable MakeTable(std::string_view isa) {
   kernels::KernelTable t;
   if (isa == "generic") return t;
-  if (isa != "avx2" && kernels::InitAvx512(t)) {
-    if (isa != "avx512") kernels::InitAmx(t);
-    return t;
-  }
+  // Every AVX-512 CPU has AVX2: the AVX2 table is the base, and the AVX-512 (then AMX) kernels
+  // replace the entries they have (Q5_K keeps the AVX2 panel there).
   kernels::InitAvx2(t);
+  if (isa != "avx2" && kernels::InitAvx512(t) && isa != "avx512") kernels::InitAmx(t);
   return t;
 }
 
@@ -216,11 +215,11 @@ bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, const float* x,
   if (panel == nullptr || w.cols % 256 != 0) return false;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
-  thread_local std::vector<int32_t> bsum;
+  thread_local std::vector<int16_t> bsum;
   ActQ8K act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 256),
-             ScratchOf(bsum, num_tokens * w.cols / 32), w.cols};
+             ScratchOf(bsum, num_tokens * w.cols / 16), w.cols};
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
-    ActQ8K part{act.q + t0 * w.cols, act.d + t0 * (w.cols / 256), act.bsum + t0 * (w.cols / 32),
+    ActQ8K part{act.q + t0 * w.cols, act.d + t0 * (w.cols / 256), act.bsum + t0 * (w.cols / 16),
                 w.cols};
     QuantizeActQ8K(x + t0 * w.cols, t1 - t0, part);
   });
@@ -258,6 +257,9 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
       break;
     case GgmlType::kQ4_K:
       if (MatMulQ8K(w, Table().q4_k, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kQ5_K:
+      if (MatMulQ8K(w, Table().q5_k, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kQ6_K:
       if (MatMulQ8K(w, Table().q6_k, x, num_tokens, y, pool)) return;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "ops/kquant_unpack.h"
 #include "ops/matmul_block32_impl.h"
@@ -51,30 +52,44 @@ inline __m256i BroadcastLane16(__m256i v, int k) {
                              _mm256_set1_epi16(static_cast<int16_t>((2 * k) | ((2 * k + 1) << 8))));
 }
 
-// Q4_K, per super-block: y += d·dx·sum_j(scale_j · q·x over sub-block j)
-//                           - dmin·dx·sum_j(min_j · (sum of x over sub-block j)).
+// Q4_K and Q5_K, per super-block: y += d·dx·sum_j(scale_j · q·x over sub-block j)
+//                                   - dmin·dx·sum_j(min_j · (sum of x over sub-block j)).
 // Chunk by chunk (64 values: two sub-blocks), its values and scales are unpacked into registers
 // once and meet each token of the tile; the integer sums are exact, so their order is free.
-template <int NT>
-void KTile(const BlockQ4_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
-           int64_t y_stride, int64_t prefetch) {
+// Q5_K's values are Q4_K's nibbles plus a fifth bit (16) from qh: bit 2c of qh[l] for element
+// 64c + l, bit 2c + 1 for 64c + 32 + l. maddubs pairs stay <= 2 * 31 * 127, no saturation.
+template <int NT, typename Block>
+requires std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>
+void KTile(const Block* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y, int64_t y_stride,
+           int64_t prefetch) {
+  constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_K>;
+  constexpr int kLines = (sizeof(Block) + 63) / 64;  // 144 bytes: 3 lines; 176: 3
   const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
-    const BlockQ4_K& blk = row[s];
-    if (prefetch != 0) {  // 144 bytes: three lines
+    const Block& blk = row[s];
+    if (prefetch != 0) {
       const char* next = reinterpret_cast<const char*>(&blk) + prefetch;
-      for (int l = 0; l < 3; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      for (int l = 0; l < kLines; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
     }
     const __m128i sm = Q4KScalesAndMins(blk.scales);  // bytes 0-7 scales, 8-15 mins
     const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(sm, sm));  // scales, twice
+    __m256i qh;  // Q5_K: chunk c's two bits in bits 0 and 1 of each byte (shifted per chunk)
+    if constexpr (kFifthBit) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
     __m256i isum[NT];
     for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
-      const __m256i lo = _mm256_and_si256(raw, low);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+      __m256i lo = _mm256_and_si256(raw, low);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+      if constexpr (kFifthBit) {
+        // 16-bit shifts: each byte's bits 0 and 1 land in its own bit 4 (nothing crosses bytes).
+        const __m256i bit4 = _mm256_set1_epi8(0x10);
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
       const __m256i sc_lo = BroadcastLane16(sc16, 2 * c), sc_hi = BroadcastLane16(sc16, 2 * c + 1);
       for (int t = 0; t < NT; ++t) {
         const int8_t* xq = x.q + (t0 + t) * x.cols + s * 256 + 64 * c;
@@ -85,14 +100,16 @@ void KTile(const BlockQ4_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float
         isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p0, p1));
       }
     }
-    const __m256i mins = _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8));
+    // Each min twice, against the two 16-value sums of its sub-block: madd gives min_j times
+    // the sub-block's sum in lane j.
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
     const float d = Half(blk.d), dmin = Half(blk.dmin);
     for (int t = 0; t < NT; ++t) {
       const int64_t tok = t0 + t;
       const float dx = x.d[tok * nsb + s];
       const __m256i bsum =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum + (tok * nsb + s) * 8));
-      const __m256i msum = _mm256_mullo_epi32(mins, bsum);  // |.| <= 63 * 32 * 127
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum + (tok * nsb + s) * 16));
+      const __m256i msum = _mm256_madd_epi16(mins, bsum);  // |.| <= 63 * 32 * 127
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * dx), acc[t]);
       acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * dx), acc[t]);
     }
@@ -100,17 +117,17 @@ void KTile(const BlockQ4_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float
   for (int t = 0; t < NT; ++t) y[t * y_stride] = HorizontalSum(acc[t]);
 }
 
-// Q6_K: values q - 32 in [-32, 31] as signed bytes. maddubs takes |w| (unsigned) against the
-// activations with w's sign moved onto them (pairs <= 2 * 32 * 127, no saturation; the
-// activations are in [-127, 127]), and madd applies the sub-block scales: each 32-value group
-// holds two 16-value sub-blocks, so the first 8 int16 lanes take one scale and the last 8 the
-// next. Group by group, its values and scales are assembled in registers once and meet each
-// token of the tile (exact integer sums, in any order).
+// Q6_K: values q - 32 with q in [0, 63]. maddubs takes q (unsigned) against the activations
+// (pairs <= 2 * 63 * 127, no saturation) and madd applies the sub-block scales: each 32-value
+// group holds two 16-value sub-blocks, so the first 8 int16 lanes take one scale and the last 8
+// the next. The offset, 32 · sum_k(scale_k · sum of x over sub-block k), is one madd of the 16
+// scales with the token's 16 sub-block sums per super-block. Group by group, the values and
+// scales are assembled in registers once and meet each token of the tile (exact integer sums, in
+// any order: |isum| <= 256 * 128 * 63 * 127 < 2^31).
 template <int NT>
 void KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
            int64_t y_stride, int64_t prefetch) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-  const __m256i k32 = _mm256_set1_epi8(32);
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
@@ -119,8 +136,9 @@ void KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float
       const char* next = reinterpret_cast<const char*>(&blk) + prefetch;
       for (int l = 0; l < 4; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
     }
-    // The 16 scales as int16: half h's eight in both 128-bit lanes of by_half[h]; group g of a
-    // half takes its scale 2g in the low lane and 2g + 1 in the high lane (one in-lane shuffle).
+    // The 16 scales as int16 in order; half h's eight in both 128-bit lanes of by_half[h]: group
+    // g of a half takes its scale 2g in the low lane and 2g + 1 in the high lane (one in-lane
+    // shuffle).
     const __m256i sc16 =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
     const __m256i by_half[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00),
@@ -140,8 +158,7 @@ void KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float
                             : g == 1 ? _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)
                             : g == 2 ? _mm256_and_si256(qh, m30)
                                      : _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);
-        const __m256i w = _mm256_sub_epi8(_mm256_or_si256(lo4, hi2), k32);
-        const __m256i mag = _mm256_abs_epi8(w);
+        const __m256i q = _mm256_or_si256(lo4, hi2);
         const int16_t lo = static_cast<int16_t>((4 * g) | ((4 * g + 1) << 8));
         const int16_t hi = static_cast<int16_t>((4 * g + 2) | ((4 * g + 3) << 8));
         const __m256i sc = _mm256_shuffle_epi8(
@@ -150,21 +167,25 @@ void KTile(const BlockQ6_K* row, int64_t nsb, const ActQ8K& x, int64_t t0, float
         for (int t = 0; t < NT; ++t) {
           const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
               x.q + (t0 + t) * x.cols + s * 256 + 128 * h + 32 * g));
-          const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(xv, w));
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, sc));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), sc));
         }
       }
     }
     const float d = Half(blk.d);
     for (int t = 0; t < NT; ++t) {
-      const float dx = x.d[(t0 + t) * nsb + s];
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * dx), acc[t]);
+      const int64_t tok = t0 + t;
+      const __m256i bsum =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum + (tok * nsb + s) * 16));
+      const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsum), 5);
+      const float dx = x.d[tok * nsb + s];
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], offset)),
+                               _mm256_set1_ps(d * dx), acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) y[t * y_stride] = HorizontalSum(acc[t]);
 }
 
-// The panel of either type (KTile by its block type). Rows [r0, r1) are visited in blocks of
+// The panel of each K-quant type (KTile by its block type). Rows [r0, r1) are visited in blocks of
 // about 128 KiB of weights: each token tile runs over a block's rows while its activations are in
 // L1, and the block stays in L2 across the tiles, so a prefill's activations are read once per
 // block of rows rather than once per row (512 tokens of 2048 columns are 1 MiB, beyond L2).
@@ -353,6 +374,7 @@ bool InitAvx2(KernelTable& table) {
   table.mxfp4_packed = &PackedQ4PanelAvx2<packed::MXFP4>;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, MaddubsDot>;
   table.q4_k = &KQuantPanelAvx2<BlockQ4_K>;
+  table.q5_k = &KQuantPanelAvx2<BlockQ5_K>;
   table.q6_k = &KQuantPanelAvx2<BlockQ6_K>;
   table.f16_to_f32 = &F16ToF32Avx2;
   table.f16 = &half::Panel<Avx2Vec, false>;

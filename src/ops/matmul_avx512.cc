@@ -332,12 +332,12 @@ void Q4KTile(const BlockQ4_K* const* rows, int64_t nsb, const ActQ8K& x, int64_t
       const int64_t tok = t0 + t;
       const int8_t* xq = x.q + tok * x.cols + s * 256;
       const __m512 vdx = _mm512_set1_ps(x.d[tok * nsb + s]);
-      // Sums of each 32 activations, times dx, in lanes 0-7.
-      const __m512 bsum = _mm512_maskz_mul_ps(
-          0x00FF,
-          _mm512_cvtepi32_ps(_mm512_castsi256_si512(_mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(x.bsum + (tok * nsb + s) * 8)))),
-          vdx);
+      // Sums of each 32 activations (adjacent pairs of the 16-value sums), times dx, in lanes 0-7.
+      const __m256i sums32 = _mm256_madd_epi16(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum + (tok * nsb + s) * 16)),
+          _mm256_set1_epi16(1));
+      const __m512 bsum =
+          _mm512_maskz_mul_ps(0x00FF, _mm512_cvtepi32_ps(_mm512_castsi256_si512(sums32)), vdx);
       for (int c = 0; c < 4; ++c) {
         const __m512i xv = _mm512_loadu_si512(xq + 64 * c);
         for (int i = 0; i < NR; ++i) {

@@ -51,6 +51,7 @@ struct KernelTable {
   Q8_0Panel q4_0 = nullptr;   // Q4_0 weights x ActQ8_0
   Q8_0Panel mxfp4 = nullptr;  // MXFP4 weights x ActQ8_0
   Q8KPanel q4_k = nullptr;   // Q4_K weights x ActQ8K
+  Q8KPanel q5_k = nullptr;   // Q5_K weights x ActQ8K
   Q8KPanel q6_k = nullptr;   // Q6_K weights x ActQ8K
   F16RowToF32 f16_to_f32 = nullptr;
   HalfPanel f16 = nullptr;   // F16 weights x float activations

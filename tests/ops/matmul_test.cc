@@ -64,9 +64,9 @@ std::vector<float> EffectiveActivations(GgmlType type, const std::vector<float>&
     for (size_t i = 0; i < x.size(); ++i) out[i] = q[i] * d[i / 32];
     return out;
   }
-  if (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) {
+  if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K) {
     std::vector<float> d(x.size() / 256);
-    std::vector<int32_t> bsum(x.size() / 32);
+    std::vector<int16_t> bsum(x.size() / 16);
     ActQ8K a{q.data(), d.data(), bsum.data(), cols};
     QuantizeActQ8K(x.data(), tokens, a);
     for (size_t i = 0; i < x.size(); ++i) out[i] = q[i] * d[i / 256];
