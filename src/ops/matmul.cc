@@ -148,9 +148,9 @@ void DequantizeWeightRow(const WeightMatrix& w, int64_t r, float* out) {
 namespace {
 
 // Integer paths: quantize the activations once, then each thread takes a share of the rows.
-// Q8_0, Q4_0 and MXFP4 weights (32-value blocks) share the activations' Q8_0 quantization, in
-// per-thread scratch kept between calls, with what a panel reads beside it: the paired layout
-// (Q8_0's own panel) or the block sums (the packed panels).
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4 weights (32-value blocks) share the activations' Q8_0
+// quantization, in per-thread scratch kept between calls, with what a panel reads beside it: the
+// paired layout (Q8_0's own panel) or the block sums (the packed panels, Q4_1, Q5_1).
 ActQ8_0 QuantizeForPanels(const WeightMatrix& w, const float* x, int64_t num_tokens, bool paired,
                           bool sums, ThreadPool& pool) {
   const kernels::KernelTable& k = Table();
@@ -176,14 +176,15 @@ ActQ8_0 QuantizeForPanels(const WeightMatrix& w, const float* x, int64_t num_tok
   return act;
 }
 
+// `sums`: the panel reads the activations' block sums (Q4_1, Q5_1: their min terms).
 bool MatMulQ8_0(const WeightMatrix& w, kernels::Q8_0Panel panel, const float* x, int64_t num_tokens,
-                float* y, ThreadPool& pool) {
+                float* y, ThreadPool& pool, bool sums = false) {
   const kernels::KernelTable& k = Table();
   if (panel == nullptr || w.cols % 32 != 0) return false;
   const bool paired = panel == k.q8_0 && k.q8_0_prepare != nullptr &&
                       num_tokens >= k.q8_0_prepare_min_tokens &&
                       num_tokens <= k.q8_0_prepare_max_tokens;
-  const ActQ8_0 act = QuantizeForPanels(w, x, num_tokens, paired, /*sums=*/false, pool);
+  const ActQ8_0 act = QuantizeForPanels(w, x, num_tokens, paired, sums, pool);
   const kernels::PanelArgs args{&w, num_tokens, y};
   pool.ParallelFor(
       w.rows, [&](int64_t r0, int64_t r1) { panel(args, act, r0, r1); }, 4);
@@ -250,6 +251,15 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
     case GgmlType::kQ4_0:
       if (MatMulPacked(w, Table().q4_0_packed, nullptr, x, num_tokens, y, pool)) return;
       if (MatMulQ8_0(w, Table().q4_0, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kQ5_0:
+      if (MatMulQ8_0(w, Table().q5_0, x, num_tokens, y, pool)) return;
+      break;
+    case GgmlType::kQ4_1:
+      if (MatMulQ8_0(w, Table().q4_1, x, num_tokens, y, pool, /*sums=*/true)) return;
+      break;
+    case GgmlType::kQ5_1:
+      if (MatMulQ8_0(w, Table().q5_1, x, num_tokens, y, pool, /*sums=*/true)) return;
       break;
     case GgmlType::kMXFP4:
       if (MatMulPacked(w, Table().mxfp4_packed, nullptr, x, num_tokens, y, pool)) return;

@@ -370,6 +370,9 @@ bool InitAvx2(KernelTable& table) {
   table.isa = "avx2";
   table.q8_0 = &block32::Panel<block32::Q8_0, MaddubsDot>;
   table.q4_0 = &block32::Panel<block32::Q4_0, MaddubsDot>;
+  table.q5_0 = &block32::Panel<block32::Q5_0, MaddubsDot>;
+  table.q4_1 = &block32::Panel<block32::Q4_1, MaddubsDot>;
+  table.q5_1 = &block32::Panel<block32::Q5_1, MaddubsDot>;
   table.q4_0_packed = &PackedQ4PanelAvx2<packed::Q4_0>;
   table.mxfp4_packed = &PackedQ4PanelAvx2<packed::MXFP4>;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, MaddubsDot>;

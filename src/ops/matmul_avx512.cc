@@ -543,6 +543,9 @@ bool InitAvx512(KernelTable& table) {
   table.q4_0_packed = &PackedPanelAvx512<packed::Q4_0>;
   table.mxfp4_packed = &PackedPanelAvx512<packed::MXFP4>;
   table.q4_0 = &block32::Panel<block32::Q4_0, VnniDot>;
+  table.q5_0 = &block32::Panel<block32::Q5_0, VnniDot>;
+  table.q4_1 = &block32::Panel<block32::Q4_1, VnniDot>;
+  table.q5_1 = &block32::Panel<block32::Q5_1, VnniDot>;
   table.mxfp4 = &block32::Panel<block32::Mxfp4, VnniDot>;
   table.q4_k = &Q4KPanelAvx512;
   table.q6_k = &Q6KPanelAvx512;

@@ -49,6 +49,9 @@ struct KernelTable {
   // q8_0_packed (MatMul gives it whole tiles and q8_0_packed the rest).
   Q8_0Panel q8_0_packed_tiles = nullptr;
   Q8_0Panel q4_0 = nullptr;   // Q4_0 weights x ActQ8_0
+  Q8_0Panel q5_0 = nullptr;   // Q5_0 weights x ActQ8_0
+  Q8_0Panel q4_1 = nullptr;   // Q4_1 weights x ActQ8_0 with its block sums
+  Q8_0Panel q5_1 = nullptr;   // Q5_1 weights x ActQ8_0 with its block sums
   Q8_0Panel mxfp4 = nullptr;  // MXFP4 weights x ActQ8_0
   Q8KPanel q4_k = nullptr;   // Q4_K weights x ActQ8K
   Q8KPanel q5_k = nullptr;   // Q5_K weights x ActQ8K

@@ -57,7 +57,8 @@ std::vector<float> EffectiveActivations(GgmlType type, const std::vector<float>&
   if (MatMulIsa() == "generic") return x;
   std::vector<int8_t> q(x.size());
   std::vector<float> out(x.size());
-  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kMXFP4) {
+  if (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kMXFP4 ||
+      type == GgmlType::kQ4_1 || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1) {
     std::vector<float> d(x.size() / 32);
     ActQ8_0 a{q.data(), d.data(), cols};
     QuantizeActQ8_0(x.data(), tokens, a);
