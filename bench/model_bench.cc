@@ -560,7 +560,7 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
 // Random weights of `type` written as blocks directly (quantizing gigabytes would take
 // minutes): random values with a small scale. Q8_0 values stay in [-127, 127] as its quantizer
 // writes them.
-constexpr const char* kMatMulTypes = "Q8_0, Q4_0, MXFP4, Q4_K, Q5_K and Q6_K";
+constexpr const char* kMatMulTypes = "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, Q4_K, Q5_K and Q6_K";
 
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
   const size_t bytes = static_cast<size_t>(*RowBytes(type, cols)) * static_cast<size_t>(rows);
@@ -574,7 +574,13 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, ui
         for (int k = 2; k < 34; ++k) out[b + k] = out[b + k] == 0x80 ? 0x81 : out[b + k];
         [[fallthrough]];
       case GgmlType::kQ4_0:
+      case GgmlType::kQ5_0:  // d; the fifth bits and values as drawn
         std::memcpy(&out[b], &d, 2);
+        break;
+      case GgmlType::kQ4_1:  // d, m; the (fifth bits and) values as drawn
+      case GgmlType::kQ5_1:
+        std::memcpy(&out[b], &d, 2);
+        std::memcpy(&out[b + 2], &d, 2);
         break;
       case GgmlType::kMXFP4:
         out[b] = static_cast<uint8_t>(116 + out[b] % 8);  // 2^-12 .. 2^-5
@@ -659,8 +665,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kvserve_model_bench: forward-pass speed against measured machine limits"};
   app.add_option("--model", o.models, "GGUF model(s)");
   app.add_option("--matmul", o.matmul_types,
-                 "Weight types to time alone in a matmul (Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K), "
-                 "e.g. Q4_0,Q4_K")
+                 "Weight types to time alone in a matmul (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, "
+                 "Q4_K, Q5_K, Q6_K), e.g. Q4_0,Q4_K")
       ->delimiter(',');
   app.add_option("--matmul-rows", o.matmul_rows, "Rows (output features) of the --matmul weight");
   app.add_option("--matmul-cols", o.matmul_cols, "Columns (input features), a multiple of 32");
@@ -697,8 +703,10 @@ int main(int argc, char** argv) {
   }
   for (const std::string& name : o.matmul_types) {
     const std::optional<GgmlType> t = ParseGgmlType(name);
-    if (t != GgmlType::kQ8_0 && t != GgmlType::kQ4_0 && t != GgmlType::kMXFP4 &&
-        t != GgmlType::kQ4_K && t != GgmlType::kQ5_K && t != GgmlType::kQ6_K) {
+    constexpr GgmlType kTimed[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                   GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kMXFP4,
+                                   GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+    if (!t || std::find(std::begin(kTimed), std::end(kTimed), *t) == std::end(kTimed)) {
       fmt::print(stderr, "error: --matmul takes {}, not {}\n", kMatMulTypes, name);
       return 2;
     }
