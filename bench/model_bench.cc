@@ -383,7 +383,13 @@ double AttentionStep(Bench& b, int context, int steps, bool windows = true) {
   return Median(runs);
 }
 
-double MatmulFlopsPerToken(const Model& m) { return 2.0 * m.active_params_per_token(); }
+// Matmul FLOPs of a prefill of n tokens (as Prefill feeds it): every token meets every matrix
+// but the output one, which makes logits for the last token of each batch only.
+double PrefillMatmulFlops(const Model& m, int n) {
+  const int batches = (n + m.max_batch_tokens() - 1) / m.max_batch_tokens();
+  return 2.0 * (m.active_params_per_token() - m.output_params()) * n +
+         2.0 * m.output_params() * batches;
+}
 
 struct Options {
   std::vector<std::string> models;
@@ -471,7 +477,7 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
   const double read_gb = (*model)->decode_read_bytes() / 1e9;  // per decode step
   const double bound = bandwidth / read_gb;
   const double pp_med = Median(pp), tg_med = Median(tg);
-  const double gflops = MatmulFlopsPerToken(**model) * pp_med / 1e9;
+  const double gflops = PrefillMatmulFlops(**model, o.pp) / o.pp * pp_med / 1e9;
   if (const ModelConfig& c = (*model)->config(); c.moe.num_experts > 0 || c.is_mla()) {
     fmt::print("{}: {:.3g}B active parameters per token{}{}\n", path.substr(path.find_last_of('/') + 1),
                (*model)->active_params_per_token() / 1e9,

@@ -77,6 +77,8 @@ class Model {
   // Weight elements one token multiplies by (its top-k experts only, the absorbed or the
   // decompressed MLA products, the output matrix; not the embedding row): FLOPs / 2.
   double active_params_per_token() const { return active_params_; }
+  // Elements of the output (logits) matrix, which a prefill multiplies by its last token only.
+  double output_params() const { return static_cast<double>(output_.rows) * output_.cols; }
   // The KV layout this model needs, for the given block size and dtypes.
   KvLayout MakeKvLayout(int block_size, KvDtype k_dtype, KvDtype v_dtype) const;
   // Bytes of the weights as stored.

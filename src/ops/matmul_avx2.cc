@@ -226,10 +226,11 @@ struct Avx2Vec {
   // 4 rows x 3 tokens fill the 16 registers; from 4 tokens on, the prefill path.
   static constexpr int kDirectTokens = 3;
   static constexpr int64_t kGemmMinTokens = 4;
-  // 4 rows x 3 tokens: 12 accumulators + 4 weight vectors of 16 registers (activations are
-  // FMA memory operands).
-  static constexpr int kTileRows = 4;
-  static constexpr int kTileTokens = 3;
+  // 2 rows x 6 tokens: 12 accumulators, 2 weight vectors and the token's activation vector
+  // (loaded once, pinned) of 16 registers: 8 loads per 12 FMAs. 4 x 3 with the activations as
+  // FMA memory operands took 16; 1B F16 pp512 on Zen 3: 32.8 -> 41 tokens/s.
+  static constexpr int kTileRows = 2;
+  static constexpr int kTileTokens = 6;
 
   static Vec Zero() { return _mm256_setzero_ps(); }
   static Vec Load(const float* p) { return _mm256_loadu_ps(p); }
@@ -257,7 +258,7 @@ struct Avx2Vec {
   }
   static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-  static void Pin(Vec&) {}  // no room in 16 registers: activations stay FMA memory operands
+  static void Pin(Vec& v) { __asm__("" : "+x"(v)); }
   static float Sum(Vec v) { return HorizontalSum(v); }
 };
 
