@@ -20,12 +20,11 @@
 //       --matmul-cols a multiple of 256)
 #include <fmt/format.h>
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -33,6 +32,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -566,7 +566,17 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
 // Random weights of `type` written as blocks directly (quantizing gigabytes would take
 // minutes): random values with a small scale. Q8_0 values stay in [-127, 127] as its quantizer
 // writes them.
-constexpr const char* kMatMulTypes = "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, Q4_K, Q5_K and Q6_K";
+constexpr GgmlType kMatMulTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                                     GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kMXFP4,
+                                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+// "Q8_0, Q4_0, ...": the names of kMatMulTypes, for the help and the errors.
+std::string MatMulTypeNames() {
+  std::string out;
+  for (const GgmlType t : kMatMulTypes)
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", Traits(t).name);
+  return out;
+}
 
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
   const size_t bytes = static_cast<size_t>(*RowBytes(type, cols)) * static_cast<size_t>(rows);
@@ -600,7 +610,7 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, ui
         std::memcpy(&out[b + offsetof(BlockQ6_K, d)], &d, 2);
         break;
       default:
-        KV_CHECK(false, "RandomWeights: {} is not one of {}", t.name, kMatMulTypes);
+        KV_CHECK(false, "RandomWeights: {} is not one of {}", t.name, MatMulTypeNames());
     }
   }
   return out;
@@ -670,9 +680,9 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"kvserve_model_bench: forward-pass speed against measured machine limits"};
   app.add_option("--model", o.models, "GGUF model(s)");
-  app.add_option("--matmul", o.matmul_types,
-                 "Weight types to time alone in a matmul (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, "
-                 "Q4_K, Q5_K, Q6_K), e.g. Q4_0,Q4_K")
+  app.add_option(
+         "--matmul", o.matmul_types,
+         "Weight types to time alone in a matmul (" + MatMulTypeNames() + "), e.g. Q4_0,Q4_K")
       ->delimiter(',');
   app.add_option("--matmul-rows", o.matmul_rows, "Rows (output features) of the --matmul weight");
   app.add_option("--matmul-cols", o.matmul_cols, "Columns (input features), a multiple of 32");
@@ -709,16 +719,13 @@ int main(int argc, char** argv) {
   }
   for (const std::string& name : o.matmul_types) {
     const std::optional<GgmlType> t = ParseGgmlType(name);
-    constexpr GgmlType kTimed[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                                   GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kMXFP4,
-                                   GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
-    if (!t || std::find(std::begin(kTimed), std::end(kTimed), *t) == std::end(kTimed)) {
-      fmt::print(stderr, "error: --matmul takes {}, not {}\n", kMatMulTypes, name);
+    if (!t ||
+        std::find(std::begin(kMatMulTypes), std::end(kMatMulTypes), *t) == std::end(kMatMulTypes)) {
+      fmt::print(stderr, "error: --matmul takes {}, not {}\n", MatMulTypeNames(), name);
       return 2;
     }
-    if ((t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K) &&
-        o.matmul_cols % 256 != 0) {
-      fmt::print(stderr, "error: --matmul {} needs --matmul-cols a multiple of 256\n", name);
+    if (const int64_t block = Traits(*t).block_elems; o.matmul_cols % block != 0) {
+      fmt::print(stderr, "error: --matmul {} needs --matmul-cols a multiple of {}\n", name, block);
       return 2;
     }
   }
