@@ -565,10 +565,13 @@ void RunModel(const std::string& path, const Options& o, ThreadPool& pool, doubl
 
 // Random weights of `type` written as blocks directly (quantizing gigabytes would take
 // minutes): random values with a small scale. Q8_0 values stay in [-127, 127] as its quantizer
-// writes them.
+// writes them; F16 / BF16 elements are small finite values.
 constexpr GgmlType kMatMulTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
                                      GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kMXFP4,
-                                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+                                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                                     GgmlType::kF16,  GgmlType::kBF16};
+
+bool IsHalf(GgmlType t) { return t == GgmlType::kF16 || t == GgmlType::kBF16; }
 
 // "Q8_0, Q4_0, ...": the names of kMatMulTypes, for the help and the errors.
 std::string MatMulTypeNames() {
@@ -584,6 +587,16 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, ui
   FillRandomBytes(out.data(), bytes, seed * 0x9e3779b97f4a7c15ull + 1);
   const TypeTraits t = Traits(type);
   const uint16_t d = F32ToF16(0.01f);
+  if (IsHalf(type)) {  // values in [-0.02, 0.02) from the drawn bits
+    for (size_t b = 0; b < bytes; b += 2) {
+      uint16_t bits;
+      std::memcpy(&bits, &out[b], 2);
+      const float v = (static_cast<float>(bits) / 65536.0f - 0.5f) * 0.04f;
+      const uint16_t h = type == GgmlType::kF16 ? F32ToF16(v) : F32ToBF16(v);
+      std::memcpy(&out[b], &h, 2);
+    }
+    return out;
+  }
   for (size_t b = 0; b < bytes; b += static_cast<size_t>(t.block_bytes)) {
     switch (type) {
       case GgmlType::kQ8_0:
@@ -618,8 +631,10 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, ui
 
 // Each --matmul type alone on a rows x cols matrix: decode (1 token) streams enough distinct
 // matrices to leave the caches (weights read per second against the measured bandwidth);
-// larger batches run one matrix repeatedly (multiply-adds per second).
-void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth, double int8_peak) {
+// larger batches run one matrix repeatedly (multiply-adds per second; F16 / BF16 in flops against
+// the f32 FMA peak).
+void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth, double int8_peak,
+                double fma_peak) {
   fmt::print("matmul {} x {} (rows x cols), kernels {}, weights {}\n", o.matmul_rows,
              o.matmul_cols, MatMulIsa(), o.pack ? "packed where the kernels take it" : "as stored");
   for (const std::string& name : o.matmul_types) {
@@ -663,6 +678,9 @@ void RunMatMuls(const Options& o, ThreadPool& pool, double bandwidth, double int
         const double gbs = matrix_bytes / sec / 1e9;
         line += fmt::format("  t1 {:.1f} us {:.1f} GB/s ({:.0f}% of bandwidth)", sec * 1e6, gbs,
                             100 * gbs / bandwidth);
+      } else if (IsHalf(*type)) {  // float multiply-adds: 2 flops each
+        line += fmt::format("  t{} {:.2f} ms {:.1f} GFLOP/s ({:.0f}% of the f32 FMA peak)", tokens,
+                            sec * 1e3, 2 * gmac, fma_peak > 0 ? 200 * gmac / fma_peak : 0.0);
       } else {
         line += fmt::format("  t{} {:.2f} ms {:.1f} GMAC/s ({:.0f}% of the int8 peak)", tokens,
                             sec * 1e3, gmac, int8_peak > 0 ? 100 * gmac / int8_peak : 0.0);
@@ -752,7 +770,7 @@ int main(int argc, char** argv) {
              "int8 peaks (GMAC/s):{}\n",
              pool.num_threads(), MatMulIsa(), bw, peak, peaks.empty() ? " none" : peaks);
   const double int8_peak = int8.empty() ? 0 : int8.front().second;
-  if (!o.matmul_types.empty()) RunMatMuls(o, pool, bw, int8_peak);
+  if (!o.matmul_types.empty()) RunMatMuls(o, pool, bw, int8_peak, peak);
   for (const std::string& m : o.models) RunModel(m, o, pool, bw, peak, int8_peak);
   return 0;
 }
