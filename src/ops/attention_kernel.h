@@ -535,6 +535,26 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
   }
 }
 
+// Slots [s0, s1) of the table's K and V for kv_head into the caches. Each (block, kv_head) tile
+// is contiguous, but consecutive blocks lie anywhere in the arena: without this every 16-slot
+// block of a long decode starts with a full memory latency (the hardware prefetchers follow one
+// stream, not the block table). Reads nothing, so the arithmetic is unchanged.
+inline void PrefetchSlots(const PagedKvLayerView& kv, std::span<const BlockId> table, int kv_head,
+                          int s0, int s1) {
+  s1 = std::min<int64_t>(s1, static_cast<int64_t>(table.size()) * kv.block_size);
+  while (s0 < s1) {
+    const int blk = s0 / kv.block_size, off = s0 % kv.block_size;
+    const int n = std::min(kv.block_size - off, s1 - s0);
+    const char* k = reinterpret_cast<const char*>(kv.KSlot(table[blk], kv_head, off));
+    const char* v = reinterpret_cast<const char*>(kv.VSlot(table[blk], kv_head, off));
+    const size_t kb = static_cast<size_t>(n) * kv.k_head_bytes;
+    const size_t vb = static_cast<size_t>(n) * kv.v_head_bytes;
+    for (size_t i = 0; i < kb; i += 64) __builtin_prefetch(k + i);
+    for (size_t i = 0; i < vb; i += 64) __builtin_prefetch(v + i);
+    s0 += n;
+  }
+}
+
 // One row's online-softmax step over a chunk (its visible slots u..v-1's scores at `scores`,
 // kChunkVectors vectors of W): the running maximum and sum in st[D] and st[D + 1] are updated, the
 // probabilities (times the value scales vs[g]) written to probs, the int4 minimums' share
@@ -775,6 +795,9 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
   const int c_begin = lo0 > s0 ? s0 + (lo0 - s0) / kChunk * kChunk : s0;
   for (int c0 = c_begin; c0 < s1 && r_first < r_end; c0 += kChunk) {
     const int nc = std::min(kChunk, s1 - c0);  // slots of the chunk any row sees
+    // The next chunk's K and V (the next partition's first one at the end) load while this one
+    // computes.
+    PrefetchSlots(kv, t.block_table, t.kv_head, c0 + kChunk, std::min(c0 + 2 * kChunk, n_max));
     // The rows that see a slot of the chunk.
     int jc = 0, je = 0;
     TokensSeeing(t, c0, c0 + nc, &jc, &je);
