@@ -535,13 +535,12 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
   }
 }
 
-// Slots [s0, s1) of the table's K and V for kv_head into the caches. Each (block, kv_head) tile
-// is contiguous, but consecutive blocks lie anywhere in the arena: without this every 16-slot
-// block of a long decode starts with a full memory latency (the hardware prefetchers follow one
-// stream, not the block table). Reads nothing, so the arithmetic is unchanged.
+// Asks for slots [s0, s1) of the table's K and V for kv_head (prefetches; no arithmetic changes).
+// Each (block, kv_head) tile is contiguous, but consecutive blocks lie anywhere in the arena and
+// the hardware prefetchers follow streams, not the block table. Slots past the table are skipped.
 inline void PrefetchSlots(const PagedKvLayerView& kv, std::span<const BlockId> table, int kv_head,
                           int s0, int s1) {
-  s1 = std::min<int64_t>(s1, static_cast<int64_t>(table.size()) * kv.block_size);
+  s1 = static_cast<int>(std::min<int64_t>(s1, static_cast<int64_t>(table.size()) * kv.block_size));
   while (s0 < s1) {
     const int blk = s0 / kv.block_size, off = s0 % kv.block_size;
     const int n = std::min(kv.block_size - off, s1 - s0);
