@@ -585,8 +585,6 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, ui
   const size_t bytes = static_cast<size_t>(*RowBytes(type, cols)) * static_cast<size_t>(rows);
   std::vector<uint8_t> out(bytes);
   FillRandomBytes(out.data(), bytes, seed * 0x9e3779b97f4a7c15ull + 1);
-  const TypeTraits t = Traits(type);
-  const uint16_t d = F32ToF16(0.01f);
   if (IsHalf(type)) {  // values in [-0.02, 0.02) from the drawn bits
     for (size_t b = 0; b < bytes; b += 2) {
       uint16_t bits;
@@ -597,6 +595,8 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t rows, int64_t cols, ui
     }
     return out;
   }
+  const TypeTraits t = Traits(type);
+  const uint16_t d = F32ToF16(0.01f);
   for (size_t b = 0; b < bytes; b += static_cast<size_t>(t.block_bytes)) {
     switch (type) {
       case GgmlType::kQ8_0:

@@ -540,18 +540,16 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
 // the hardware prefetchers follow streams, not the block table. Slots past the table are skipped.
 inline void PrefetchSlots(const PagedKvLayerView& kv, std::span<const BlockId> table, int kv_head,
                           int s0, int s1) {
-  s1 = static_cast<int>(std::min<int64_t>(s1, static_cast<int64_t>(table.size()) * kv.block_size));
-  while (s0 < s1) {
-    const int blk = s0 / kv.block_size, off = s0 % kv.block_size;
-    const int n = std::min(kv.block_size - off, s1 - s0);
-    const char* k = reinterpret_cast<const char*>(kv.KSlot(table[blk], kv_head, off));
-    const char* v = reinterpret_cast<const char*>(kv.VSlot(table[blk], kv_head, off));
-    const size_t kb = static_cast<size_t>(n) * kv.k_head_bytes;
-    const size_t vb = static_cast<size_t>(n) * kv.v_head_bytes;
-    for (size_t i = 0; i < kb; i += 64) __builtin_prefetch(k + i);
-    for (size_t i = 0; i < vb; i += 64) __builtin_prefetch(v + i);
-    s0 += n;
-  }
+  const int end =
+      static_cast<int>(std::min<int64_t>(s1, static_cast<int64_t>(table.size()) * kv.block_size));
+  if (s0 >= end) return;
+  auto lines = [](const uint8_t* p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
+  };
+  ForSlots<true>(kv, table, kv_head, s0, end - s0,
+                 [&](int, const uint8_t* p) { lines(p, kv.k_head_bytes); });
+  ForSlots<false>(kv, table, kv_head, s0, end - s0,
+                  [&](int, const uint8_t* p) { lines(p, kv.v_head_bytes); });
 }
 
 // One row's online-softmax step over a chunk (its visible slots u..v-1's scores at `scores`,
