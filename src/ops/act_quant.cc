@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace kvserve {
 namespace {
@@ -55,6 +56,19 @@ void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out) {
         for (int k = 0; k < 16; ++k) sum += out.q[off + j * 16 + k];
         out.bsum[(t * nsb + s) * 16 + j] = static_cast<int16_t>(sum);
       }
+    }
+  }
+}
+
+void PairSumsActQ8K(ActQ8K& out, int64_t t0, int64_t t1) {
+  const int64_t nsb = out.cols / 256;
+  for (int64_t i = t0 * nsb; i < t1 * nsb; ++i) {  // super-block i of the whole batch
+    const int16_t* b = out.bsum + i * 16;
+    for (int p = 0; p < 4; ++p) {
+      // |s_j| <= 32 * 127: an int16
+      const int16_t pair[2] = {static_cast<int16_t>(b[4 * p] + b[4 * p + 1]),
+                               static_cast<int16_t>(b[4 * p + 2] + b[4 * p + 3])};
+      std::memcpy(out.sum32_pairs + i * 4 + p, pair, sizeof pair);
     }
   }
 }

@@ -31,6 +31,10 @@ struct ActQ8K {
   // sub-blocks, and in adjacent pairs Q4_K's / Q5_K's.
   int16_t* bsum = nullptr;
   int64_t cols = 0;
+  // Optional, for the packed K-quant kernels (ops/matmul_packed.h): per token and super-block
+  // the 32-value sums s_j = b_2j + b_2j+1 of its 8 sub-blocks in 4 int32, each the int16 pair
+  // (s_2p, s_2p+1) in memory order. [num_tokens, cols / 256 * 4], filled by PairSumsActQ8K.
+  int32_t* sum32_pairs = nullptr;
 };
 
 // REQUIRES: cols % 32 == 0 (ActQ8_0), cols % 256 == 0 (ActQ8K); buffers sized as above.
@@ -38,5 +42,7 @@ void QuantizeActQ8_0(const float* x, int64_t num_tokens, ActQ8_0& out);
 void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out);
 // Fills out.sum for tokens [t0, t1) from out.q (out's pointers address token 0).
 void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1);
+// Fills out.sum32_pairs for tokens [t0, t1) from out.bsum.
+void PairSumsActQ8K(ActQ8K& out, int64_t t0, int64_t t1);
 
 }  // namespace kvserve

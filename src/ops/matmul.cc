@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ops/act_quant.h"
@@ -211,21 +212,28 @@ bool MatMulPacked(const WeightMatrix& w, kernels::Q8_0Panel panel, kernels::Q8_0
   return true;
 }
 
-bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, const float* x,
+// K-quants: `packed` is the panel over w.packed (Q8KPanel's packed kinds), which also reads
+// the activations' sum32_pairs and takes rows in whole groups.
+bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, bool packed, const float* x,
                int64_t num_tokens, float* y, ThreadPool& pool) {
-  if (panel == nullptr || w.cols % 256 != 0) return false;
+  if (panel == nullptr || w.cols % 256 != 0 || (packed && w.packed == nullptr)) return false;
+  const int64_t nsb = w.cols / 256;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<int16_t> bsum;
-  ActQ8K act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * w.cols / 256),
-             ScratchOf(bsum, num_tokens * w.cols / 16), w.cols};
+  thread_local std::vector<int32_t> pairs;
+  ActQ8K act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * nsb),
+             ScratchOf(bsum, num_tokens * nsb * 16), w.cols};
+  if (packed) act.sum32_pairs = ScratchOf(pairs, num_tokens * nsb * 4);
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
-    ActQ8K part{act.q + t0 * w.cols, act.d + t0 * (w.cols / 256), act.bsum + t0 * (w.cols / 16),
-                w.cols};
+    ActQ8K part{act.q + t0 * w.cols, act.d + t0 * nsb, act.bsum + t0 * nsb * 16, w.cols};
     QuantizeActQ8K(x + t0 * w.cols, t1 - t0, part);
+    if (packed) PairSumsActQ8K(act, t0, t1);
   });
   const kernels::PanelArgs args{&w, num_tokens, y};
-  pool.ParallelFor(w.rows, [&](int64_t r0, int64_t r1) { panel(args, act, r0, r1); }, 4);
+  pool.ParallelFor(
+      w.rows, [&](int64_t r0, int64_t r1) { panel(args, act, r0, r1); },
+      packed ? packed::kGroupRows : 4);
   return true;
 }
 
@@ -266,13 +274,16 @@ void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
       if (MatMulQ8_0(w, Table().mxfp4, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kQ4_K:
-      if (MatMulQ8K(w, Table().q4_k, x, num_tokens, y, pool)) return;
+      if (MatMulQ8K(w, Table().q4_k_packed, true, x, num_tokens, y, pool)) return;
+      if (MatMulQ8K(w, Table().q4_k, false, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kQ5_K:
-      if (MatMulQ8K(w, Table().q5_k, x, num_tokens, y, pool)) return;
+      if (MatMulQ8K(w, Table().q5_k_packed, true, x, num_tokens, y, pool)) return;
+      if (MatMulQ8K(w, Table().q5_k, false, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kQ6_K:
-      if (MatMulQ8K(w, Table().q6_k, x, num_tokens, y, pool)) return;
+      if (MatMulQ8K(w, Table().q6_k_packed, true, x, num_tokens, y, pool)) return;
+      if (MatMulQ8K(w, Table().q6_k, false, x, num_tokens, y, pool)) return;
       break;
     case GgmlType::kF16:
       if (MatMulHalf(w, Table().f16, x, num_tokens, y, pool)) return;
@@ -298,6 +309,16 @@ size_t PackedWeightBytes(const WeightMatrix& w) {
   }
   if (w.type == GgmlType::kMXFP4 && Table().mxfp4_packed != nullptr) {
     return groups * packed::GroupBytes<packed::MXFP4>(w.cols);
+  }
+  if (w.cols % 256 != 0) return 0;
+  if (w.type == GgmlType::kQ4_K && Table().q4_k_packed != nullptr) {
+    return groups * packed::GroupBytes<packed::Q4K>(w.cols);
+  }
+  if (w.type == GgmlType::kQ5_K && Table().q5_k_packed != nullptr) {
+    return groups * packed::GroupBytes<packed::Q5K>(w.cols);
+  }
+  if (w.type == GgmlType::kQ6_K && Table().q6_k_packed != nullptr) {
+    return groups * packed::GroupBytes<packed::Q6K>(w.cols);
   }
   return 0;
 }
@@ -369,10 +390,62 @@ void PackGroups(const WeightMatrix& w, uint8_t* out) {
   }
 }
 
+// K-quants (matmul_packed.h). Bytes 4m..4m+3 of row i's `src` (n bytes) into vector m of `v`.
+void PackRowVectors(const uint8_t* src, int64_t n, uint8_t* v, int64_t i) {
+  for (int64_t m = 0; m < n / 4; ++m) std::memcpy(v + m * 64 + i * 4, src + 4 * m, 4);
+}
+
+// Row i's super-block b into its group's super-block at sb.
+template <typename Block>
+void PackRowSuper(const Block* b, uint8_t* sb, int64_t i) {
+  if constexpr (std::is_same_v<Block, BlockQ6_K>) {
+    PackRowVectors(b->ql, sizeof b->ql, sb + packed::Q6K::kLow, i);
+    PackRowVectors(b->qh, sizeof b->qh, sb + packed::Q6K::kHigh, i);
+    for (int k = 0; k < 16; ++k) {
+      sb[packed::Q6K::kScales + k / 2 * 32 + i * 2 + k % 2] = static_cast<uint8_t>(b->scales[k]);
+    }
+    std::memcpy(sb + packed::Q6K::kD + i * 2, &b->d, 2);
+  } else {
+    PackRowVectors(b->qs, sizeof b->qs, sb, i);
+    if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+      PackRowVectors(b->qh, sizeof b->qh, sb + packed::Q4K::kHigh, i);
+    }
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc = 0, m = 0;
+      UnpackScaleMinK4(b->scales, j, &sc, &m);
+      sb[packed::Q4K::kScales + j * 16 + i] = sc;
+      sb[packed::Q4K::kMins + j / 2 * 32 + i * 2 + j % 2] = m;
+    }
+    std::memcpy(sb + packed::Q4K::kD + i * 2, &b->d, 2);
+    std::memcpy(sb + packed::Q4K::kDmin + i * 2, &b->dmin, 2);
+  }
+}
+
+template <typename F, typename Block>
+void PackKGroups(const WeightMatrix& w, uint8_t* out) {
+  const int64_t nsb = w.cols / 256;
+  const size_t group_bytes = packed::GroupBytes<F>(w.cols);
+  // Padding rows (and Q6_K's padding bytes) stay zero: scales 0, their products 0.
+  std::memset(out, 0, group_bytes * static_cast<size_t>(packed::Groups(w.rows)));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    uint8_t* group = out + static_cast<size_t>(r / packed::kGroupRows) * group_bytes;
+    const auto* row = reinterpret_cast<const Block*>(w.row(r));
+    for (int64_t s = 0; s < nsb; ++s) {
+      PackRowSuper(row + s, group + s * F::kSuperBytes, r % packed::kGroupRows);
+    }
+  }
+}
+
 }  // namespace
 
 void PackWeightsInto(const WeightMatrix& w, uint8_t* out) {
-  if (w.type == GgmlType::kQ8_0) {
+  if (w.type == GgmlType::kQ4_K) {
+    PackKGroups<packed::Q4K, BlockQ4_K>(w, out);
+  } else if (w.type == GgmlType::kQ5_K) {
+    PackKGroups<packed::Q5K, BlockQ5_K>(w, out);
+  } else if (w.type == GgmlType::kQ6_K) {
+    PackKGroups<packed::Q6K, BlockQ6_K>(w, out);
+  } else if (w.type == GgmlType::kQ8_0) {
     PackGroups<packed::Q8_0, BlockQ8_0>(w, out);
   } else if (w.type == GgmlType::kMXFP4) {
     PackGroups<packed::MXFP4, BlockMXFP4>(w, out);

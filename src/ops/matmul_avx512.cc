@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "ops/kquant_unpack.h"
 #include "ops/matmul_block32_impl.h"
@@ -263,24 +264,179 @@ void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, 
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
 }
 
-template <typename F>
-void PackedPanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r1) {
+// --- Packed K-quants (ops/matmul_packed.h) --------------------------------------------------
+// Per 32 values (a Q4_K / Q5_K sub-block, or two 16-value Q6_K sub-blocks) the 8 slices are
+// unpacked once per token tile; per token, 8 dpbusd give the 16 rows' exact sums and a mullo by
+// the rows' scales adds them into the super-block's int32 sum. The mins (Q4_K, Q5_K) and the
+// -32 offset (Q6_K) are dpwssd products of the rows' pairs with the token's pair sums. Then the
+// float epilogue, once per super-block.
+
+// Calls fn(std::integral_constant<int, i>) for i = 0 .. N - 1, unrolled (shift counts and
+// offsets become immediates).
+template <int N, typename Fn>
+inline void Unrolled(Fn&& fn) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (fn(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
+}
+
+constexpr int kOrAnd = 0xF8;  // vpternlog's a | (b & c)
+
+// The 8 unsigned slices of Q4_K / Q5_K sub-block J of the super-block at sb.
+template <typename F, int J>
+inline void KSlices(const uint8_t* sb, __m512i (&w)[8]) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const uint8_t* v = sb + J / 2 * 8 * 64;
+  for (int m = 0; m < 8; ++m) {
+    const __m512i bytes = _mm512_load_si512(v + m * 64);
+    w[m] = _mm512_and_si512(J % 2 == 0 ? bytes : _mm512_srli_epi16(bytes, 4), low);
+    if constexpr (std::is_same_v<F, packed::Q5K>) {
+      // Bit J of each qh byte to bit 4 (what the 16-bit shift brings from the other byte of the
+      // pair is masked off), ORed in.
+      const __m512i h = _mm512_load_si512(sb + F::kHigh + m * 64);
+      const __m512i at4 = J <= 4 ? _mm512_slli_epi16(h, 4 - J) : _mm512_srli_epi16(h, J - 4);
+      w[m] = _mm512_ternarylogic_epi32(w[m], at4, _mm512_set1_epi8(0x10), kOrAnd);
+    }
+  }
+}
+
+// The 8 unsigned 6-bit slices of Q6_K values 32G .. 32G + 31 (half G / 4, group G % 4).
+template <int G>
+inline void Q6KSlices(const uint8_t* sb, __m512i (&w)[8]) {
+  constexpr int h = G / 4, g = G % 4;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int m = 0; m < 8; ++m) {
+    const __m512i l = _mm512_load_si512(sb + packed::Q6K::kLow + (16 * h + 8 * (g % 2) + m) * 64);
+    const __m512i nib = _mm512_and_si512(g < 2 ? l : _mm512_srli_epi16(l, 4), low);
+    const __m512i q = _mm512_load_si512(sb + packed::Q6K::kHigh + (8 * h + m) * 64);
+    // Bits 2g, 2g + 1 of each qh byte to bits 4, 5.
+    __m512i at4 = q;
+    if constexpr (g == 0) at4 = _mm512_slli_epi16(q, 4);
+    if constexpr (g == 1) at4 = _mm512_slli_epi16(q, 2);
+    if constexpr (g == 3) at4 = _mm512_srli_epi16(q, 2);
+    w[m] = _mm512_ternarylogic_epi32(nib, at4, _mm512_set1_epi8(0x30), kOrAnd);
+  }
+}
+
+// The exact sum over 8 slices of weights w with token activations xq (32 values).
+// kChains = 2 splits them into two dependent chains (for small tiles, whose few tokens would
+// leave dpbusd's latency exposed); the integer sum is the same.
+template <int kChains, int kFirst = 0, int kCount = 8>
+inline __m512i SliceDot(const __m512i (&w)[8], const int8_t* xq) {
+  __m512i sum[kChains];
+  for (int c = 0; c < kChains; ++c) sum[c] = _mm512_setzero_si512();
+  for (int k = kFirst; k < kFirst + kCount; ++k) {
+    sum[k % kChains] =
+        _mm512_dpbusd_epi32(sum[k % kChains], w[k], _mm512_set1_epi32(packed::Slice4(xq + 4 * k)));
+  }
+  return kChains == 2 ? _mm512_add_epi32(sum[0], sum[1]) : sum[0];
+}
+
+template <typename F, int NT>
+void PackedKTile(const uint8_t* group, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
+                 int64_t y_stride, __mmask16 rows, bool prefetch) {
+  constexpr int kChains = NT <= 2 ? 2 : 1;
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* sb = group + s * F::kSuperBytes;
+    if (prefetch) packed::PrefetchSuperAhead<F>(group, s);
+    __m512i sum[NT];
+    for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_si512();
+    auto xq = [&](int t, int j) { return x.q + (t0 + t) * x.cols + s * 256 + 32 * j; };
+    if constexpr (std::is_same_v<F, packed::Q6K>) {
+      Unrolled<8>([&](auto gi) {
+        constexpr int G = decltype(gi)::value;
+        __m512i w[8];
+        Q6KSlices<G>(sb, w);
+        // Scales 2G, 2G + 1 (16 values each) as int16 pairs, then each as int32.
+        const __m512i pairs = _mm512_cvtepi8_epi16(
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kScales + 32 * G)));
+        const __m512i first = _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16);
+        const __m512i second = _mm512_srai_epi32(pairs, 16);
+        for (int t = 0; t < NT; ++t) {
+          const __m512i a = SliceDot<kChains, 0, 4>(w, xq(t, G));
+          const __m512i b = SliceDot<kChains, 4, 4>(w, xq(t, G));
+          sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(a, first),
+                                                             _mm512_mullo_epi32(b, second)));
+        }
+      });
+      __m512i pairs[8];
+      for (int p = 0; p < 8; ++p) {
+        pairs[p] = _mm512_cvtepi8_epi16(
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kScales + 32 * p)));
+      }
+      const __m512 d =
+          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kD)));
+      for (int t = 0; t < NT; ++t) {
+        const int16_t* b = x.bsum + ((t0 + t) * nsb + s) * 16;
+        __m512i off = _mm512_setzero_si512();
+        for (int p = 0; p < 8; ++p) {
+          int32_t two;  // the token's sums of sub-blocks 2p, 2p + 1
+          std::memcpy(&two, b + 2 * p, sizeof two);
+          off = _mm512_dpwssd_epi32(off, pairs[p], _mm512_set1_epi32(two));
+        }
+        const __m512i total = _mm512_sub_epi32(sum[t], _mm512_slli_epi32(off, 5));
+        const __m512 dx = _mm512_set1_ps(x.d[(t0 + t) * nsb + s]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), acc[t]);
+      }
+    } else {
+      Unrolled<8>([&](auto j) {
+        constexpr int J = decltype(j)::value;
+        __m512i w[8];
+        KSlices<F, J>(sb, w);
+        const __m512i sc = _mm512_cvtepu8_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(sb + F::kScales + 16 * J)));
+        for (int t = 0; t < NT; ++t) {
+          sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(SliceDot<kChains>(w, xq(t, J)), sc));
+        }
+      });
+      __m512i mins[4];
+      for (int p = 0; p < 4; ++p) {
+        mins[p] = _mm512_cvtepu8_epi16(
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kMins + 32 * p)));
+      }
+      const __m512 d =
+          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kD)));
+      const __m512 dmin =
+          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kDmin)));
+      for (int t = 0; t < NT; ++t) {
+        const int32_t* pair_sums = x.sum32_pairs + ((t0 + t) * nsb + s) * 4;
+        __m512i m = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p)
+          m = _mm512_dpwssd_epi32(m, mins[p], _mm512_set1_epi32(pair_sums[p]));
+        const __m512 dx = _mm512_set1_ps(x.d[(t0 + t) * nsb + s]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(d, dx), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, dx), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
+}
+
+// Every packed layout: tiles of kPackedTokens tokens (then the rest) over each group, in
+// token chunks (packed::ForChunksAndGroups). Act is ActQ8_0 or, for the K-quants, ActQ8K.
+template <typename F, typename Act>
+void PackedPanelAvx512(const PanelArgs& a, const Act& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
-  const int64_t nb = w.cols / 32;
+  const int64_t nb = packed::kIsKQuant<F> ? w.cols / 256 : w.cols / 32;
   packed::ForChunksAndGroups<F>(
       w, a.num_tokens, r0, r1,
       [&](const uint8_t* group, int64_t r, int64_t n, int64_t c0, int64_t c1) {
         const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
+        auto tile = [&](auto nt, int64_t at) {
+          constexpr int kNt = decltype(nt)::value;
+          float* y = a.y + at * w.rows + r;
+          if constexpr (packed::kIsKQuant<F>) {
+            PackedKTile<F, kNt>(group, nb, x, at, y, w.rows, rows, at == c0);
+          } else {
+            PackedTile<F, kNt>(group, nb, x, at, y, w.rows, rows, at == c0);
+          }
+        };
         int64_t t = c0;
         for (; t + kPackedTokens <= c1; t += kPackedTokens) {
-          PackedTile<F, kPackedTokens>(group, nb, x, t, a.y + t * w.rows + r, w.rows, rows,
-                                       t == c0);
+          tile(std::integral_constant<int, kPackedTokens>{}, t);
         }
-        auto tail = [&](auto nt, int64_t at) {
-          PackedTile<F, decltype(nt)::value>(group, nb, x, at, a.y + at * w.rows + r, w.rows, rows,
-                                             at == c0);
-        };
-        LastTile<kPackedTokens - 1>(c1 - t, t, tail);
+        LastTile<kPackedTokens - 1>(c1 - t, t, tile);
       });
 }
 
@@ -539,9 +695,12 @@ bool InitAvx512(KernelTable& table) {
   table.q8_0_prepare = &Q8_0PrepareAvx512;
   table.q8_0_prepare_min_tokens = kPairedMinTokens;
   table.q8_0_prepare_max_tokens = kPairedMaxTokens;
-  table.q8_0_packed = &PackedPanelAvx512<packed::Q8_0>;
-  table.q4_0_packed = &PackedPanelAvx512<packed::Q4_0>;
-  table.mxfp4_packed = &PackedPanelAvx512<packed::MXFP4>;
+  table.q8_0_packed = &PackedPanelAvx512<packed::Q8_0, ActQ8_0>;
+  table.q4_0_packed = &PackedPanelAvx512<packed::Q4_0, ActQ8_0>;
+  table.mxfp4_packed = &PackedPanelAvx512<packed::MXFP4, ActQ8_0>;
+  table.q4_k_packed = &PackedPanelAvx512<packed::Q4K, ActQ8K>;
+  table.q5_k_packed = &PackedPanelAvx512<packed::Q5K, ActQ8K>;
+  table.q6_k_packed = &PackedPanelAvx512<packed::Q6K, ActQ8K>;
   table.q4_0 = &block32::Panel<block32::Q4_0, VnniDot>;
   table.q5_0 = &block32::Panel<block32::Q5_0, VnniDot>;
   table.q4_1 = &block32::Panel<block32::Q4_1, VnniDot>;

@@ -56,6 +56,11 @@ struct KernelTable {
   Q8KPanel q4_k = nullptr;   // Q4_K weights x ActQ8K
   Q8KPanel q5_k = nullptr;   // Q5_K weights x ActQ8K
   Q8KPanel q6_k = nullptr;   // Q6_K weights x ActQ8K
+  // Q4_K / Q5_K / Q6_K weights packed by PackWeights x ActQ8K with its sum32_pairs, rows [r0, r1)
+  // in whole groups of 16 (as q8_0_packed).
+  Q8KPanel q4_k_packed = nullptr;
+  Q8KPanel q5_k_packed = nullptr;
+  Q8KPanel q6_k_packed = nullptr;
   F16RowToF32 f16_to_f32 = nullptr;
   HalfPanel f16 = nullptr;   // F16 weights x float activations
   HalfPanel bf16 = nullptr;  // BF16 weights x float activations

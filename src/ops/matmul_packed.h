@@ -1,4 +1,5 @@
-// The packed layouts (PackWeights) that the tile kernels read, for Q8_0, Q4_0 and MXFP4.
+// The packed layouts (PackWeights) that the tile kernels read, for Q8_0, Q4_0 and MXFP4, and
+// (below) for the K-quants Q4_K, Q5_K and Q6_K.
 // Internal to ops/.
 //
 // Rows in groups of kGroupRows (16; a last partial group is padded with zero rows). A group is
@@ -65,9 +66,63 @@ constexpr int64_t PairBytes() {
 
 inline int64_t Groups(int64_t rows) { return (rows + kGroupRows - 1) / kGroupRows; }
 
+// --- K-quants (Q4_K, Q5_K, Q6_K; AVX-512 VNNI) ----------------------------------------------
+// The same groups of 16 rows, each its nsb = cols / 256 super-blocks one after another, a
+// super-block kSuperBytes (a multiple of 64) holding the 16 rows' copies side by side. Vectors are
+// 64 bytes of 16 rows x 4 bytes (byte 4r + k of a vector is row r's), as above:
+//   Q4_K / Q5_K: vector 8c + m (c < 4, m < 8) holds bytes 32c + 4m .. + 3 of each
+//     row's qs: its low nibbles are slice m (values 4m..4m+3) of sub-block 2c, its high nibbles
+//     slice m of sub-block 2c + 1 (values 0..15 as stored);
+//     kScales: the 6-bit scale of sub-block j of row r at 16j + r (one byte);
+//     kMins: the 6-bit mins in pairs, min 2p + e of row r at 32p + 2r + e (one byte);
+//     kD, kDmin: the 16 rows' d and dmin (halves);
+//     Q5_K also kHigh: vector v holds bytes 4v..4v+3 of each row's qh, so bit j of its byte
+//     4r + k is the fifth bit of value 4v + k of sub-block j.
+//   Q6_K: kLow: vector 16h + m (h < 2, m < 16) holds bytes 64h + 4m .. + 3 of each row's ql;
+//     kHigh: vector 8h + m (m < 8) bytes 32h + 4m .. + 3 of its qh; kScales: the 16 int8
+//     scales in pairs, scale 2p + e of row r at 32p + 2r + e; kD: the 16 rows' d.
+// 2.8% more bytes than the file's for Q4_K (2368 per 16 x 144), 2.3% for Q5_K, 1% for Q6_K.
+//
+// Arithmetic (every kernel, bit for bit): with x's super-block (q, d) and its 16-value sums b,
+// per row and super-block the exact int32
+//   Q4_K / Q5_K: S = sum_j sc_j * (sum_i q_ji * x_ji),  M = sum_j m_j * (b_2j + b_2j+1)
+//                acc = fma(float(S), d * d_x, acc); acc = fnmadd(float(M), dmin * d_x, acc)
+//   Q6_K:        S = sum_k sc_k * (sum_i q_ki * x_ki) - 32 * sum_k sc_k * b_k   (q unsigned)
+//                acc = fma(float(S), d * d_x, acc)
+// over the super-blocks in order, and y[t, r] = acc.
+struct Q4K {
+  static constexpr int64_t kScales = 2048;
+  static constexpr int64_t kMins = 2176;
+  static constexpr int64_t kD = 2304;
+  static constexpr int64_t kDmin = 2336;
+  static constexpr int64_t kHigh = 2368;  // Q5_K only
+  static constexpr int64_t kSuperBytes = 2368;
+};
+
+struct Q5K : Q4K {
+  static constexpr int64_t kSuperBytes = 2880;
+};
+
+struct Q6K {
+  static constexpr int64_t kLow = 0;
+  static constexpr int64_t kHigh = 2048;
+  static constexpr int64_t kScales = 3072;
+  static constexpr int64_t kD = 3328;
+  static constexpr int64_t kSuperBytes = 3392;  // 32 bytes of padding keep the next aligned
+};
+
+template <typename F>
+constexpr bool kIsKQuant = requires {
+  F::kSuperBytes;
+};
+
 template <typename F>
 size_t GroupBytes(int64_t cols) {
-  return static_cast<size_t>((cols / 32 + 1) / 2 * PairBytes<F>());
+  if constexpr (kIsKQuant<F>) {
+    return static_cast<size_t>(cols / 256 * F::kSuperBytes);
+  } else {
+    return static_cast<size_t>((cols / 32 + 1) / 2 * PairBytes<F>());
+  }
 }
 
 template <typename F>
@@ -121,6 +176,13 @@ template <typename F>
 void PrefetchPairAhead(const uint8_t* group, int64_t b) {
   const char* ahead = reinterpret_cast<const char*>(group + PairOffset<F>(b)) + 4096;
   for (int64_t k = 0; k < PairBytes<F>() / 64; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
+}
+
+// The first token tile over a group prefetches super-block s of a K-quant group a page ahead.
+template <typename F>
+void PrefetchSuperAhead(const uint8_t* group, int64_t s) {
+  const char* ahead = reinterpret_cast<const char*>(group + s * F::kSuperBytes) + 4096;
+  for (int64_t k = 0; k < F::kSuperBytes / 64; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
 }
 
 // The 4 activation bytes of one slice as one int32 (for a broadcast to every row).

@@ -94,16 +94,6 @@ void QuantizeAffineSuperBlock(const float* x, int levels, uint16_t* d_bits, uint
 
 }  // namespace
 
-void UnpackScaleMinK4(const uint8_t* packed, int j, uint8_t* scale, uint8_t* min) {
-  if (j < 4) {
-    *scale = packed[j] & 63;
-    *min = packed[j + 4] & 63;
-  } else {
-    *scale = static_cast<uint8_t>((packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4));
-    *min = static_cast<uint8_t>((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
-  }
-}
-
 void PackScaleMinK4(const uint8_t* scales, const uint8_t* mins, uint8_t* packed) {
   std::memset(packed, 0, kKScaleBytes);
   for (int j = 0; j < 4; ++j) {
@@ -246,3 +236,17 @@ void QuantizeQ6_K(const float* src, void* dst, int64_t n) {
 }
 
 }  // namespace kvserve::quant_internal
+
+namespace kvserve {
+
+void UnpackScaleMinK4(const uint8_t* packed, int j, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = packed[j] & 63;
+    *min = packed[j + 4] & 63;
+  } else {
+    *scale = static_cast<uint8_t>((packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4));
+    *min = static_cast<uint8_t>((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
+  }
+}
+
+}  // namespace kvserve

@@ -34,11 +34,7 @@ void QuantizeQ4_K(const float* src, void* dst, int64_t n);
 void QuantizeQ5_K(const float* src, void* dst, int64_t n);
 void QuantizeQ6_K(const float* src, void* dst, int64_t n);
 
-// Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes:
-//   bytes 0..3:  scale[0..3] low 6 bits, bits 6..7 = scale[4..7] bits 4..5
-//   bytes 4..7:  min[0..3]   low 6 bits, bits 6..7 = min[4..7]   bits 4..5
-//   bytes 8..11: low nibble = scale[4..7] bits 0..3, high nibble = min[4..7] bits 0..3
-void UnpackScaleMinK4(const uint8_t* packed, int j, uint8_t* scale, uint8_t* min);
+// The inverse of UnpackScaleMinK4 (types.h): eight scales and eight mins into 12 bytes.
 void PackScaleMinK4(const uint8_t* scales, const uint8_t* mins, uint8_t* packed);
 
 }  // namespace kvserve::quant_internal

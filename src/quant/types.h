@@ -99,4 +99,11 @@ inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
 // The scale of an MXFP4 block with exponent byte e: 2^(e - 128), exact (subnormal for e < 2).
 float Mxfp4Scale(uint8_t e);
 
+// Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins into 12 bytes:
+//   bytes 0..3:  scale[0..3] low 6 bits, bits 6..7 = scale[4..7] bits 4..5
+//   bytes 4..7:  min[0..3]   low 6 bits, bits 6..7 = min[4..7]   bits 4..5
+//   bytes 8..11: low nibble = scale[4..7] bits 0..3, high nibble = min[4..7] bits 0..3
+// Sub-block j's (j < 8).
+void UnpackScaleMinK4(const uint8_t* packed, int j, uint8_t* scale, uint8_t* min);
+
 }  // namespace kvserve

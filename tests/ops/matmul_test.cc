@@ -1,14 +1,15 @@
 #include "ops/matmul.h"
 
-#include "ops/act_quant.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
+
+#include "ops/act_quant.h"
 
 namespace kvserve {
 namespace {
@@ -298,7 +299,7 @@ TEST_P(HalfMatMulTest, ActivationsAreNotRounded) {
 // The ISAs with a packed kernel for `type` on this CPU (Q4_0: "avx2" too).
 std::vector<const char*> PackedIsas(GgmlType type = GgmlType::kQ8_0) {
   std::vector<const char*> out;
-  const int64_t cols = 64;
+  const int64_t cols = 2 * Traits(type).block_elems;
   std::vector<uint8_t> bytes(static_cast<size_t>(*RowBytes(type, cols)));
   const WeightMatrix probe{type, bytes.data(), 1, cols, bytes.size()};
   for (const char* isa : {"avx2", "avx512", "amx"}) {
@@ -320,15 +321,25 @@ PackedWeights MakePacked(GgmlType type, int64_t rows, int64_t cols, std::mt19937
   return p;
 }
 
+// Column counts for the packed tests: odd and even block counts, one block, long rows.
+std::vector<int64_t> PackedCols(GgmlType type) {
+  const int64_t b = Traits(type).block_elems;
+  return b == 256 ? std::vector<int64_t>{256, 3 * 256, 8 * 256}
+                  : std::vector<int64_t>{32, 64, 17 * 32, 96 * 32};
+}
+
 class PackedMatMulTest : public ::testing::TestWithParam<GgmlType> {
  protected:
   void TearDown() override { SetMatMulIsa("best"); }
 };
 
-TEST(PackedWeightsTest, OnlyQ8_0Q4_0AndMxfp4OnCpusWithAPackedKernelArePacked) {
+TEST(PackedWeightsTest, OnlyCpusWithAPackedKernelPackATypeAndWithTheLayoutsSize) {
   std::mt19937 rng(1);
-  Quantized q6 = MakeWeights(GgmlType::kQ6_K, 16, 256, rng);
-  EXPECT_EQ(PackWeights(q6.w).size(), 0u);
+  Quantized q5_1 = MakeWeights(GgmlType::kQ5_1, 16, 256, rng);
+  EXPECT_EQ(PackWeights(q5_1.w).size(), 0u);
+  Quantized q4k = MakeWeights(GgmlType::kQ4_K, 17, 512, rng);
+  Quantized q5k = MakeWeights(GgmlType::kQ5_K, 17, 512, rng);
+  Quantized q6k = MakeWeights(GgmlType::kQ6_K, 17, 512, rng);
   Quantized mx = MakeWeights(GgmlType::kMXFP4, 17, 64, rng);
   Quantized q8 = MakeWeights(GgmlType::kQ8_0, 17, 64, rng);
   Quantized q4 = MakeWeights(GgmlType::kQ4_0, 17, 64, rng);
@@ -338,8 +349,11 @@ TEST(PackedWeightsTest, OnlyQ8_0Q4_0AndMxfp4OnCpusWithAPackedKernelArePacked) {
   EXPECT_EQ(PackWeights(mx.w).size(), 0u);
   // Two groups of 16 rows (the second padded), each one pair of blocks: both blocks' values
   // (16 x 32 bytes for Q8_0, 16 x 16 for Q4_0) and 2 x 16 scales of 2 bytes.
+  EXPECT_EQ(PackWeights(q6k.w).size(), 0u);
   if (SetMatMulIsa("avx2")) {  // Q4_0 and MXFP4: Q8_0's w + 128 does not fit maddubs
     EXPECT_EQ(PackWeights(q8.w).size(), 0u);
+    EXPECT_EQ(PackWeights(q4k.w).size(), 0u);
+    EXPECT_EQ(PackWeights(q6k.w).size(), 0u);
     EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
     EXPECT_EQ(PackWeights(mx.w).size(), 2u * 576u);
   }
@@ -347,6 +361,10 @@ TEST(PackedWeightsTest, OnlyQ8_0Q4_0AndMxfp4OnCpusWithAPackedKernelArePacked) {
     EXPECT_EQ(PackWeights(q8.w).size(), 2u * 1088u);
     EXPECT_EQ(PackWeights(q4.w).size(), 2u * 576u);
     EXPECT_EQ(PackWeights(mx.w).size(), 2u * 576u);
+    // K-quants: two groups of two super-blocks, each 16 rows' copies side by side.
+    EXPECT_EQ(PackWeights(q4k.w).size(), 2u * 2u * 2368u);
+    EXPECT_EQ(PackWeights(q5k.w).size(), 2u * 2u * 2880u);
+    EXPECT_EQ(PackWeights(q6k.w).size(), 2u * 2u * 3392u);
   }
   SetMatMulIsa("best");
 }
@@ -405,6 +423,56 @@ TEST(PackedWeightsTest, PackedQ8_0TakesEveryWeightByte) {
   SetMatMulIsa("best");
 }
 
+TEST(PackedWeightsTest, PackedKQuantsTakeTheLargestValuesScalesAndMins) {
+  // Every nibble, fifth or sixth bit set, every 6-bit scale and min at 63 (Q6_K's int8 scales
+  // at -128 and 127), activations at +-127: the int32 super-block sums and the int16 pair sums
+  // at their bounds, still exact.
+  const int64_t rows = 18, cols = 2 * 256, tokens = 3;
+  std::vector<float> x(tokens * cols);
+  for (int64_t i = 0; i < tokens * cols; ++i) x[i] = i < cols || i % 5 == 0 ? 1.f : -1.f;
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const std::vector<const char*> isas = PackedIsas(type);
+    if (isas.empty()) GTEST_SKIP() << "needs a packed K-quant kernel";
+    std::mt19937 rng(11);
+    Quantized q = MakeWeights(type, rows, cols, rng);
+    for (int64_t r = 0; r < rows; ++r) {
+      uint8_t* row = q.bytes.data() + r * q.w.row_bytes;
+      for (int64_t s = 0; s < cols / 256; ++s) {
+        if (type == GgmlType::kQ6_K) {
+          auto* b = reinterpret_cast<BlockQ6_K*>(row) + s;
+          std::memset(b->ql, 0xFF, sizeof b->ql);
+          std::memset(b->qh, r % 2 == 0 ? 0xFF : 0x00, sizeof b->qh);  // 63 or 15: +31 / -17
+          for (int k = 0; k < 16; ++k) b->scales[k] = static_cast<int8_t>(k % 2 == 0 ? -128 : 127);
+        } else {
+          auto* b = reinterpret_cast<BlockQ4_K*>(row + s * q.w.row_bytes / (cols / 256));
+          std::memset(b->scales, 0xFF, sizeof b->scales);  // every scale and min 63
+          if (type == GgmlType::kQ5_K) {
+            auto* b5 = reinterpret_cast<BlockQ5_K*>(row) + s;
+            std::memset(b5->qs, 0xFF, sizeof b5->qs);
+            std::memset(b5->qh, 0xFF, sizeof b5->qh);
+          } else {
+            std::memset(b->qs, 0xFF, sizeof b->qs);
+          }
+        }
+      }
+    }
+    AlignedBuffer<uint8_t> packed = PackWeights(q.w);
+    q.w.packed = packed.data();
+    const std::vector<float> xe = EffectiveActivations(type, x, tokens, cols);
+    std::vector<float> want(tokens * rows);
+    MatMulReference(q.w, xe.data(), tokens, want.data());
+    for (const char* isa : isas) {
+      std::vector<float> got(tokens * rows);
+      ASSERT_TRUE(SetMatMulIsa(isa));
+      ThreadPool pool(1);
+      MatMul(q.w, x.data(), tokens, got.data(), pool);
+      EXPECT_LT(MaxRelError(q.w, xe.data(), tokens, got, want), 1e-6)
+          << Traits(type).name << " " << isa;
+    }
+    SetMatMulIsa("best");
+  }
+}
+
 TEST(PackedWeightsTest, Mxfp4ExponentsFromSubnormalToLargeMatchTheReference) {
   // The packed kernels decode E8M0 bytes themselves: 2^(e - 128) for e >= 2, subnormal below.
   if (!SetMatMulIsa("avx2")) GTEST_SKIP() << "needs AVX2";
@@ -447,7 +515,7 @@ TEST_P(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
     ASSERT_TRUE(SetMatMulIsa(isa));
     for (int threads : {1, 3}) {
       ThreadPool pool(threads);
-      for (int64_t cols : {32, 64, 17 * 32, 96 * 32}) {
+      for (int64_t cols : PackedCols(type)) {
         for (int64_t rows : {1, 3, 16, 17, 40}) {
           PackedWeights p = MakePacked(type, rows, cols, rng);
           for (int64_t tokens : {1, 2, 5, 9, 16, 21, 33, 80}) {
@@ -473,7 +541,7 @@ TEST_P(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
   // VNNI for the rest: a token alone and in any batch gives the same bits.
   const std::vector<const char*> isas = PackedIsas(GetParam());
   if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
-  const int64_t rows = 37, cols = 9 * 32, tokens = 83;
+  const int64_t rows = 37, cols = 9 * Traits(GetParam()).block_elems, tokens = 83;
   std::mt19937 rng(3);
   PackedWeights p = MakePacked(GetParam(), rows, cols, rng);
   std::vector<float> x(tokens * cols);
@@ -511,7 +579,7 @@ TEST_P(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
   const std::vector<const char*> isas = PackedIsas(GetParam());
   if (isas.empty()) GTEST_SKIP() << "needs a packed kernel";
   ASSERT_TRUE(SetMatMulIsa(isas.front()));
-  const int64_t rows = 19, cols = 4 * 32, tokens = 3;
+  const int64_t rows = 19, cols = 4 * Traits(GetParam()).block_elems, tokens = 3;
   std::mt19937 rng(4);
   PackedWeights p = MakePacked(GetParam(), rows, cols, rng);
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
@@ -528,7 +596,8 @@ TEST_P(PackedMatMulTest, OtherIsasReadTheMatrixAsStored) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PackedTypes, PackedMatMulTest,
-                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kMXFP4),
+                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kMXFP4,
+                                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const auto& p) { return std::string(Traits(p.param).name); });
 
 INSTANTIATE_TEST_SUITE_P(HalfTypes, HalfMatMulTest,
