@@ -41,17 +41,18 @@ struct WeightMatrix {
 // of x hold (tests check it), so batching never changes a sequence's numbers.
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, ThreadPool& pool);
 
-// Q8_0, Q4_0, MXFP4, Q4_K and Q6_K weights take an integer path: the activations are quantized
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, Q4_K, Q5_K and Q6_K weights take an integer path: the activations are quantized
 // per token (ActQ8_0 / ActQ8K, see act_quant.h) and multiplied in integer arithmetic with SIMD
 // kernels chosen at run time (AVX-512 VNNI, AVX2, or the portable float path). Other types, and
 // CPUs without those instructions, dequantize tiles of rows to floats.
 
-// Packed weights (PackWeights): Q8_0 matrices on AVX-512 VNNI CPUs, and Q4_0 and MXFP4 ones
-// on AVX2 CPUs too, are repacked once at load into groups of 16 rows whose blocks interleave the
+// Packed weights (PackWeights): Q8_0, Q4_K, Q5_K and Q6_K matrices on AVX-512 VNNI CPUs, and
+// Q4_0 and MXFP4 ones on AVX2 CPUs too, are repacked once at load into groups of 16 rows whose blocks interleave the
 // rows 4 bytes at a time: a VNNI (or maddubs) product then yields 16 (8) rows' block sums in one
 // register, and for Q8_0 it is the layout of an AMX tile's second operand. Every kernel sums each
 // (row, token) the same way: per block the exact integer dot product, then acc = fma(float(sum),
-// d_w * d_x, acc) over the blocks in order, so AMX tiles (16 tokens at a time) and VNNI (the
+// d_w * d_x, acc) over the blocks in order (the K-quants: per super-block, ops/matmul_packed.h),
+// so AMX tiles (16 tokens at a time) and VNNI (the
 // rest, and decode) give the same bits and batching never changes a result. See
 // docs/architecture.md.
 //
