@@ -393,6 +393,27 @@ TEST(PackedWeightsTest, PackedQ4_0AndMxfp4GiveTheSameBitsWithAvxTwoAndVnni) {
   }
 }
 
+// Packs q's matrix and expects its product with x (tokens rows) under each of `isas` to match
+// the reference over the activations the kernels see: the block sums are integers, so to
+// rounding.
+void ExpectPackedMatchesTheReference(Quantized& q, const std::vector<float>& x, int64_t tokens,
+                                     const std::vector<const char*>& isas) {
+  AlignedBuffer<uint8_t> packed = PackWeights(q.w);
+  q.w.packed = packed.data();
+  const std::vector<float> xe = EffectiveActivations(q.w.type, x, tokens, q.w.cols);
+  std::vector<float> want(tokens * q.w.rows);
+  MatMulReference(q.w, xe.data(), tokens, want.data());
+  for (const char* isa : isas) {
+    std::vector<float> got(tokens * q.w.rows);
+    ASSERT_TRUE(SetMatMulIsa(isa));
+    ThreadPool pool(1);
+    MatMul(q.w, x.data(), tokens, got.data(), pool);
+    EXPECT_LT(MaxRelError(q.w, xe.data(), tokens, got, want), 1e-6) << isa;
+  }
+  SetMatMulIsa("best");
+  q.w.packed = nullptr;
+}
+
 TEST(PackedWeightsTest, PackedQ8_0TakesEveryWeightByte) {
   // Every int8 value in the file, -128 included (stored as the byte 0 after the +128), against
   // activations at +-127. The block sums are integers, so the products equal the reference to
@@ -406,21 +427,9 @@ TEST(PackedWeightsTest, PackedQ8_0TakesEveryWeightByte) {
   for (int64_t i = 0; i < rows * cols; ++i) {
     blocks[i / 32].qs[i % 32] = static_cast<int8_t>(static_cast<uint8_t>(i * 37 + i / 256));
   }
-  AlignedBuffer<uint8_t> packed = PackWeights(q.w);
-  q.w.packed = packed.data();
   std::vector<float> x(tokens * cols);
   for (int64_t i = 0; i < tokens * cols; ++i) x[i] = i % 3 == 0 ? -1.f : (i % 3 == 1 ? 1.f : 0.5f);
-  const std::vector<float> xe = EffectiveActivations(GgmlType::kQ8_0, x, tokens, cols);
-  std::vector<float> want(tokens * rows);
-  MatMulReference(q.w, xe.data(), tokens, want.data());
-  for (const char* isa : isas) {
-    std::vector<float> got(tokens * rows);
-    ASSERT_TRUE(SetMatMulIsa(isa));
-    ThreadPool pool(1);
-    MatMul(q.w, x.data(), tokens, got.data(), pool);
-    EXPECT_LT(MaxRelError(q.w, xe.data(), tokens, got, want), 1e-6) << isa;
-  }
-  SetMatMulIsa("best");
+  ExpectPackedMatchesTheReference(q, x, tokens, isas);
 }
 
 TEST(PackedWeightsTest, PackedKQuantsTakeTheLargestValuesScalesAndMins) {
@@ -456,20 +465,8 @@ TEST(PackedWeightsTest, PackedKQuantsTakeTheLargestValuesScalesAndMins) {
         }
       }
     }
-    AlignedBuffer<uint8_t> packed = PackWeights(q.w);
-    q.w.packed = packed.data();
-    const std::vector<float> xe = EffectiveActivations(type, x, tokens, cols);
-    std::vector<float> want(tokens * rows);
-    MatMulReference(q.w, xe.data(), tokens, want.data());
-    for (const char* isa : isas) {
-      std::vector<float> got(tokens * rows);
-      ASSERT_TRUE(SetMatMulIsa(isa));
-      ThreadPool pool(1);
-      MatMul(q.w, x.data(), tokens, got.data(), pool);
-      EXPECT_LT(MaxRelError(q.w, xe.data(), tokens, got, want), 1e-6)
-          << Traits(type).name << " " << isa;
-    }
-    SetMatMulIsa("best");
+    SCOPED_TRACE(Traits(type).name);
+    ExpectPackedMatchesTheReference(q, x, tokens, isas);
   }
 }
 
