@@ -317,9 +317,9 @@ inline void Q6KSlices(const uint8_t* sb, __m512i (&w)[8]) {
   }
 }
 
-// The exact sum over 8 slices of weights w with token activations xq (32 values).
-// kChains = 2 splits them into two dependent chains (for small tiles, whose few tokens would
-// leave dpbusd's latency exposed); the integer sum is the same.
+// The exact sum over slices [kFirst, kFirst + kCount) of weights w with one token's activations
+// (xq: the first of the 32 values). kChains = 2 splits them into two dependent chains (for small
+// tiles, whose few tokens would leave dpbusd's latency exposed); the integer sum is the same.
 template <int kChains, int kFirst = 0, int kCount = 8>
 inline __m512i SliceDot(const __m512i (&w)[8], const int8_t* xq) {
   __m512i sum[kChains];
