@@ -170,19 +170,21 @@ void ForChunksAndGroups(const WeightMatrix& w, int64_t num_tokens, int64_t r0, i
 }
 
 // The first token tile over a group prefetches the group's stream a page ahead, a pair of
-// blocks at a time (the hardware prefetchers stop at page boundaries); the other tiles find
-// the group in cache.
-template <typename F>
-void PrefetchPairAhead(const uint8_t* group, int64_t b) {
-  const char* ahead = reinterpret_cast<const char*>(group + PairOffset<F>(b)) + 4096;
-  for (int64_t k = 0; k < PairBytes<F>() / 64; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
+// blocks (or a K-quant super-block) at a time (the hardware prefetchers stop at page
+// boundaries); the other tiles find the group in cache. The lines of [p, p + bytes) a page on.
+inline void PrefetchPageAhead(const uint8_t* p, int64_t bytes) {
+  const char* ahead = reinterpret_cast<const char*>(p) + 4096;
+  for (int64_t k = 0; k < bytes; k += 64) _mm_prefetch(ahead + k, _MM_HINT_T0);
 }
 
-// The first token tile over a group prefetches super-block s of a K-quant group a page ahead.
+template <typename F>
+void PrefetchPairAhead(const uint8_t* group, int64_t b) {
+  PrefetchPageAhead(group + PairOffset<F>(b), PairBytes<F>());
+}
+
 template <typename F>
 void PrefetchSuperAhead(const uint8_t* group, int64_t s) {
-  const char* ahead = reinterpret_cast<const char*>(group + s * F::kSuperBytes) + 4096;
-  for (int64_t k = 0; k < F::kSuperBytes / 64; ++k) _mm_prefetch(ahead + k * 64, _MM_HINT_T0);
+  PrefetchPageAhead(group + s * F::kSuperBytes, F::kSuperBytes);
 }
 
 // The 4 activation bytes of one slice as one int32 (for a broadcast to every row).

@@ -103,7 +103,7 @@ float Mxfp4Scale(uint8_t e);
 //   bytes 0..3:  scale[0..3] low 6 bits, bits 6..7 = scale[4..7] bits 4..5
 //   bytes 4..7:  min[0..3]   low 6 bits, bits 6..7 = min[4..7]   bits 4..5
 //   bytes 8..11: low nibble = scale[4..7] bits 0..3, high nibble = min[4..7] bits 0..3
-// Sub-block j's (j < 8).
+// Unpacks the scale and min of sub-block j (j < 8).
 void UnpackScaleMinK4(const uint8_t* packed, int j, uint8_t* scale, uint8_t* min);
 
 }  // namespace kvserve

@@ -347,9 +347,9 @@ TEST(PackedWeightsTest, OnlyCpusWithAPackedKernelPackATypeAndWithTheLayoutsSize)
   EXPECT_EQ(PackWeights(q8.w).size(), 0u);
   EXPECT_EQ(PackWeights(q4.w).size(), 0u);
   EXPECT_EQ(PackWeights(mx.w).size(), 0u);
+  EXPECT_EQ(PackWeights(q6k.w).size(), 0u);
   // Two groups of 16 rows (the second padded), each one pair of blocks: both blocks' values
   // (16 x 32 bytes for Q8_0, 16 x 16 for Q4_0) and 2 x 16 scales of 2 bytes.
-  EXPECT_EQ(PackWeights(q6k.w).size(), 0u);
   if (SetMatMulIsa("avx2")) {  // Q4_0 and MXFP4: Q8_0's w + 128 does not fit maddubs
     EXPECT_EQ(PackWeights(q8.w).size(), 0u);
     EXPECT_EQ(PackWeights(q4k.w).size(), 0u);
@@ -452,16 +452,15 @@ TEST(PackedWeightsTest, PackedKQuantsTakeTheLargestValuesScalesAndMins) {
           std::memset(b->ql, 0xFF, sizeof b->ql);
           std::memset(b->qh, r % 2 == 0 ? 0xFF : 0x00, sizeof b->qh);  // 63 or 15: +31 / -17
           for (int k = 0; k < 16; ++k) b->scales[k] = static_cast<int8_t>(k % 2 == 0 ? -128 : 127);
-        } else {
-          auto* b = reinterpret_cast<BlockQ4_K*>(row + s * q.w.row_bytes / (cols / 256));
+        } else if (type == GgmlType::kQ5_K) {
+          auto* b = reinterpret_cast<BlockQ5_K*>(row) + s;
           std::memset(b->scales, 0xFF, sizeof b->scales);  // every scale and min 63
-          if (type == GgmlType::kQ5_K) {
-            auto* b5 = reinterpret_cast<BlockQ5_K*>(row) + s;
-            std::memset(b5->qs, 0xFF, sizeof b5->qs);
-            std::memset(b5->qh, 0xFF, sizeof b5->qh);
-          } else {
-            std::memset(b->qs, 0xFF, sizeof b->qs);
-          }
+          std::memset(b->qs, 0xFF, sizeof b->qs);
+          std::memset(b->qh, 0xFF, sizeof b->qh);
+        } else {
+          auto* b = reinterpret_cast<BlockQ4_K*>(row) + s;
+          std::memset(b->scales, 0xFF, sizeof b->scales);
+          std::memset(b->qs, 0xFF, sizeof b->qs);
         }
       }
     }
