@@ -7,9 +7,10 @@
 //
 //   kvserve_attention_bench [--context 4096] [--layers 16] [--cache-type f16] [--threads 1]
 //
-// The KV vectors are random (stored through StoreKvVector, so every type's scales and rotations
-// are real); the output's checksum is printed so that two builds can be compared for identical
-// results as well as speed.
+// The KV cache is the engine's own (KvStorage, read through KvLayerView); its vectors are random
+// (stored through StoreKvVector, so every type's scales and rotations are real); the output's
+// checksum is printed so that two builds can be compared for identical results as well as
+// speed.
 #include <fmt/core.h>
 
 #include <CLI/CLI.hpp>
@@ -17,13 +18,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench_stats.h"
+#include "kv/kv_storage.h"
+#include "model/model.h"
 #include "ops/attention.h"
 #include "quant/kv_dtype.h"
-#include "util/page_buffer.h"
 
 namespace kvserve {
 namespace {
@@ -40,15 +44,6 @@ struct Options {
   std::string cache_type = "f16";
 };
 
-// Uniform in (-1.7, 1.7): a fixed linear congruential sequence, so every run stores the same KV.
-struct Values {
-  uint32_t state = 1;
-  float Next() {
-    state = state * 1664525u + 1013904223u;
-    return static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / (1 << 23) * 1.7f;
-  }
-};
-
 int Run(const Options& o) {
   const auto dtype = ParseKvDtypeOrError(o.cache_type, "--cache-type");
   if (!dtype.ok()) {
@@ -59,35 +54,42 @@ int Run(const Options& o) {
     fmt::print(stderr, "error: {}\n", s.message());
     return 2;
   }
-  const size_t head_bytes = KvBytesPerHeadVector(*dtype, o.head_dim);
+  KvLayout layout;
+  layout.num_layers = o.layers;
+  layout.num_kv_heads = o.kv_heads;
+  layout.head_dim = o.head_dim;
+  layout.block_size = o.block_size;
+  layout.k_dtype = layout.v_dtype = *dtype;
   const int blocks = (o.context + o.block_size - 1) / o.block_size;
-  const size_t layer_bytes = static_cast<size_t>(blocks) * o.kv_heads * o.block_size * head_bytes;
-  PageBuffer k(layer_bytes * o.layers), v(layer_bytes * o.layers);
-  Values values;
+  KvStorage kv(layout, blocks);
+  const size_t head_bytes = layout.k_head_bytes();
+  std::mt19937 rng(1);  // a fixed seed: every run stores the same KV
+  std::uniform_real_distribution<float> values(-1.7f, 1.7f);
   std::vector<float> x(static_cast<size_t>(o.head_dim));
-  for (size_t at = 0; at + head_bytes <= layer_bytes * o.layers; at += head_bytes) {
-    for (float& e : x) e = values.Next();
-    StoreKvVector(*dtype, x.data(), o.head_dim, k.data() + at);
-    for (float& e : x) e = values.Next();
-    StoreKvVector(*dtype, x.data(), o.head_dim, v.data() + at);
+  auto store = [&](uint8_t* slot) {
+    for (float& e : x) e = values(rng);
+    StoreKvVector(*dtype, x.data(), o.head_dim, slot);
+  };
+  for (int layer = 0; layer < o.layers; ++layer) {
+    for (int b = 0; b < blocks; ++b) {
+      for (int h = 0; h < o.kv_heads; ++h) {
+        for (int s = 0; s < o.block_size; ++s) {
+          store(kv.KTile(layer, BlockId(b), h) + s * head_bytes);
+          store(kv.VTile(layer, BlockId(b), h) + s * head_bytes);
+        }
+      }
+    }
   }
   std::vector<BlockId> table;
   for (int b = 0; b < blocks; ++b) table.push_back(BlockId(b));
   const int64_t q_dim = static_cast<int64_t>(o.kv_heads) * o.group * o.head_dim;
   std::vector<float> q(static_cast<size_t>(q_dim)), out(q.size());
-  for (float& e : q) e = values.Next();
+  for (float& e : q) e = values(rng);
   const float scale = 1.f / std::sqrt(static_cast<float>(o.head_dim));
 
   auto step = [&](int t) {
     for (int layer = 0; layer < o.layers; ++layer) {
-      PagedKvLayerView view;
-      view.k = k.data() + layer * layer_bytes;
-      view.v = v.data() + layer * layer_bytes;
-      view.k_dtype = view.v_dtype = *dtype;
-      view.num_kv_heads = o.kv_heads;
-      view.head_dim = o.head_dim;
-      view.block_size = o.block_size;
-      view.k_head_bytes = view.v_head_bytes = head_bytes;
+      const PagedKvLayerView view = KvLayerView(kv, layer);
       for (int h = t; h < o.kv_heads; h += o.threads) {
         AttentionTile tile;
         const int64_t head0 = static_cast<int64_t>(h) * o.group * o.head_dim;
@@ -112,20 +114,20 @@ int Run(const Options& o) {
     for (std::thread& w : workers) w.join();
     runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(runs.begin(), runs.end());
+  const double median = bench::Median(runs);
+  const auto [fastest, slowest] = std::minmax_element(runs.begin(), runs.end());
   // Per thread: each reads its share of the slots and heads.
   const double slot_heads = static_cast<double>(o.context) * o.kv_heads * o.layers / o.threads;
   const double kv_bytes = 2.0 * static_cast<double>(head_bytes) * o.context * o.kv_heads * o.layers;
   double checksum = 0;
   for (float e : out) checksum += e;
-  const double median = runs[runs.size() / 2];
   fmt::print(
       "attention {} KV, head_dim {}, group {}, {} KV heads x {} layers, {} cached ({:.1f} MiB), "
       "{} thread(s), isa {}: {:.2f} ns per slot and KV head per thread (fastest {:.2f}, slowest "
       "{:.2f}), {:.3f} ms per step, {:.1f} GB/s of KV, checksum {:.6f}\n",
       o.cache_type, o.head_dim, o.group, o.kv_heads, o.layers, o.context, kv_bytes / (1 << 20),
-      o.threads, AttentionIsa(), median / slot_heads * 1e9, runs.front() / slot_heads * 1e9,
-      runs.back() / slot_heads * 1e9, median * 1e3, kv_bytes / median / 1e9, checksum);
+      o.threads, AttentionIsa(), median / slot_heads * 1e9, *fastest / slot_heads * 1e9,
+      *slowest / slot_heads * 1e9, median * 1e3, kv_bytes / median / 1e9, checksum);
   return 0;
 }
 
