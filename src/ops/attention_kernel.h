@@ -40,6 +40,7 @@
 
 #include "ops/attention.h"
 #include "ops/attention_isa.h"
+#include "ops/prefetch.h"
 #include "util/fp16.h"
 
 namespace kvserve {
@@ -548,7 +549,7 @@ inline void PrefetchSlots(const PagedKvLayerView& kv, std::span<const BlockId> t
       static_cast<int>(std::min<int64_t>(s1, static_cast<int64_t>(table.size()) * kv.block_size));
   if (s0 >= end) return;
   auto lines = [](const uint8_t* p, size_t bytes) {
-    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
+    for (size_t i = 0; i < bytes; i += 64) PrefetchLine(p + i);
   };
   ForSlots<true>(kv, table, kv_head, s0, end - s0,
                  [&](int, const uint8_t* p) { lines(p, kv.k_head_bytes); });

@@ -28,13 +28,12 @@
 // and y[t, r] = acc. ActQ8_0::sum carries s per token and block.
 #pragma once
 
-#include <xmmintrin.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "ops/matmul.h"
+#include "ops/prefetch.h"
 
 namespace kvserve::packed {
 
@@ -174,7 +173,7 @@ void ForChunksAndGroups(const WeightMatrix& w, int64_t num_tokens, int64_t r0, i
 // boundaries); the other tiles find the group in cache. The lines of [p, p + bytes) a page on.
 inline void PrefetchPageAhead(const uint8_t* p, int64_t bytes) {
   const char* ahead = reinterpret_cast<const char*>(p) + 4096;
-  for (int64_t k = 0; k < bytes; k += 64) _mm_prefetch(ahead + k, _MM_HINT_T0);
+  for (int64_t k = 0; k < bytes; k += 64) PrefetchLine(ahead + k);
 }
 
 template <typename F>
