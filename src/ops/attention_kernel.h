@@ -12,7 +12,8 @@
 //     online softmax: m = max(m, max(scores)), rescale l and acc when m grows,
 //     p = exp(scores - m), l += sum(p), acc += sum_s p[s] * V[s] over the row's visible slots
 //     (in blocks of at most kAccVectors vectors of columns; a block of fewer sums its even and
-//     odd slots separately, then adds them).
+//     odd slots separately, then adds them; two rows of one token share each value load where
+//     the registers hold both, kAccRows).
 // Partition states are folded in partition order (FoldPartial) and normalised at the end.
 // Quantized KV types (quant/kv_dtype.h) are converted as stored (integer levels, raw fp8) and
 // each slot's scale and minimum are applied to its score and its probability instead (see
@@ -456,7 +457,7 @@ struct TileScratch {
     grow(kf, static_cast<size_t>(d) * W);
     grow(vf, static_cast<size_t>(d) * kChunk);
     grow(scores, static_cast<size_t>(rows) * kChunk);
-    grow(probs, kChunk);
+    grow(probs, 2 * kChunk);  // two rows' (RunPartition pairs a token's rows)
     grow(state, static_cast<size_t>(rows) * (d + 2));
     grow(merged, static_cast<size_t>(rows) * (d + 2));
     grow(qrot, static_cast<size_t>(rows) * d);
@@ -543,8 +544,9 @@ inline void ForSlots(const PagedKvLayerView& kv, std::span<const BlockId> table,
 // Asks for slots [s0, s1) of the table's K and V for kv_head (prefetches; no arithmetic changes).
 // Each (block, kv_head) tile is contiguous, but consecutive blocks lie anywhere in the arena and
 // the hardware prefetchers follow streams, not the block table. Slots past the table are skipped.
-inline void PrefetchSlots(const PagedKvLayerView& kv, std::span<const BlockId> table, int kv_head,
-                          int s0, int s1) {
+__attribute__((always_inline)) inline void PrefetchSlots(const PagedKvLayerView& kv,
+                                                         std::span<const BlockId> table,
+                                                         int kv_head, int s0, int s1) {
   const int end =
       static_cast<int>(std::min<int64_t>(s1, static_cast<int64_t>(table.size()) * kv.block_size));
   if (s0 >= end) return;
@@ -609,53 +611,67 @@ inline float SoftmaxStep(float* st, const float* scores, int u, int v, VI iota, 
 // probability stay in registers: 16 on AVX2).
 constexpr int kAccVectors = 8;
 
-// One row's running values, NB vectors of columns at st (the row's state; vf holds the chunk's
-// converted values, D floats per slot, offset to the same columns): rescaled by alpha when the
-// row's maximum grew (alpha >= 0, as SoftmaxStep returns it), then acc += Σ_k probs[k] v_k over
-// the row's visible slots u..v-1, summed in one accumulator per vector, slot by slot. Fewer
-// than kAccVectors vectors would make too few FMA dependency chains: there two interleaved
-// partial sums (slots u, u + 2, ... and u + 1, u + 3, ...) are added at the end. Then
-// acc += sum (+ pm, the minimums' share, for int4 values).
-template <int D, int NB>
-inline void AccumulateValues(float* st, const float* vf, const float* probs, int u, int v,
-                             float alpha, bool v_min, float pm) {
+// R rows' running values, NB vectors of columns at st[i] (each row's state; vf holds the chunk's
+// converted values, D floats per slot, offset to the same columns): rescaled by alpha[i] when the
+// row's maximum grew (alpha >= 0, as SoftmaxStep returns it), then acc += Σ_k probs[i][k] v_k over
+// the rows' visible slots u..v-1 (rows of one token: the same slots), summed in one accumulator
+// per vector and row, slot by slot. Fewer than kAccVectors vectors would make too few FMA
+// dependency chains: there two interleaved partial sums (slots u, u + 2, ... and u + 1, u + 3,
+// ...) are added at the end. Then acc += sum (+ pm[i], the minimums' share, for int4 values).
+// Each value vector is loaded once for the R rows; every row's arithmetic is the same whatever R.
+template <int D, int NB, int R>
+__attribute__((always_inline)) inline void AccumulateValues(float* const* st, const float* vf,
+                                                            const float* const* probs, int u, int v,
+                                                            const float* alpha, bool v_min,
+                                                            const float* pm) {
   static_assert(NB <= kAccVectors);
-  VF acc[NB];
-  for (int i = 0; i < NB; ++i) acc[i] = LoadF(st + i * W);
-  if (alpha >= 0.f) {
-    for (int i = 0; i < NB; ++i) acc[i] *= alpha;
-  }
-  VF sum[NB] = {};
+  VF sum[R][NB] = {};
   if constexpr (NB < kAccVectors) {
-    VF odd[NB] = {};
+    VF odd[R][NB] = {};
     int k = u;
     for (; k + 2 <= v; k += 2) {
-      const float p0 = probs[k], p1 = probs[k + 1];
       const float* v0 = vf + k * D;
       const float* v1 = v0 + D;
       for (int i = 0; i < NB; ++i) {
-        sum[i] = Fma(p0, LoadF(v0 + i * W), sum[i]);
-        odd[i] = Fma(p1, LoadF(v1 + i * W), odd[i]);
+        const VF x0 = LoadF(v0 + i * W), x1 = LoadF(v1 + i * W);
+        for (int r = 0; r < R; ++r) {
+          sum[r][i] = Fma(probs[r][k], x0, sum[r][i]);
+          odd[r][i] = Fma(probs[r][k + 1], x1, odd[r][i]);
+        }
       }
     }
     if (k < v) {
       const float* v0 = vf + k * D;
-      for (int i = 0; i < NB; ++i) sum[i] = Fma(probs[k], LoadF(v0 + i * W), sum[i]);
+      for (int i = 0; i < NB; ++i) {
+        const VF x0 = LoadF(v0 + i * W);
+        for (int r = 0; r < R; ++r) sum[r][i] = Fma(probs[r][k], x0, sum[r][i]);
+      }
     }
-    for (int i = 0; i < NB; ++i) sum[i] = sum[i] + odd[i];
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < NB; ++i) sum[r][i] = sum[r][i] + odd[r][i];
+    }
   } else {
     for (int k = u; k < v; ++k) {
-      const float p = probs[k];
       const float* v0 = vf + k * D;
-      for (int i = 0; i < NB; ++i) sum[i] = Fma(p, LoadF(v0 + i * W), sum[i]);
+      for (int i = 0; i < NB; ++i) {
+        const VF x0 = LoadF(v0 + i * W);
+        for (int r = 0; r < R; ++r) sum[r][i] = Fma(probs[r][k], x0, sum[r][i]);
+      }
     }
   }
-  if (v_min) {
-    for (int i = 0; i < NB; ++i) StoreF(st + i * W, acc[i] + (sum[i] + pm));
-  } else {
-    for (int i = 0; i < NB; ++i) StoreF(st + i * W, acc[i] + sum[i]);
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < NB; ++i) {
+      VF acc = LoadF(st[r] + i * W);
+      if (alpha[r] >= 0.f) acc *= alpha[r];
+      StoreF(st[r] + i * W, v_min ? acc + (sum[r][i] + pm[r]) : acc + sum[r][i]);
+    }
   }
 }
+
+// How many rows AccumulateValues<D, NB, R> takes at once: two where both rows' accumulators and a
+// slot's value vectors fit the registers (AVX-512's 32; AVX2's 16 hold one row of 8 vectors).
+template <int NB>
+constexpr int kAccRows = 2 * (NB < kAccVectors ? 2 * NB : NB) <= (W == 16 ? 16 : 8) ? 2 : 1;
 
 // The columns of a row in blocks of kAccVectors vectors (then the rest), each by
 // AccumulateValues; fn<NB>(first column) calls it for the block.
@@ -762,13 +778,17 @@ inline void TokensSeeing(const AttentionTile& t, int s0, int s1, int* j0, int* j
 }
 
 // Runs partition `p` for every row of the tile that has slots in it, leaving each such row's
-// partial state (acc[D], m, l) at state + r * (D + 2). Returns those rows.
+// partial state (acc[D], m, l) at state + r * (D + 2). Returns those rows. `alone`: the calling
+// thread runs no other partition of the tile after this one (AttendTilePartition), so the
+// prefetch stops at the partition's end; otherwise (TileAll, partitions in order) it runs on into
+// the next partition.
 template <int D, int kConv>
 RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
-                      TileScratch& sc, const float* const* qrows) {
+                      bool alone, TileScratch& sc, const float* const* qrows) {
   const int n_max = t.first_slots + t.num_tokens - 1;  // slots seen by the last token
   const int s0 = p * kAttentionPartition;
   const int s1 = std::min(n_max, s0 + kAttentionPartition);
+  const int prefetch_end = alone ? s1 : n_max;
   // Rows of token j see first_slots + j slots (the last `window` of them); tokens outside
   // [j0, j1) see nothing of this partition.
   int j0 = 0, j1 = 0;
@@ -795,6 +815,11 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
   // first slot are skipped.
   const int lo0 = AttentionFirstSlot(t.first_slots + j0, t.window);
   const int c_begin = lo0 > s0 ? s0 + (lo0 - s0) / kChunk * kChunk : s0;
+  // The first chunk is asked for whole at once (each later one a vector at a time, one chunk
+  // ahead, below): a partition run alone starts cold, and past the first vector its loads then
+  // wait on memory together rather than one vector after another.
+  if (r_first < r_end)
+    PrefetchSlots(kv, t.block_table, t.kv_head, c_begin, std::min(c_begin + kChunk, s1));
   for (int c0 = c_begin; c0 < s1 && r_first < r_end; c0 += kChunk) {
     const int nc = std::min(kChunk, s1 - c0);  // slots of the chunk any row sees
     // The rows that see a slot of the chunk.
@@ -815,7 +840,8 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
       // this one computes. Asked for a vector at a time: asking for the whole next chunk at once
       // (256 lines of f16 K and V for 64-dim heads) left f16 decode at 4096 cached waiting on
       // memory (one Zen 5 thread: 27.0 -> 21.1 ns per slot and KV head).
-      PrefetchSlots(kv, t.block_table, t.kv_head, cg + kChunk, std::min(cg + kChunk + W, n_max));
+      PrefetchSlots(kv, t.block_table, t.kv_head, cg + kChunk,
+                    std::min(cg + kChunk + W, prefetch_end));
       {
         const uint8_t* ptr[W] = {};
         ForSlots<true>(kv, t.block_table, t.kv_head, cg, ng,
@@ -864,37 +890,66 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
         }
       }
     }
-    // Long vectors (D > 128): every row's softmax step first, then the values a block of
-    // kAccVectors vectors of columns at a time for all rows, so that block of the chunk's values
-    // stays in L1 while the rows use it. Each element's arithmetic is the same either way.
+    // Rows go in pairs of one token's rows (the same visible slots), so that each value vector
+    // loaded serves both (AccumulateValues, where kAccRows allows). Long vectors (D > 128): every
+    // row's softmax step first, then the values a block of kAccVectors vectors of columns at a
+    // time for all rows, so that block of the chunk's values stays in L1 while the rows use it.
+    // Each element's arithmetic is the same either way.
     float* probs_rows = sc.probs.data();
-    for (int r = rc; r < re; ++r) {
+    for (int r = rc; r < re;) {
       const int n = t.first_slots + r / t.group;  // the row sees slots [lo, n)
       const int v = std::min(kChunk, n - c0);     // of the chunk's: [u, v), not empty
       const int u = std::max(0, AttentionFirstSlot(n, t.window) - c0);
-      float* st = sc.state.data() + static_cast<size_t>(r) * (D + 2);
-      float* probs = D > 128 ? probs_rows + static_cast<size_t>(r) * kChunk : probs_rows;
-      float pm = 0.f;
-      const float alpha = SoftmaxStep<D>(st, sc.scores.data() + static_cast<size_t>(r) * kChunk, u,
-                                         v, iota, v_scaled, vs, v_min, vm, probs, &pm);
-      if constexpr (D > 128) {
-        sc.row_alpha[static_cast<size_t>(r)] = alpha;
-        sc.row_pm[static_cast<size_t>(r)] = pm;
-        sc.row_v[static_cast<size_t>(r)] = v;
-        sc.row_u[static_cast<size_t>(r)] = u;
-      } else {
+      const int nr = D <= 128 && r + 1 < re && (r + 1) / t.group == r / t.group ? 2 : 1;
+      float* st[2];
+      const float* probs[2];
+      float alpha[2], pm[2] = {};
+      for (int i = 0; i < nr; ++i) {
+        const size_t ur = static_cast<size_t>(r + i);
+        st[i] = sc.state.data() + ur * (D + 2);
+        float* pr = probs_rows + (D > 128 ? ur : static_cast<size_t>(i)) * kChunk;
+        probs[i] = pr;
+        alpha[i] = SoftmaxStep<D>(st[i], sc.scores.data() + ur * kChunk, u, v, iota, v_scaled, vs,
+                                  v_min, vm, pr, &pm[i]);
+        if constexpr (D > 128) {
+          sc.row_alpha[ur] = alpha[i];
+          sc.row_pm[ur] = pm[i];
+          sc.row_v[ur] = v;
+          sc.row_u[ur] = u;
+        }
+      }
+      if constexpr (D <= 128) {
         ForAccumulateBlocks<D>([&]<int NB>(int b) {
-          AccumulateValues<D, NB>(st + b, vf + b, probs, u, v, alpha, v_min, pm);
+          float* const stb[2] = {st[0] + b, nr > 1 ? st[1] + b : nullptr};
+          if (kAccRows<NB> == 2 && nr == 2) {
+            AccumulateValues<D, NB, 2>(stb, vf + b, probs, u, v, alpha, v_min, pm);
+          } else {
+            for (int i = 0; i < nr; ++i) {
+              AccumulateValues<D, NB, 1>(stb + i, vf + b, probs + i, u, v, alpha + i, v_min,
+                                         pm + i);
+            }
+          }
         });
       }
+      r += nr;
     }
     if constexpr (D > 128) {
       ForAccumulateBlocks<D>([&]<int NB>(int b) {
-        for (int r = rc; r < re; ++r) {
+        for (int r = rc; r < re;) {
           const size_t ur = static_cast<size_t>(r);
-          AccumulateValues<D, NB>(sc.state.data() + ur * (D + 2) + b, vf + b,
-                                  probs_rows + ur * kChunk, sc.row_u[ur], sc.row_v[ur],
-                                  sc.row_alpha[ur], v_min, sc.row_pm[ur]);
+          const int nr =
+              kAccRows<NB> == 2 && r + 1 < re && (r + 1) / t.group == r / t.group ? 2 : 1;
+          float* const stb[2] = {sc.state.data() + ur * (D + 2) + b,
+                                 sc.state.data() + (ur + 1) * (D + 2) + b};
+          const float* const probs[2] = {probs_rows + ur * kChunk, probs_rows + (ur + 1) * kChunk};
+          if (nr == 2) {
+            AccumulateValues<D, NB, 2>(stb, vf + b, probs, sc.row_u[ur], sc.row_v[ur],
+                                       sc.row_alpha.data() + ur, v_min, sc.row_pm.data() + ur);
+          } else {
+            AccumulateValues<D, NB, 1>(stb, vf + b, probs, sc.row_u[ur], sc.row_v[ur],
+                                       sc.row_alpha.data() + ur, v_min, sc.row_pm.data() + ur);
+          }
+          r += nr;
         }
       });
     }
@@ -912,23 +967,24 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
 // The instantiation of RunPartition for the tile's K/V types.
 template <int D>
 RowRange RunPartitionFor(const AttentionTile& t, const PagedKvLayerView& kv, float scale, int p,
-                         TileScratch& sc, const float* const* qrows) {
+                         bool alone, TileScratch& sc, const float* const* qrows) {
   if (IsPlain(kv.k_dtype) && IsPlain(kv.v_dtype)) {
-    return RunPartition<D, kConvPlain>(t, kv, scale, p, sc, qrows);
+    return RunPartition<D, kConvPlain>(t, kv, scale, p, alone, sc, qrows);
   }
   if (kv.k_dtype == kv.v_dtype) {
     switch (kv.k_dtype) {
       case KvDtype::kInt8:
-        return RunPartition<D, static_cast<int>(KvDtype::kInt8)>(t, kv, scale, p, sc, qrows);
+        return RunPartition<D, static_cast<int>(KvDtype::kInt8)>(t, kv, scale, p, alone, sc, qrows);
       case KvDtype::kFp8E4M3:
-        return RunPartition<D, static_cast<int>(KvDtype::kFp8E4M3)>(t, kv, scale, p, sc, qrows);
+        return RunPartition<D, static_cast<int>(KvDtype::kFp8E4M3)>(t, kv, scale, p, alone, sc,
+                                                                    qrows);
       case KvDtype::kInt4:
-        return RunPartition<D, static_cast<int>(KvDtype::kInt4)>(t, kv, scale, p, sc, qrows);
+        return RunPartition<D, static_cast<int>(KvDtype::kInt4)>(t, kv, scale, p, alone, sc, qrows);
       default:
         break;
     }
   }
-  return RunPartition<D, kConvAny>(t, kv, scale, p, sc, qrows);
+  return RunPartition<D, kConvAny>(t, kv, scale, p, alone, sc, qrows);
 }
 
 // Query row pointers; against rotated keys, the rows rotated into sc.qrot.
@@ -973,7 +1029,7 @@ void TileAll(const AttentionTile& t, const PagedKvLayerView& kv, float scale) {
   const std::vector<const float*>& q = sc.qrows;
   const int np = AttentionPartitions(t.first_slots + t.num_tokens - 1);
   for (int p = AttentionTileFirstPartition(t); p < np; ++p) {
-    const RowRange rr = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
+    const RowRange rr = RunPartitionFor<D>(t, kv, scale, p, /*alone=*/false, sc, q.data());
     for (int r = rr.first; r < rr.end; ++r) {
       float* merged = sc.merged.data() + static_cast<size_t>(r) * (D + 2);
       const float* part = sc.state.data() + static_cast<size_t>(r) * (D + 2);
@@ -997,7 +1053,7 @@ void TilePartition(const AttentionTile& t, const PagedKvLayerView& kv, float sca
                    float* partials) {
   TileScratch& sc = PrepareTile<D>(t, kv);
   const std::vector<const float*>& q = sc.qrows;
-  const RowRange rr = RunPartitionFor<D>(t, kv, scale, p, sc, q.data());
+  const RowRange rr = RunPartitionFor<D>(t, kv, scale, p, /*alone=*/true, sc, q.data());
   std::memcpy(partials + static_cast<size_t>(rr.first) * (D + 2),
               sc.state.data() + static_cast<size_t>(rr.first) * (D + 2),
               sizeof(float) * (rr.end - rr.first) * (D + 2));
