@@ -14,27 +14,28 @@ void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* o
 }
 
 void SwiGlu(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  // Vectors of 8 through simd::Exp (libm's scalar expf was about 5% of a prefill).
+  simd::MapInPlace(gate, up, n,
+                   [](simd::VecF g, simd::VecF u) { return g / (1.0f + simd::Exp(-g)) * u; });
 }
 
 void GeGluTanh(float* gate, const float* up, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
-  }
+  // 0.5 g (1 + tanh(a)) = g / (1 + e^(-2a)), a = sqrt(2/pi) (g + 0.044715 g^3).
+  constexpr float kTwoSqrt2OverPi = 2.f * 0.7978845608028654f;
+  simd::MapInPlace(gate, up, n, [](simd::VecF g, simd::VecF u) {
+    const simd::VecF a2 = kTwoSqrt2OverPi * (g + 0.044715f * g * g * g);
+    return g / (1.0f + simd::Exp(-a2)) * u;
+  });
 }
 
 void SwiGluOai(float* gate, const float* up, int64_t n) {
   constexpr float kAlpha = 1.702f, kLimit = 7.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = std::min(gate[i], kLimit);
-    const float u = std::clamp(up[i], -kLimit, kLimit);
-    gate[i] = g / (1.0f + std::exp(-kAlpha * g)) * (u + 1.0f);
-  }
+  simd::MapInPlace(gate, up, n, [](simd::VecF g, simd::VecF u) {
+    const simd::VecF lim = simd::Splat(kLimit);
+    g = lim < g ? lim : g;  // std::min(g, 7), a NaN gate kept as NaN
+    u = u > lim ? lim : (u < -lim ? -lim : u);
+    return g / (1.0f + simd::Exp(-kAlpha * g)) * (u + 1.0f);
+  });
 }
 
 void SoftCap(float* x, int64_t n, float c) {

@@ -2,6 +2,7 @@
 // them onto AVX-512, AVX2 or SSE as the build's target allows. Internal to ops/.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 
 namespace kvserve::simd {
@@ -40,6 +41,49 @@ inline void Axpy(float a, const float* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) Store(y + i, Load(y + i) + va * Load(x + i));
   for (; i < n; ++i) y[i] += a * x[i];
+}
+
+typedef int32_t VecI __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+// exp(x) lane by lane, x clamped to [-87, 88] (below: about 1e-38; above: about 1.7e38, short of
+// the float range): Cephes' expf, x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its degree-7
+// polynomial (within about 1 ulp of expf), 2^n put into the exponent bits.
+inline VecF Exp(VecF x) {
+  x = x < Splat(-87.f) ? Splat(-87.f) : x;
+  x = x > Splat(88.f) ? Splat(88.f) : x;
+  const VecF magic = Splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+  const VecF t = x * 1.44269504088896341f + magic;
+  const VecF n = t - magic;
+  VecF r = x - n * 0.693359375f;  // ln 2 in two parts, the first exact in a few bits
+  r = r - n * -2.12194440e-4f;
+  VecF p = Splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + (r + 1.f);
+  VecI ti;
+  std::memcpy(&ti, &t, sizeof(ti));
+  const VecI pow2 = ((ti - 0x4B400000) + 127) << 23;  // t's integer n, biased, as exponent bits
+  VecF scale;
+  std::memcpy(&scale, &pow2, sizeof(scale));
+  return p * scale;
+}
+
+// f(x) over n floats in vectors, the last partial vector through a zero-padded copy, so that
+// every element's result is the same wherever it lies.
+template <typename F>
+inline void MapInPlace(float* x, const float* y, int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) Store(x + i, f(Load(x + i), Load(y + i)));
+  if (i < n) {
+    float a[kLanes] = {}, b[kLanes] = {};
+    std::memcpy(a, x + i, sizeof(float) * static_cast<size_t>(n - i));
+    std::memcpy(b, y + i, sizeof(float) * static_cast<size_t>(n - i));
+    Store(a, f(Load(a), Load(b)));
+    std::memcpy(x + i, a, sizeof(float) * static_cast<size_t>(n - i));
+  }
 }
 
 }  // namespace kvserve::simd
