@@ -45,6 +45,17 @@ void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1) {
   }
 }
 
+void TileActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1, int32_t offset) {
+  const int64_t nb = out.cols / 32;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t base = t / kActTileTokens * nb * kActTileTokens + t % kActTileTokens;
+    for (int64_t b = 0; b < nb; ++b) {
+      out.tile_d[base + b * kActTileTokens] = out.d[t * nb + b];
+      out.tile_osum[base + b * kActTileTokens] = -offset * out.sum[t * nb + b];
+    }
+  }
+}
+
 void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out) {
   const int64_t nsb = out.cols / 256;
   for (int64_t t = 0; t < num_tokens; ++t) {

@@ -22,7 +22,15 @@ struct ActQ8_0 {
   // Optional, for the packed kernels (ops/matmul_packed.h): sum(q) of each block,
   // [num_tokens, cols / 32], filled by SumActQ8_0.
   int32_t* sum = nullptr;
+  // Optional, for the AVX-512 packed tiles: per tile of kActTileTokens tokens (from token 0) and
+  // block, the tile's tokens' d and -offset * sum(q) (offset: the packed weights', see
+  // ops/matmul_packed.h) side by side, [ceil(num_tokens / 8), cols / 32, 8] each, filled by
+  // TileActQ8_0. A tile's per-block scalars are then one line, read through one pointer.
+  float* tile_d = nullptr;
+  int32_t* tile_osum = nullptr;
 };
+
+constexpr int64_t kActTileTokens = 8;
 
 struct ActQ8K {
   int8_t* q = nullptr;      // [num_tokens, cols]
@@ -42,6 +50,8 @@ void QuantizeActQ8_0(const float* x, int64_t num_tokens, ActQ8_0& out);
 void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out);
 // Fills out.sum for tokens [t0, t1) from out.q (out's pointers address token 0).
 void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1);
+// Tokens [t0, t1) of out.tile_d and out.tile_osum from out.d and out.sum (filled before).
+void TileActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1, int32_t offset);
 // Fills out.sum32_pairs for tokens [t0, t1) from out.bsum.
 void PairSumsActQ8K(ActQ8K& out, int64_t t0, int64_t t1);
 

@@ -152,15 +152,18 @@ namespace {
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4 weights (32-value blocks) share the activations' Q8_0
 // quantization, in per-thread scratch kept between calls, with what a panel reads beside it: the
 // paired layout (Q8_0's own panel) or the block sums (the packed panels, Q4_1, Q5_1).
+// `tile_offset` (> 0, with `sums`): also the tile-interleaved d and -offset * sums of the packed
+// tiles (ActQ8_0::tile_d, tile_osum).
 ActQ8_0 QuantizeForPanels(const WeightMatrix& w, const float* x, int64_t num_tokens, bool paired,
-                          bool sums, ThreadPool& pool) {
+                          bool sums, ThreadPool& pool, int32_t tile_offset = 0) {
   const kernels::KernelTable& k = Table();
   const int64_t nb = w.cols / 32;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<uint8_t> pair_q;
   thread_local std::vector<float> pair_d;
-  thread_local std::vector<int32_t> block_sums;
+  thread_local std::vector<int32_t> block_sums, tile_osum;
+  thread_local std::vector<float> tile_d;
   ActQ8_0 act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * nb), w.cols};
   if (paired) {
     const int64_t pairs = (nb + 1) / 2;
@@ -168,11 +171,18 @@ ActQ8_0 QuantizeForPanels(const WeightMatrix& w, const float* x, int64_t num_tok
     act.pair_d = ScratchOf(pair_d, num_tokens * pairs * 16);
   }
   if (sums) act.sum = ScratchOf(block_sums, num_tokens * nb);
+  const bool tiled = sums && tile_offset > 0;
+  if (tiled) {
+    const int64_t slots = (num_tokens + kActTileTokens - 1) / kActTileTokens * kActTileTokens * nb;
+    act.tile_d = ScratchOf(tile_d, slots);
+    act.tile_osum = ScratchOf(tile_osum, slots);
+  }
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
     ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * nb, w.cols};
     QuantizeActQ8_0(x + t0 * w.cols, t1 - t0, part);
     if (paired) k.q8_0_prepare(act, t0, t1);
     if (sums) SumActQ8_0(act, t0, t1);
+    if (tiled) TileActQ8_0(act, t0, t1, tile_offset);
   });
   return act;
 }
@@ -198,10 +208,14 @@ bool MatMulPacked(const WeightMatrix& w, kernels::Q8_0Panel panel, kernels::Q8_0
                   const float* x, int64_t num_tokens, float* y, ThreadPool& pool) {
   if (w.packed == nullptr || panel == nullptr || w.cols % 32 != 0) return false;
   const int64_t nb = w.cols / 32;
-  const ActQ8_0 act = QuantizeForPanels(w, x, num_tokens, /*paired=*/false, /*sums=*/true, pool);
+  const ActQ8_0 act = QuantizeForPanels(w, x, num_tokens, /*paired=*/false, /*sums=*/true, pool,
+                                        packed::OffsetOf(w.type));
   const int64_t tiled = tiles != nullptr ? num_tokens / packed::kGroupRows * packed::kGroupRows : 0;
   ActQ8_0 rest{act.q + tiled * w.cols, act.d + tiled * nb, w.cols};
   rest.sum = act.sum + tiled * nb;
+  static_assert(packed::kGroupRows % kActTileTokens == 0, "the rest starts at a whole tile");
+  rest.tile_d = act.tile_d + tiled * nb;
+  rest.tile_osum = act.tile_osum + tiled * nb;
   pool.ParallelFor(
       w.rows,
       [&](int64_t r0, int64_t r1) {

@@ -235,6 +235,10 @@ template <typename F, int NT>
 void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, float* y,
                 int64_t y_stride, __mmask16 rows, bool prefetch) {
   constexpr int kChains = NT <= 2 ? 2 : 1;
+  static_assert(NT <= kActTileTokens);
+  // The tile's per-block scalars, its tokens side by side (tiles start at multiples of 8).
+  const float* tile_d = x.tile_d + t0 * nb;
+  const int32_t* tile_osum = x.tile_osum + t0 * nb;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -244,7 +248,7 @@ void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, 
     const __m512 dw = BlockScale<F>(group, b);
     __m512i sum[NT][kChains];
     for (int t = 0; t < NT; ++t) {
-      sum[t][0] = _mm512_set1_epi32(-F::kOffset * x.sum[(t0 + t) * nb + b]);
+      sum[t][0] = _mm512_set1_epi32(tile_osum[b * kActTileTokens + t]);  // -offset * sum(q)
       if constexpr (kChains == 2) sum[t][1] = _mm512_setzero_si512();
     }
     for (int k = 0; k < 8; ++k) {
@@ -257,7 +261,7 @@ void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, 
     for (int t = 0; t < NT; ++t) {
       __m512i s = sum[t][0];
       if constexpr (kChains == 2) s = _mm512_add_epi32(s, sum[t][1]);
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d[(t0 + t) * nb + b]));
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(tile_d[b * kActTileTokens + t]));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
     }
   }

@@ -58,6 +58,20 @@ struct MXFP4 {
                                                              12, 11, 10, 9,  8,  6,  4,  0};
 };
 
+// The offset of a packed 32-value type's weight bytes (0: not one).
+inline int32_t OffsetOf(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return Q8_0::kOffset;
+    case GgmlType::kQ4_0:
+      return Q4_0::kOffset;
+    case GgmlType::kMXFP4:
+      return MXFP4::kOffset;
+    default:
+      return 0;
+  }
+}
+
 template <typename F>
 constexpr int64_t PairBytes() {
   return 2 * F::kValueBytes + 2 * kGroupRows * 2;  // 17 (Q8_0) or 9 (Q4_0) cache lines
