@@ -836,10 +836,10 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
     const int g_first = std::max(0, lo0 - c0) / W;
     for (int g = g_first; g * W < nc; ++g) {
       const int cg = c0 + g * W, ng = std::min(W, nc - g * W);
-      // The same vector of the next chunk's K and V (the next partition's at the end) loads while
-      // this one computes. Asked for a vector at a time: asking for the whole next chunk at once
-      // (256 lines of f16 K and V for 64-dim heads) left f16 decode at 4096 cached waiting on
-      // memory (one Zen 5 thread: 27.0 -> 21.1 ns per slot and KV head).
+      // The same vector of the next chunk's K and V (the next partition's at the end, unless the
+      // partition runs alone) loads while this one computes. (Distances of 16 to 256 slots, a
+      // second prefetch into L2 further ahead, and K and V asked for at two points of a vector's
+      // work measured within a nanosecond of this.)
       PrefetchSlots(kv, t.block_table, t.kv_head, cg + kChunk,
                     std::min(cg + kChunk + W, prefetch_end));
       {
@@ -940,8 +940,9 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
           const int nr =
               kAccRows<NB> == 2 && r + 1 < re && (r + 1) / t.group == r / t.group ? 2 : 1;
           float* const stb[2] = {sc.state.data() + ur * (D + 2) + b,
-                                 sc.state.data() + (ur + 1) * (D + 2) + b};
-          const float* const probs[2] = {probs_rows + ur * kChunk, probs_rows + (ur + 1) * kChunk};
+                                 nr > 1 ? sc.state.data() + (ur + 1) * (D + 2) + b : nullptr};
+          const float* const probs[2] = {probs_rows + ur * kChunk,
+                                         nr > 1 ? probs_rows + (ur + 1) * kChunk : nullptr};
           if (nr == 2) {
             AccumulateValues<D, NB, 2>(stb, vf + b, probs, sc.row_u[ur], sc.row_v[ur],
                                        sc.row_alpha.data() + ur, v_min, sc.row_pm.data() + ur);
