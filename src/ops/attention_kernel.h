@@ -817,9 +817,12 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
   const int c_begin = lo0 > s0 ? s0 + (lo0 - s0) / kChunk * kChunk : s0;
   // The first chunk is asked for whole at once (each later one a vector at a time, one chunk
   // ahead, below): a partition run alone starts cold, and past the first vector its loads then
-  // wait on memory together rather than one vector after another.
-  if (r_first < r_end)
-    PrefetchSlots(kv, t.block_table, t.kv_head, c_begin, std::min(c_begin + kChunk, s1));
+  // wait on memory together rather than one vector after another. From the first vector any row
+  // sees, as the loop below reads it (a window's earlier blocks may be gone from the table).
+  if (r_first < r_end) {
+    const int first = std::max(c_begin, lo0 / W * W);
+    PrefetchSlots(kv, t.block_table, t.kv_head, first, std::min(c_begin + kChunk, s1));
+  }
   for (int c0 = c_begin; c0 < s1 && r_first < r_end; c0 += kChunk) {
     const int nc = std::min(kChunk, s1 - c0);  // slots of the chunk any row sees
     // The rows that see a slot of the chunk.
