@@ -619,8 +619,9 @@ constexpr int kAccVectors = 8;
 // dependency chains: there two interleaved partial sums (slots u, u + 2, ... and u + 1, u + 3,
 // ...) are added at the end. Then acc += sum (+ pm[i], the minimums' share, for int4 values).
 // Each value vector is loaded once for the R rows; every row's arithmetic is the same whatever R.
-template <int D, int NB, int R>
-__attribute__((always_inline)) inline void AccumulateValues(float* const* st, const float* vf,
+// `values(k, i)`: vector i of the block's columns of the chunk's slot k.
+template <int D, int NB, int R, typename Values>
+__attribute__((always_inline)) inline void AccumulateValues(float* const* st, Values&& values,
                                                             const float* const* probs, int u, int v,
                                                             const float* alpha, bool v_min,
                                                             const float* pm) {
@@ -630,10 +631,8 @@ __attribute__((always_inline)) inline void AccumulateValues(float* const* st, co
     VF odd[R][NB] = {};
     int k = u;
     for (; k + 2 <= v; k += 2) {
-      const float* v0 = vf + k * D;
-      const float* v1 = v0 + D;
       for (int i = 0; i < NB; ++i) {
-        const VF x0 = LoadF(v0 + i * W), x1 = LoadF(v1 + i * W);
+        const VF x0 = values(k, i), x1 = values(k + 1, i);
         for (int r = 0; r < R; ++r) {
           sum[r][i] = Fma(probs[r][k], x0, sum[r][i]);
           odd[r][i] = Fma(probs[r][k + 1], x1, odd[r][i]);
@@ -641,9 +640,8 @@ __attribute__((always_inline)) inline void AccumulateValues(float* const* st, co
       }
     }
     if (k < v) {
-      const float* v0 = vf + k * D;
       for (int i = 0; i < NB; ++i) {
-        const VF x0 = LoadF(v0 + i * W);
+        const VF x0 = values(k, i);
         for (int r = 0; r < R; ++r) sum[r][i] = Fma(probs[r][k], x0, sum[r][i]);
       }
     }
@@ -652,9 +650,8 @@ __attribute__((always_inline)) inline void AccumulateValues(float* const* st, co
     }
   } else {
     for (int k = u; k < v; ++k) {
-      const float* v0 = vf + k * D;
       for (int i = 0; i < NB; ++i) {
-        const VF x0 = LoadF(v0 + i * W);
+        const VF x0 = values(k, i);
         for (int r = 0; r < R; ++r) sum[r][i] = Fma(probs[r][k], x0, sum[r][i]);
       }
     }
@@ -811,6 +808,20 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
   const bool v_scaled = !kPlain && HasScale(kv.v_dtype), v_min = !kPlain && HasMin(kv.v_dtype);
   const float k_factor = scale * RawFactor(kv.k_dtype), v_factor = RawFactor(kv.v_dtype);
   ChunkScales kcs, vcs;
+  // f16 values where each vector of W slots lies in one block: read and converted where they are
+  // summed (vptr[g]: the vector's first slot), not through the f32 scratch. Exact either way.
+  const bool v_direct = kPlain && D <= 128 && kv.v_dtype == KvDtype::kF16 && kv.block_size % W == 0;
+  const uint8_t* vptr[kChunkVectors] = {};
+  auto direct_values = [&](int b) {
+    return [&vptr, &kv, b](int k, int i) {
+      VH h;
+      std::memcpy(&h, vptr[k / W] + (k % W) * kv.v_head_bytes + (b + i * W) * 2, sizeof(h));
+      return HalfToF(h);
+    };
+  };
+  auto scratch_values = [vf](int b) {
+    return [vf, b](int k, int i) { return LoadF(vf + k * D + b + i * W); };
+  };
   // Chunks start at multiples of kChunk from s0; with a window, the ones before the first row's
   // first slot are skipped.
   const int lo0 = AttentionFirstSlot(t.first_slots + j0, t.window);
@@ -863,7 +874,9 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
         }
       }
       float* vg = vf + static_cast<size_t>(g) * W * D;
-      if constexpr (kPlain) {
+      if (v_direct) {
+        vptr[g] = kv.VSlot(t.block_table[cg / kv.block_size], t.kv_head, cg % kv.block_size);
+      } else if constexpr (kPlain) {
         if (kv.v_dtype == KvDtype::kF16) {
           ConvertVChunkT<D, KvDtype::kF16>(kv, t.block_table, t.kv_head, cg, ng, vg, &vcs);
         } else {
@@ -924,13 +937,20 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
       if constexpr (D <= 128) {
         ForAccumulateBlocks<D>([&]<int NB>(int b) {
           float* const stb[2] = {st[0] + b, nr > 1 ? st[1] + b : nullptr};
-          if (kAccRows<NB> == 2 && nr == 2) {
-            AccumulateValues<D, NB, 2>(stb, vf + b, probs, u, v, alpha, v_min, pm);
-          } else {
-            for (int i = 0; i < nr; ++i) {
-              AccumulateValues<D, NB, 1>(stb + i, vf + b, probs + i, u, v, alpha + i, v_min,
-                                         pm + i);
+          auto run = [&](auto values) {
+            if (kAccRows<NB> == 2 && nr == 2) {
+              AccumulateValues<D, NB, 2>(stb, values, probs, u, v, alpha, v_min, pm);
+            } else {
+              for (int i = 0; i < nr; ++i) {
+                AccumulateValues<D, NB, 1>(stb + i, values, probs + i, u, v, alpha + i, v_min,
+                                           pm + i);
+              }
             }
+          };
+          if (v_direct) {
+            run(direct_values(b));
+          } else {
+            run(scratch_values(b));
           }
         });
       }
@@ -947,10 +967,10 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
           const float* const probs[2] = {probs_rows + ur * kChunk,
                                          nr > 1 ? probs_rows + (ur + 1) * kChunk : nullptr};
           if (nr == 2) {
-            AccumulateValues<D, NB, 2>(stb, vf + b, probs, sc.row_u[ur], sc.row_v[ur],
+            AccumulateValues<D, NB, 2>(stb, scratch_values(b), probs, sc.row_u[ur], sc.row_v[ur],
                                        sc.row_alpha.data() + ur, v_min, sc.row_pm.data() + ur);
           } else {
-            AccumulateValues<D, NB, 1>(stb, vf + b, probs, sc.row_u[ur], sc.row_v[ur],
+            AccumulateValues<D, NB, 1>(stb, scratch_values(b), probs, sc.row_u[ur], sc.row_v[ur],
                                        sc.row_alpha.data() + ur, v_min, sc.row_pm.data() + ur);
           }
           r += nr;
