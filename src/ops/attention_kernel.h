@@ -41,6 +41,7 @@
 
 #include "ops/attention.h"
 #include "ops/attention_isa.h"
+#include "ops/exp_poly.h"
 #include "ops/prefetch.h"
 #include "util/fp16.h"
 
@@ -298,27 +299,11 @@ inline VF AllSum(VF v) {
 inline float HMax(VF v) { return AllMax(v)[0]; }
 inline float HSum(VF v) { return AllSum(v)[0]; }
 
-// exp(x) for x <= 0 (Cephes expf polynomial, ~1 ulp); x below -87 is clamped (result ~1e-38).
+// exp(x) for x <= 0 (ExpPoly, ~1 ulp); x below -87 is clamped (result ~1e-38).
 inline VF Exp(VF x) {
   x = x < -87.0f ? SplatF(-87.0f) : x;
-  const VF magic = SplatF(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  VF t = Fma(x, 1.44269504088896341f, magic);
-  const VF n = t - magic;
-  VF r = Fma(n, -0.693359375f, x);
-  r = Fma(n, 2.12194440e-4f, r);
-  VF p = SplatF(1.9875691500e-4f);
-  p = Fma(p, r, SplatF(1.3981999507e-3f));
-  p = Fma(p, r, SplatF(8.3334519073e-3f));
-  p = Fma(p, r, SplatF(4.1665795894e-2f));
-  p = Fma(p, r, SplatF(1.6666665459e-1f));
-  p = Fma(p, r, SplatF(5.0000001201e-1f));
-  p = Fma(p, r * r, r + 1.0f);
-  VI ti;
-  std::memcpy(&ti, &t, sizeof(ti));
-  const VI pow2 = ((ti - 0x4B400000) + 127) << 23;
-  VF scale;
-  std::memcpy(&scale, &pow2, sizeof(scale));
-  return p * scale;
+  return ExpPoly<VF, VI>(
+      x, [](VF a, VF b, VF c) { return Fma(a, b, c); }, [](float c) { return SplatF(c); });
 }
 inline float ExpScalar(float x) { return Exp(SplatF(x))[0]; }
 
@@ -814,9 +799,7 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
   const uint8_t* vptr[kChunkVectors] = {};
   auto direct_values = [&](int b) {
     return [&vptr, &kv, b](int k, int i) {
-      VH h;
-      std::memcpy(&h, vptr[k / W] + (k % W) * kv.v_head_bytes + (b + i * W) * 2, sizeof(h));
-      return HalfToF(h);
+      return LoadKvRaw<KvDtype::kF16, D>(vptr[k / W] + (k % W) * kv.v_head_bytes, b + i * W);
     };
   };
   auto scratch_values = [vf](int b) {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ops/exp_poly.h"
+
 namespace kvserve::simd {
 
 constexpr int kLanes = 8;
@@ -46,29 +48,12 @@ inline void Axpy(float a, const float* x, float* y, int64_t n) {
 typedef int32_t VecI __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
 // exp(x) lane by lane, x clamped to [-87, 88] (below: about 1e-38; above: about 1.7e38, short of
-// the float range): Cephes' expf, x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its degree-7
-// polynomial (within about 1 ulp of expf), 2^n put into the exponent bits.
+// the float range), by ExpPoly.
 inline VecF Exp(VecF x) {
   x = x < Splat(-87.f) ? Splat(-87.f) : x;
   x = x > Splat(88.f) ? Splat(88.f) : x;
-  const VecF magic = Splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
-  const VecF t = x * 1.44269504088896341f + magic;
-  const VecF n = t - magic;
-  VecF r = x - n * 0.693359375f;  // ln 2 in two parts, the first exact in a few bits
-  r = r - n * -2.12194440e-4f;
-  VecF p = Splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + (r + 1.f);
-  VecI ti;
-  std::memcpy(&ti, &t, sizeof(ti));
-  const VecI pow2 = ((ti - 0x4B400000) + 127) << 23;  // t's integer n, biased, as exponent bits
-  VecF scale;
-  std::memcpy(&scale, &pow2, sizeof(scale));
-  return p * scale;
+  return ExpPoly<VecF, VecI>(
+      x, [](VecF a, VecF b, VecF c) { return a * b + c; }, [](float c) { return Splat(c); });
 }
 
 // f(x) over n floats in vectors, the last partial vector through a zero-padded copy, so that
