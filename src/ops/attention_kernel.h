@@ -793,13 +793,17 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
   const bool v_scaled = !kPlain && HasScale(kv.v_dtype), v_min = !kPlain && HasMin(kv.v_dtype);
   const float k_factor = scale * RawFactor(kv.k_dtype), v_factor = RawFactor(kv.v_dtype);
   ChunkScales kcs, vcs;
-  // f16 values where each vector of W slots lies in one block: read and converted where they are
-  // summed (vptr[g]: the vector's first slot), not through the f32 scratch. Exact either way.
-  const bool v_direct = kPlain && D <= 128 && kv.v_dtype == KvDtype::kF16 && kv.block_size % W == 0;
+  // f16, int8 and int4 values where each vector of W slots lies in one block: read and converted
+  // where they are summed (vptr[g]: the vector's first slot), not through the f32 scratch; only
+  // the slots' scales (and minimums) are read with the chunk. Exact either way.
+  constexpr bool kCanDirect = D <= 128 && (kPlain || kConv == static_cast<int>(KvDtype::kInt8) ||
+                                           kConv == static_cast<int>(KvDtype::kInt4));
+  constexpr KvDtype kDirectV = kCanDirect && !kPlain ? static_cast<KvDtype>(kConv) : KvDtype::kF16;
+  const bool v_direct = kCanDirect && kv.v_dtype == kDirectV && kv.block_size % W == 0;
   const uint8_t* vptr[kChunkVectors] = {};
   auto direct_values = [&](int b) {
     return [&vptr, &kv, b](int k, int i) {
-      return LoadKvRaw<KvDtype::kF16, D>(vptr[k / W] + (k % W) * kv.v_head_bytes, b + i * W);
+      return LoadKvRaw<kDirectV, D>(vptr[k / W] + (k % W) * kv.v_head_bytes, b + i * W);
     };
   };
   auto scratch_values = [vf](int b) {
@@ -859,6 +863,13 @@ RowRange RunPartition(const AttentionTile& t, const PagedKvLayerView& kv, float 
       float* vg = vf + static_cast<size_t>(g) * W * D;
       if (v_direct) {
         vptr[g] = kv.VSlot(t.block_table[cg / kv.block_size], t.kv_head, cg % kv.block_size);
+        if constexpr (kCanDirect && kHasScale<kDirectV>) {
+          for (int s = 0; s < W; ++s) {
+            vcs.s[s] = vcs.m[s] = 0;
+            if (s < ng)
+              ReadSlotScale<kDirectV, D>(vptr[g] + s * kv.v_head_bytes, &vcs.s[s], &vcs.m[s]);
+          }
+        }
       } else if constexpr (kPlain) {
         if (kv.v_dtype == KvDtype::kF16) {
           ConvertVChunkT<D, KvDtype::kF16>(kv, t.block_table, t.kv_head, cg, ng, vg, &vcs);
