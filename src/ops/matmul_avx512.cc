@@ -187,30 +187,34 @@ void Q8_0PanelAvx512(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t r
 
 constexpr int kPackedTokens = 8;
 
-// The 8 slices of block values at v (unsigned bytes w + offset).
-inline void Slices(packed::Q8_0, const uint8_t* v, __m512i (&w)[8]) {
-  for (int k = 0; k < 8; ++k) w[k] = _mm512_load_si512(v + k * 64);
+// Slices m and m + 4 (m < 4) of the block values at v, as unsigned bytes w + offset (Q4_0's
+// nibbles split by a mask and a shift; MXFP4's codes through the table of doubled E2M1 values
+// + 12).
+inline void SlicePair(packed::Q8_0, const uint8_t* v, int m, __m512i& lo, __m512i& hi) {
+  lo = _mm512_load_si512(v + m * 64);
+  hi = _mm512_load_si512(v + (m + 4) * 64);
 }
 
-inline void Slices(packed::Q4_0, const uint8_t* v, __m512i (&w)[8]) {
+inline void SlicePair(packed::Q4_0, const uint8_t* v, int m, __m512i& lo, __m512i& hi) {
   const __m512i low = _mm512_set1_epi8(0x0F);
-  for (int m = 0; m < 4; ++m) {
-    const __m512i bytes = _mm512_load_si512(v + m * 64);
-    w[m] = _mm512_and_si512(bytes, low);
-    w[m + 4] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low);
-  }
+  const __m512i bytes = _mm512_load_si512(v + m * 64);
+  lo = _mm512_and_si512(bytes, low);
+  hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low);
 }
 
-// MXFP4: each code through the table of doubled E2M1 values + 12.
-inline void Slices(packed::MXFP4, const uint8_t* v, __m512i (&w)[8]) {
+inline void SlicePair(packed::MXFP4, const uint8_t* v, int m, __m512i& lo, __m512i& hi) {
   const __m512i lut = _mm512_broadcast_i32x4(
       _mm_load_si128(reinterpret_cast<const __m128i*>(packed::MXFP4::kShiftedValues)));
   const __m512i low = _mm512_set1_epi8(0x0F);
-  for (int m = 0; m < 4; ++m) {
-    const __m512i bytes = _mm512_load_si512(v + m * 64);
-    w[m] = _mm512_shuffle_epi8(lut, _mm512_and_si512(bytes, low));
-    w[m + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
-  }
+  const __m512i bytes = _mm512_load_si512(v + m * 64);
+  lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(bytes, low));
+  hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low));
+}
+
+// All 8 slices of the block values at v.
+template <typename F>
+inline void Slices(F format, const uint8_t* v, __m512i (&w)[8]) {
+  for (int m = 0; m < 4; ++m) SlicePair(format, v, m, w[m], w[m + 4]);
 }
 
 // The 16 rows' weight scales of a block.
@@ -266,6 +270,58 @@ void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, 
     }
   }
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
+}
+
+// Two groups (32 rows) x NT tokens: each activation broadcast feeds both groups' dpbusd (one
+// broadcast load per two of them instead of per one: PackedTile ran at about half the VNNI peak),
+// the groups' slices taken two at a time as they are used. Per (row, token) the same exact integer
+// sum and the same float steps as PackedTile, so the same bits.
+template <typename F, int NT>
+void PackedPairTile(const uint8_t* g0, const uint8_t* g1, int64_t nb, const ActQ8_0& x, int64_t t0,
+                    float* y, int64_t y_stride, __mmask16 rows0, __mmask16 rows1, bool prefetch) {
+  static_assert(NT <= kActTileTokens / 2);
+  // The tile's per-block scalars within its line of 8 tokens (these tiles start at multiples
+  // of 4).
+  const int64_t at = t0 % kActTileTokens;
+  const float* tile_d = x.tile_d + (t0 - at) * nb + at;
+  const int32_t* tile_osum = x.tile_osum + (t0 - at) * nb + at;
+  __m512 acc[2][NT];
+  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (prefetch && b % 2 == 0) {
+      packed::PrefetchPairAhead<F>(g0, b);
+      packed::PrefetchPairAhead<F>(g1, b);
+    }
+    const uint8_t* v0 = packed::BlockValues<F>(g0, b);
+    const uint8_t* v1 = packed::BlockValues<F>(g1, b);
+    __m512i sum[2][NT];
+    for (int t = 0; t < NT; ++t) {
+      sum[0][t] = sum[1][t] = _mm512_set1_epi32(tile_osum[b * kActTileTokens + t]);
+    }
+    for (int m = 0; m < 4; ++m) {
+      __m512i w0[2], w1[2];
+      SlicePair(F{}, v0, m, w0[0], w0[1]);
+      SlicePair(F{}, v1, m, w1[0], w1[1]);
+      for (int h = 0; h < 2; ++h) {
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* xq = x.q + (t0 + t) * x.cols + b * 32 + (m + 4 * h) * 4;
+          const __m512i xb = _mm512_set1_epi32(packed::Slice4(xq));
+          sum[0][t] = _mm512_dpbusd_epi32(sum[0][t], w0[h], xb);
+          sum[1][t] = _mm512_dpbusd_epi32(sum[1][t], w1[h], xb);
+        }
+      }
+    }
+    const __m512 dw0 = BlockScale<F>(g0, b), dw1 = BlockScale<F>(g1, b);
+    for (int t = 0; t < NT; ++t) {
+      const __m512 dx = _mm512_set1_ps(tile_d[b * kActTileTokens + t]);
+      acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[0][t]), _mm512_mul_ps(dw0, dx), acc[0][t]);
+      acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[1][t]), _mm512_mul_ps(dw1, dx), acc[1][t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    _mm512_mask_storeu_ps(y + t * y_stride, rows0, acc[0][t]);
+    _mm512_mask_storeu_ps(y + t * y_stride + packed::kGroupRows, rows1, acc[1][t]);
+  }
 }
 
 // --- Packed K-quants (ops/matmul_packed.h) --------------------------------------------------
@@ -417,31 +473,48 @@ void PackedKTile(const uint8_t* group, int64_t nsb, const ActQ8K& x, int64_t t0,
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
 }
 
-// Every packed layout: tiles of kPackedTokens tokens (then the rest) over each group, in
-// token chunks (packed::ForChunksAndGroups). Act is ActQ8_0 or, for the K-quants, ActQ8K.
+// Every packed layout, in token chunks of packed::kTokenChunk (whose activations stay in L2 while
+// the groups pass): a batch of kPackedTokens tokens or more takes the thread's Q8_0, Q4_0 or
+// MXFP4 groups two at a time (PackedPairTile, tiles of kPairTokens tokens), a last odd group, the
+// K-quants and smaller batches one group at a time (tiles of kPackedTokens). Act is ActQ8_0 or,
+// for the K-quants, ActQ8K.
+constexpr int kPairTokens = 4;
+
 template <typename F, typename Act>
 void PackedPanelAvx512(const PanelArgs& a, const Act& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nb = packed::kIsKQuant<F> ? w.cols / 256 : w.cols / 32;
-  packed::ForChunksAndGroups<F>(
-      w, a.num_tokens, r0, r1,
-      [&](const uint8_t* group, int64_t r, int64_t n, int64_t c0, int64_t c1) {
-        const __mmask16 rows = static_cast<__mmask16>((1u << n) - 1);
-        auto tile = [&](auto nt, int64_t at) {
-          constexpr int kNt = decltype(nt)::value;
-          float* y = a.y + at * w.rows + r;
-          if constexpr (packed::kIsKQuant<F>) {
-            PackedKTile<F, kNt>(group, nb, x, at, y, w.rows, rows, at == c0);
-          } else {
-            PackedTile<F, kNt>(group, nb, x, at, y, w.rows, rows, at == c0);
-          }
-        };
-        int64_t t = c0;
-        for (; t + kPackedTokens <= c1; t += kPackedTokens) {
-          tile(std::integral_constant<int, kPackedTokens>{}, t);
+  constexpr int64_t kRows = packed::kGroupRows;
+  const bool pairs = !packed::kIsKQuant<F> && a.num_tokens >= kPackedTokens;
+  auto mask = [&](int64_t r) {
+    return static_cast<__mmask16>((1u << std::min(kRows, w.rows - r)) - 1);
+  };
+  for (int64_t c0 = 0; c0 < a.num_tokens; c0 += packed::kTokenChunk) {
+    const int64_t c1 = std::min(c0 + packed::kTokenChunk, a.num_tokens);
+    for (int64_t r = r0; r < r1;) {
+      const uint8_t* g0 = packed::Group<F>(w, r / kRows);
+      if constexpr (!packed::kIsKQuant<F>) {
+        if (pairs && r + kRows < r1) {
+          const uint8_t* g1 = packed::Group<F>(w, r / kRows + 1);
+          ForTokenTiles<kPairTokens>(c0, c1, [&](auto nt, int64_t at) {
+            PackedPairTile<F, decltype(nt)::value>(g0, g1, nb, x, at, a.y + at * w.rows + r, w.rows,
+                                                   mask(r), mask(r + kRows), at == c0);
+          });
+          r += 2 * kRows;
+          continue;
         }
-        LastTile<kPackedTokens - 1>(c1 - t, t, tile);
+      }
+      ForTokenTiles<kPackedTokens>(c0, c1, [&](auto nt, int64_t at) {
+        float* y = a.y + at * w.rows + r;
+        if constexpr (packed::kIsKQuant<F>) {
+          PackedKTile<F, decltype(nt)::value>(g0, nb, x, at, y, w.rows, mask(r), at == c0);
+        } else {
+          PackedTile<F, decltype(nt)::value>(g0, nb, x, at, y, w.rows, mask(r), at == c0);
+        }
       });
+      r += kRows;
+    }
+  }
 }
 
 // --- K-quants --------------------------------------------------------------------------------

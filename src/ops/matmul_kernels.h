@@ -81,13 +81,17 @@ void LastTile(int64_t n, int64_t t, TileCall& tile) {
   }
 }
 
-// Calls tile(std::integral_constant<int, NT>, t) over tokens in tiles of kTile, then one tile
-// of the remaining tokens, so small batches also read each weight tile only once.
+// Calls tile(std::integral_constant<int, NT>, t) over tokens [t0, t1) in tiles of kTile, then
+// one tile of the remaining tokens, so small batches also read each weight tile only once.
+template <int kTile, typename TileCall>
+void ForTokenTiles(int64_t t0, int64_t t1, TileCall&& tile) {
+  int64_t t = t0;
+  for (; t + kTile <= t1; t += kTile) tile(std::integral_constant<int, kTile>{}, t);
+  LastTile<kTile - 1>(t1 - t, t, tile);
+}
 template <int kTile, typename TileCall>
 void ForTokenTiles(int64_t num_tokens, TileCall&& tile) {
-  int64_t t = 0;
-  for (; t + kTile <= num_tokens; t += kTile) tile(std::integral_constant<int, kTile>{}, t);
-  LastTile<kTile - 1>(num_tokens - t, t, tile);
+  ForTokenTiles<kTile>(0, num_tokens, tile);
 }
 
 // Each returns false (and leaves the table) when the CPU or the compiler lacks the ISA.
