@@ -11,6 +11,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "ops/kquant_unpack.h"
 #include "ops/matmul_block32_impl.h"
@@ -341,39 +342,72 @@ inline void Unrolled(Fn&& fn) {
 
 constexpr int kOrAnd = 0xF8;  // vpternlog's a | (b & c)
 
-// The 8 unsigned slices of Q4_K / Q5_K sub-block J of the super-block at sb.
+// Unsigned slice m (values 4m .. 4m + 3) of Q4_K / Q5_K sub-block J of the super-block at sb.
 template <typename F, int J>
-inline void KSlices(const uint8_t* sb, __m512i (&w)[8]) {
+inline __m512i KSlice(const uint8_t* sb, int m) {
   const __m512i low = _mm512_set1_epi8(0x0F);
-  const uint8_t* v = sb + J / 2 * 8 * 64;
-  for (int m = 0; m < 8; ++m) {
-    const __m512i bytes = _mm512_load_si512(v + m * 64);
-    w[m] = _mm512_and_si512(J % 2 == 0 ? bytes : _mm512_srli_epi16(bytes, 4), low);
-    if constexpr (std::is_same_v<F, packed::Q5K>) {
-      // Bit J of each qh byte to bit 4 (what the 16-bit shift brings from the other byte of the
-      // pair is masked off), ORed in.
-      const __m512i h = _mm512_load_si512(sb + F::kHigh + m * 64);
-      const __m512i at4 = J <= 4 ? _mm512_slli_epi16(h, 4 - J) : _mm512_srli_epi16(h, J - 4);
-      w[m] = _mm512_ternarylogic_epi32(w[m], at4, _mm512_set1_epi8(0x10), kOrAnd);
-    }
+  const __m512i bytes = _mm512_load_si512(sb + (J / 2 * 8 + m) * 64);
+  __m512i w = _mm512_and_si512(J % 2 == 0 ? bytes : _mm512_srli_epi16(bytes, 4), low);
+  if constexpr (std::is_same_v<F, packed::Q5K>) {
+    // Bit J of each qh byte to bit 4 (what the 16-bit shift brings from the other byte of the
+    // pair is masked off), ORed in.
+    const __m512i h = _mm512_load_si512(sb + F::kHigh + m * 64);
+    const __m512i at4 = J <= 4 ? _mm512_slli_epi16(h, 4 - J) : _mm512_srli_epi16(h, J - 4);
+    w = _mm512_ternarylogic_epi32(w, at4, _mm512_set1_epi8(0x10), kOrAnd);
   }
+  return w;
 }
 
-// The 8 unsigned 6-bit slices of Q6_K values 32G .. 32G + 31 (half G / 4, group G % 4).
-template <int G>
-inline void Q6KSlices(const uint8_t* sb, __m512i (&w)[8]) {
-  constexpr int h = G / 4, g = G % 4;
+// Unsigned 6-bit slice m of Q6_K values 32J .. 32J + 31 (half J / 4, group J % 4).
+template <int J>
+inline __m512i Q6KSlice(const uint8_t* sb, int m) {
+  constexpr int h = J / 4, g = J % 4;
   const __m512i low = _mm512_set1_epi8(0x0F);
-  for (int m = 0; m < 8; ++m) {
-    const __m512i l = _mm512_load_si512(sb + packed::Q6K::kLow + (16 * h + 8 * (g % 2) + m) * 64);
-    const __m512i nib = _mm512_and_si512(g < 2 ? l : _mm512_srli_epi16(l, 4), low);
-    const __m512i q = _mm512_load_si512(sb + packed::Q6K::kHigh + (8 * h + m) * 64);
-    // Bits 2g, 2g + 1 of each qh byte to bits 4, 5.
-    __m512i at4 = q;
-    if constexpr (g == 0) at4 = _mm512_slli_epi16(q, 4);
-    if constexpr (g == 1) at4 = _mm512_slli_epi16(q, 2);
-    if constexpr (g == 3) at4 = _mm512_srli_epi16(q, 2);
-    w[m] = _mm512_ternarylogic_epi32(nib, at4, _mm512_set1_epi8(0x30), kOrAnd);
+  const __m512i l = _mm512_load_si512(sb + packed::Q6K::kLow + (16 * h + 8 * (g % 2) + m) * 64);
+  const __m512i nib = _mm512_and_si512(g < 2 ? l : _mm512_srli_epi16(l, 4), low);
+  const __m512i q = _mm512_load_si512(sb + packed::Q6K::kHigh + (8 * h + m) * 64);
+  // Bits 2g, 2g + 1 of each qh byte to bits 4, 5.
+  __m512i at4 = q;
+  if constexpr (g == 0) at4 = _mm512_slli_epi16(q, 4);
+  if constexpr (g == 1) at4 = _mm512_slli_epi16(q, 2);
+  if constexpr (g == 3) at4 = _mm512_srli_epi16(q, 2);
+  return _mm512_ternarylogic_epi32(nib, at4, _mm512_set1_epi8(0x30), kOrAnd);
+}
+
+// The 8 slices of 32 values J (a Q4_K / Q5_K sub-block, two Q6_K ones).
+template <typename F, int J>
+inline __m512i KSliceOf(const uint8_t* sb, int m) {
+  if constexpr (std::is_same_v<F, packed::Q6K>) {
+    return Q6KSlice<J>(sb, m);
+  } else {
+    return KSlice<F, J>(sb, m);
+  }
+}
+template <typename F, int J>
+inline void KSlices(const uint8_t* sb, __m512i (&w)[8]) {
+  for (int m = 0; m < 8; ++m) w[m] = KSliceOf<F, J>(sb, m);
+}
+
+// Q6_K's scales of its 16-value sub-blocks 2j and 2j + 1 for the 16 rows as int32 (stored as
+// int8 pairs, widened to int16 pairs, then each to int32).
+inline void Q6KScales(const uint8_t* sb, int j, __m512i& first, __m512i& second) {
+  const __m512i pairs = _mm512_cvtepi8_epi16(
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + packed::Q6K::kScales + 32 * j)));
+  first = _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16);
+  second = _mm512_srai_epi32(pairs, 16);
+}
+
+// The 16 rows' scales of values 32j .. 32j + 31 as int32: Q4_K / Q5_K's sub-block j, or (Q6_K)
+// its 16-value sub-block 2j + e.
+template <typename F>
+inline __m512i KScale(const uint8_t* sb, int j, int e) {
+  if constexpr (std::is_same_v<F, packed::Q6K>) {
+    __m512i scale[2];
+    Q6KScales(sb, j, scale[0], scale[1]);
+    return scale[e];
+  } else {
+    return _mm512_cvtepu8_epi32(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(sb + F::kScales + 16 * j)));
   }
 }
 
@@ -391,9 +425,61 @@ inline __m512i SliceDot(const __m512i (&w)[8], const int8_t* xq) {
   return kChains == 2 ? _mm512_add_epi32(sum[0], sum[1]) : sum[0];
 }
 
+// The end of super-block s for NT tokens of one group whose exact int32 sums S are in sum: the
+// float steps of the arithmetic above into acc (with the mins for Q4_K / Q5_K, the -32 offset for
+// Q6_K).
 template <typename F, int NT>
-void PackedKTile(const uint8_t* group, int64_t nsb, const ActQ8K& x, int64_t t0, float* y,
-                 int64_t y_stride, __mmask16 rows, bool prefetch) {
+__attribute__((always_inline)) inline void KSuperEnd(const uint8_t* sb, const ActQ8K& x, int64_t t0,
+                                                     int64_t nsb, int64_t s, const __m512i* sum,
+                                                     __m512* acc) {
+  if constexpr (std::is_same_v<F, packed::Q6K>) {
+    __m512i pairs[8];
+    for (int p = 0; p < 8; ++p) {
+      pairs[p] = _mm512_cvtepi8_epi16(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kScales + 32 * p)));
+    }
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kD)));
+    for (int t = 0; t < NT; ++t) {
+      const int16_t* b = x.bsum + ((t0 + t) * nsb + s) * 16;
+      __m512i off = _mm512_setzero_si512();
+      for (int p = 0; p < 8; ++p) {
+        int32_t two;  // the token's sums of sub-blocks 2p, 2p + 1
+        std::memcpy(&two, b + 2 * p, sizeof two);
+        off = _mm512_dpwssd_epi32(off, pairs[p], _mm512_set1_epi32(two));
+      }
+      const __m512i total = _mm512_sub_epi32(sum[t], _mm512_slli_epi32(off, 5));
+      const __m512 dx = _mm512_set1_ps(x.d[(t0 + t) * nsb + s]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), acc[t]);
+    }
+  } else {
+    __m512i mins[4];
+    for (int p = 0; p < 4; ++p) {
+      mins[p] = _mm512_cvtepu8_epi16(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kMins + 32 * p)));
+    }
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kD)));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kDmin)));
+    for (int t = 0; t < NT; ++t) {
+      const int32_t* pair_sums = x.sum32_pairs + ((t0 + t) * nsb + s) * 4;
+      __m512i m = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p)
+        m = _mm512_dpwssd_epi32(m, mins[p], _mm512_set1_epi32(pair_sums[p]));
+      const __m512 dx = _mm512_set1_ps(x.d[(t0 + t) * nsb + s]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(d, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, dx), acc[t]);
+    }
+  }
+}
+
+// Not inlined: inside the panel its registers spilled and Q6_K's 8- and 16-token batches took
+// 15-20% longer.
+template <typename F, int NT>
+__attribute__((noinline)) void PackedKTile(const uint8_t* group, int64_t nsb, const ActQ8K& x,
+                                           int64_t t0, float* y, int64_t y_stride, __mmask16 rows,
+                                           bool prefetch) {
   constexpr int kChains = NT <= 2 ? 2 : 1;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
@@ -403,106 +489,149 @@ void PackedKTile(const uint8_t* group, int64_t nsb, const ActQ8K& x, int64_t t0,
     __m512i sum[NT];
     for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_si512();
     auto xq = [&](int t, int j) { return x.q + (t0 + t) * x.cols + s * 256 + 32 * j; };
-    if constexpr (std::is_same_v<F, packed::Q6K>) {
-      Unrolled<8>([&](auto gi) {
-        constexpr int G = decltype(gi)::value;
-        __m512i w[8];
-        Q6KSlices<G>(sb, w);
-        // Scales 2G, 2G + 1 (16 values each) as int16 pairs, then each as int32.
-        const __m512i pairs = _mm512_cvtepi8_epi16(
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kScales + 32 * G)));
-        const __m512i first = _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16);
-        const __m512i second = _mm512_srai_epi32(pairs, 16);
+    Unrolled<8>([&](auto j) {
+      constexpr int J = decltype(j)::value;
+      __m512i w[8];
+      KSlices<F, J>(sb, w);
+      if constexpr (std::is_same_v<F, packed::Q6K>) {
+        __m512i first, second;
+        Q6KScales(sb, J, first, second);
         for (int t = 0; t < NT; ++t) {
-          const __m512i a = SliceDot<kChains, 0, 4>(w, xq(t, G));
-          const __m512i b = SliceDot<kChains, 4, 4>(w, xq(t, G));
+          const __m512i a = SliceDot<kChains, 0, 4>(w, xq(t, J));
+          const __m512i b = SliceDot<kChains, 4, 4>(w, xq(t, J));
           sum[t] = _mm512_add_epi32(sum[t], _mm512_add_epi32(_mm512_mullo_epi32(a, first),
                                                              _mm512_mullo_epi32(b, second)));
         }
-      });
-      __m512i pairs[8];
-      for (int p = 0; p < 8; ++p) {
-        pairs[p] = _mm512_cvtepi8_epi16(
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kScales + 32 * p)));
-      }
-      const __m512 d =
-          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kD)));
-      for (int t = 0; t < NT; ++t) {
-        const int16_t* b = x.bsum + ((t0 + t) * nsb + s) * 16;
-        __m512i off = _mm512_setzero_si512();
-        for (int p = 0; p < 8; ++p) {
-          int32_t two;  // the token's sums of sub-blocks 2p, 2p + 1
-          std::memcpy(&two, b + 2 * p, sizeof two);
-          off = _mm512_dpwssd_epi32(off, pairs[p], _mm512_set1_epi32(two));
-        }
-        const __m512i total = _mm512_sub_epi32(sum[t], _mm512_slli_epi32(off, 5));
-        const __m512 dx = _mm512_set1_ps(x.d[(t0 + t) * nsb + s]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), acc[t]);
-      }
-    } else {
-      Unrolled<8>([&](auto j) {
-        constexpr int J = decltype(j)::value;
-        __m512i w[8];
-        KSlices<F, J>(sb, w);
-        const __m512i sc = _mm512_cvtepu8_epi32(
-            _mm_load_si128(reinterpret_cast<const __m128i*>(sb + F::kScales + 16 * J)));
+      } else {
+        const __m512i sc = KScale<F>(sb, J, 0);
         for (int t = 0; t < NT; ++t) {
           sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(SliceDot<kChains>(w, xq(t, J)), sc));
         }
-      });
-      __m512i mins[4];
-      for (int p = 0; p < 4; ++p) {
-        mins[p] = _mm512_cvtepu8_epi16(
-            _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kMins + 32 * p)));
       }
-      const __m512 d =
-          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kD)));
-      const __m512 dmin =
-          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kDmin)));
-      for (int t = 0; t < NT; ++t) {
-        const int32_t* pair_sums = x.sum32_pairs + ((t0 + t) * nsb + s) * 4;
-        __m512i m = _mm512_setzero_si512();
-        for (int p = 0; p < 4; ++p)
-          m = _mm512_dpwssd_epi32(m, mins[p], _mm512_set1_epi32(pair_sums[p]));
-        const __m512 dx = _mm512_set1_ps(x.d[(t0 + t) * nsb + s]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]), _mm512_mul_ps(d, dx), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, dx), acc[t]);
-      }
-    }
+    });
+    KSuperEnd<F, NT>(sb, x, t0, nsb, s, sum, acc);
   }
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
 }
 
+// The K-quants' pair tiles read their slices unpacked: a group's super-blocks as the unsigned
+// bytes the dpbusd take, 64 vectors of 16 rows x 4 bytes per super-block (32 values j, then
+// slice m), written once per token chunk for all its tiles (unpacked per tile, the pair tiles
+// measured no faster than PackedKTile: each slice would be unpacked for 4 tokens, not 8).
+constexpr int64_t kUnpackedSuperBytes = 64 * 64;
+
+template <typename F>
+void UnpackKGroup(const uint8_t* group, int64_t nsb, uint8_t* out) {
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* sb = group + s * F::kSuperBytes;
+    packed::PrefetchSuperAhead<F>(group, s);
+    uint8_t* o = out + s * kUnpackedSuperBytes;
+    Unrolled<8>([&](auto j) {
+      constexpr int J = decltype(j)::value;
+      for (int m = 0; m < 8; ++m) _mm512_store_si512(o + (J * 8 + m) * 64, KSliceOf<F, J>(sb, m));
+    });
+  }
+}
+
+// Two groups (32 rows) x NT tokens of a K-quant, their slices unpacked at u0, u1 (UnpackKGroup):
+// each activation broadcast feeds both groups' dpbusd. Per (row, token) the same exact int32
+// sums and the same float steps (KSuperEnd) as PackedKTile, so the same bits.
+template <typename F, int NT>
+void PackedKPairTile(const uint8_t* g0, const uint8_t* g1, const uint8_t* u0, const uint8_t* u1,
+                     int64_t nsb, const ActQ8K& x, int64_t t0, float* y, int64_t y_stride,
+                     __mmask16 rows0, __mmask16 rows1) {
+  // Scales per 32 values (Q6_K: one per 16), and the slices each covers.
+  constexpr int kParts = std::is_same_v<F, packed::Q6K> ? 2 : 1, kPartSlices = 8 / kParts;
+  __m512 acc[2][NT];
+  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* sb[2] = {g0 + s * F::kSuperBytes, g1 + s * F::kSuperBytes};
+    const uint8_t* us[2] = {u0 + s * kUnpackedSuperBytes, u1 + s * kUnpackedSuperBytes};
+    __m512i sum[2][NT];
+    for (int t = 0; t < NT; ++t) sum[0][t] = sum[1][t] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      Unrolled<kParts>([&](auto part) {
+        constexpr int e = decltype(part)::value;
+        __m512i dot[2][NT];
+        for (int t = 0; t < NT; ++t) dot[0][t] = dot[1][t] = _mm512_setzero_si512();
+        for (int m = e * kPartSlices; m < (e + 1) * kPartSlices; ++m) {
+          const __m512i w0 = _mm512_load_si512(us[0] + (j * 8 + m) * 64);
+          const __m512i w1 = _mm512_load_si512(us[1] + (j * 8 + m) * 64);
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* xq = x.q + (t0 + t) * x.cols + s * 256 + 32 * j + 4 * m;
+            const __m512i xb = _mm512_set1_epi32(packed::Slice4(xq));
+            dot[0][t] = _mm512_dpbusd_epi32(dot[0][t], w0, xb);
+            dot[1][t] = _mm512_dpbusd_epi32(dot[1][t], w1, xb);
+          }
+        }
+        for (int i = 0; i < 2; ++i) {
+          const __m512i sc = KScale<F>(sb[i], j, e);
+          for (int t = 0; t < NT; ++t) {
+            sum[i][t] = _mm512_add_epi32(sum[i][t], _mm512_mullo_epi32(dot[i][t], sc));
+          }
+        }
+      });
+    }
+    KSuperEnd<F, NT>(sb[0], x, t0, nsb, s, sum[0], acc[0]);
+    KSuperEnd<F, NT>(sb[1], x, t0, nsb, s, sum[1], acc[1]);
+  }
+  for (int t = 0; t < NT; ++t) {
+    _mm512_mask_storeu_ps(y + t * y_stride, rows0, acc[0][t]);
+    _mm512_mask_storeu_ps(y + t * y_stride + packed::kGroupRows, rows1, acc[1][t]);
+  }
+}
+
 // Every packed layout, in token chunks of packed::kTokenChunk (whose activations stay in L2 while
-// the groups pass): a batch of kPackedTokens tokens or more takes the thread's Q8_0, Q4_0 or
-// MXFP4 groups two at a time (PackedPairTile, tiles of kPairTokens tokens), a last odd group, the
-// K-quants and smaller batches one group at a time (tiles of kPackedTokens). Act is ActQ8_0 or,
-// for the K-quants, ActQ8K.
+// the groups pass): a chunk of kPackedTokens tokens or more (K-quants: kKPairChunk, which pays
+// for unpacking a pair's slices first) takes the thread's groups two at a time (the pair
+// tiles, kPairTokens tokens each), a last odd group and smaller chunks one group at a time
+// (tiles of kPackedTokens). Act is ActQ8_0 or, for the K-quants, ActQ8K.
 constexpr int kPairTokens = 4;
+constexpr int64_t kKPairChunk = 32;
 
 template <typename F, typename Act>
 void PackedPanelAvx512(const PanelArgs& a, const Act& x, int64_t r0, int64_t r1) {
   const WeightMatrix& w = *a.w;
   const int64_t nb = packed::kIsKQuant<F> ? w.cols / 256 : w.cols / 32;
   constexpr int64_t kRows = packed::kGroupRows;
-  const bool pairs = !packed::kIsKQuant<F> && a.num_tokens >= kPackedTokens;
+  const int64_t min_pair_chunk = packed::kIsKQuant<F> ? kKPairChunk : kPackedTokens;
   auto mask = [&](int64_t r) {
     return static_cast<__mmask16>((1u << std::min(kRows, w.rows - r)) - 1);
   };
+  struct alignas(64) Line {
+    uint8_t bytes[64];
+  };
+  thread_local std::vector<Line> unpacked;  // K-quants: the pair's two groups
+  uint8_t* u0 = nullptr;
+  uint8_t* u1 = nullptr;
+  if (packed::kIsKQuant<F> && a.num_tokens >= min_pair_chunk) {
+    unpacked.resize(static_cast<size_t>(2 * nb * kUnpackedSuperBytes / 64));
+    u0 = unpacked.data()->bytes;
+    u1 = u0 + nb * kUnpackedSuperBytes;
+  }
   for (int64_t c0 = 0; c0 < a.num_tokens; c0 += packed::kTokenChunk) {
     const int64_t c1 = std::min(c0 + packed::kTokenChunk, a.num_tokens);
+    const bool pairs = c1 - c0 >= min_pair_chunk;
     for (int64_t r = r0; r < r1;) {
       const uint8_t* g0 = packed::Group<F>(w, r / kRows);
-      if constexpr (!packed::kIsKQuant<F>) {
-        if (pairs && r + kRows < r1) {
-          const uint8_t* g1 = packed::Group<F>(w, r / kRows + 1);
-          ForTokenTiles<kPairTokens>(c0, c1, [&](auto nt, int64_t at) {
-            PackedPairTile<F, decltype(nt)::value>(g0, g1, nb, x, at, a.y + at * w.rows + r, w.rows,
-                                                   mask(r), mask(r + kRows), at == c0);
-          });
-          r += 2 * kRows;
-          continue;
+      if (pairs && r + kRows < r1) {
+        const uint8_t* g1 = packed::Group<F>(w, r / kRows + 1);
+        if constexpr (packed::kIsKQuant<F>) {
+          UnpackKGroup<F>(g0, nb, u0);
+          UnpackKGroup<F>(g1, nb, u1);
         }
+        ForTokenTiles<kPairTokens>(c0, c1, [&](auto nt, int64_t at) {
+          float* y = a.y + at * w.rows + r;
+          if constexpr (packed::kIsKQuant<F>) {
+            PackedKPairTile<F, decltype(nt)::value>(g0, g1, u0, u1, nb, x, at, y, w.rows, mask(r),
+                                                    mask(r + kRows));
+          } else {
+            PackedPairTile<F, decltype(nt)::value>(g0, g1, nb, x, at, y, w.rows, mask(r),
+                                                   mask(r + kRows), at == c0);
+          }
+        });
+        r += 2 * kRows;
+        continue;
       }
       ForTokenTiles<kPackedTokens>(c0, c1, [&](auto nt, int64_t at) {
         float* y = a.y + at * w.rows + r;

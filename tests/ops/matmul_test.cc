@@ -533,29 +533,36 @@ TEST_P(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
 }
 
 TEST_P(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
-  // Token tiles of 8 and their remainders, 64-token chunks, and with AMX 16-token tiles with
-  // VNNI for the rest: a token alone and in any batch gives the same bits.
+  // Token tiles of 8 and their remainders, 64-token chunks, a thread's groups taken two at a
+  // time (4-token tiles; one thread takes all the rows, two threads one group each here) with
+  // a last odd group alone, and with AMX 16-token tiles with VNNI for the rest: a token alone
+  // and in any batch gives the same bits.
   const std::vector<const char*> isas = PackedIsas(GetParam());
   if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
-  const int64_t rows = 37, cols = 9 * Traits(GetParam()).block_elems, tokens = 83;
+  const int64_t cols = 9 * Traits(GetParam()).block_elems, tokens = 83;
   std::mt19937 rng(3);
-  PackedWeights p = MakePacked(GetParam(), rows, cols, rng);
   std::vector<float> x(tokens * cols);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (float& v : x) v = u(rng);
-  ThreadPool pool(2);
-  for (const char* isa : isas) {
-    ASSERT_TRUE(SetMatMulIsa(isa));
-    std::vector<float> alone(tokens * rows);
-    for (int64_t t = 0; t < tokens; ++t) {
-      MatMul(p.q.w, x.data() + t * cols, 1, alone.data() + t * rows, pool);
-    }
-    for (const int64_t n : {2, 7, 8, 9, 16, 17, 31, 32, 65, 83}) {
-      std::vector<float> batched(n * rows);
-      MatMul(p.q.w, x.data(), n, batched.data(), pool);
-      for (int64_t i = 0; i < n * rows; ++i) {
-        ASSERT_EQ(alone[i], batched[i]) << isa << ": bit-identical expected, batch " << n
-                                        << ", token " << i / rows;
+  for (const int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (const int64_t rows : {37, 83}) {
+      PackedWeights p = MakePacked(GetParam(), rows, cols, rng);
+      for (const char* isa : isas) {
+        ASSERT_TRUE(SetMatMulIsa(isa));
+        std::vector<float> alone(tokens * rows);
+        for (int64_t t = 0; t < tokens; ++t) {
+          MatMul(p.q.w, x.data() + t * cols, 1, alone.data() + t * rows, pool);
+        }
+        for (const int64_t n : {2, 7, 8, 9, 16, 17, 31, 32, 65, 83}) {
+          std::vector<float> batched(n * rows);
+          MatMul(p.q.w, x.data(), n, batched.data(), pool);
+          for (int64_t i = 0; i < n * rows; ++i) {
+            ASSERT_EQ(alone[i], batched[i])
+                << isa << ": bit-identical expected, threads " << threads << ", rows " << rows
+                << ", batch " << n << ", token " << i / rows;
+          }
+        }
       }
     }
   }
