@@ -374,7 +374,7 @@ inline __m512i Q6KSlice(const uint8_t* sb, int m) {
   return _mm512_ternarylogic_epi32(nib, at4, _mm512_set1_epi8(0x30), kOrAnd);
 }
 
-// The 8 slices of 32 values J (a Q4_K / Q5_K sub-block, two Q6_K ones).
+// Slice m of the 32 values J (a Q4_K / Q5_K sub-block, two Q6_K ones), and all 8 of them.
 template <typename F, int J>
 inline __m512i KSliceOf(const uint8_t* sb, int m) {
   if constexpr (std::is_same_v<F, packed::Q6K>) {
