@@ -256,7 +256,6 @@ struct Avx2Vec {
     std::memcpy(tmp, p, sizeof(uint16_t) * n);
     return LoadHalf<kBF16>(tmp);
   }
-  static void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
   static Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   static void Pin(Vec& v) { __asm__("" : "+x"(v)); }
   static float Sum(Vec v) { return HorizontalSum(v); }

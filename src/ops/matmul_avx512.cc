@@ -867,7 +867,6 @@ struct Avx512Vec {
   static Vec LoadHalfPartial(const uint16_t* p, int n) {
     return FromHalf<kBF16>(_mm256_maskz_loadu_epi16(Mask(n), p));
   }
-  static void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
   static Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   // The 4 x 6 tile leaves room for the activation vector: without this GCC folds its load into
   // each of the 4 FMAs (28 loads per 24 FMAs instead of 10; ~5% slower).

@@ -8,7 +8,7 @@
 // tokens on, the prefill path), kTileRows x
 // kTileTokens (the prefill register tile), Zero, Load, LoadPartial (n < kLanes floats,
 // zero-filled, never reads past p + n), LoadHalf<kBF16> / LoadHalfPartial<kBF16> (the same for
-// 16-bit weights, converted exactly to float), Store, Fma(a, b, c) = a * b + c, Sum (a fixed
+// 16-bit weights, converted exactly to float), Fma(a, b, c) = a * b + c, Sum (a fixed
 // horizontal sum), Pin(v) (keeps a loaded vector in a register where the tile leaves room).
 //
 // NOTE: batch invariance. Output (row r, token t) is always:
@@ -124,7 +124,7 @@ void DirectPanel(const PanelArgs& a, const float* x, int64_t r0, int64_t r1) {
   for (; r < r1; ++r) DirectRows<V, kBF16, 1>(a, x, r);
 }
 
-// --- prefill: panel converted once, register-blocked tiles ------------------------------------
+// --- prefill: panel copied once, register-blocked tiles ---------------------------------------
 
 // Columns [k0, k1) of an NR x NT tile. w: the panel's rows, the weights' own 16 bits (stride
 // ldw, zero-padded to a multiple of the vector width), converted as they are loaded (exact);
