@@ -48,7 +48,7 @@ void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1) {
 void TileActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1, int32_t offset) {
   const int64_t nb = out.cols / 32;
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t base = t / kActTileTokens * nb * kActTileTokens + t % kActTileTokens;
+    const int64_t base = ActTileOffset(t, nb);
     for (int64_t b = 0; b < nb; ++b) {
       out.tile_d[base + b * kActTileTokens] = out.d[t * nb + b];
       out.tile_osum[base + b * kActTileTokens] = -offset * out.sum[t * nb + b];

@@ -32,6 +32,12 @@ struct ActQ8_0 {
 
 constexpr int64_t kActTileTokens = 8;
 
+// Where token t's entry for block 0 lies in ActQ8_0::tile_d / tile_osum (nb blocks per token);
+// block b's is kActTileTokens * b further on.
+inline int64_t ActTileOffset(int64_t t, int64_t nb) {
+  return t / kActTileTokens * kActTileTokens * nb + t % kActTileTokens;
+}
+
 struct ActQ8K {
   int8_t* q = nullptr;      // [num_tokens, cols]
   float* d = nullptr;       // [num_tokens, cols / 256]

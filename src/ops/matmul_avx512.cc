@@ -242,8 +242,8 @@ void PackedTile(const uint8_t* group, int64_t nb, const ActQ8_0& x, int64_t t0, 
   constexpr int kChains = NT <= 2 ? 2 : 1;
   static_assert(NT <= kActTileTokens);
   // The tile's per-block scalars, its tokens side by side (tiles start at multiples of 8).
-  const float* tile_d = x.tile_d + t0 * nb;
-  const int32_t* tile_osum = x.tile_osum + t0 * nb;
+  const float* tile_d = x.tile_d + ActTileOffset(t0, nb);
+  const int32_t* tile_osum = x.tile_osum + ActTileOffset(t0, nb);
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -283,9 +283,8 @@ void PackedPairTile(const uint8_t* g0, const uint8_t* g1, int64_t nb, const ActQ
   static_assert(NT <= kActTileTokens / 2);
   // The tile's per-block scalars within its line of 8 tokens (these tiles start at multiples
   // of 4).
-  const int64_t at = t0 % kActTileTokens;
-  const float* tile_d = x.tile_d + (t0 - at) * nb + at;
-  const int32_t* tile_osum = x.tile_osum + (t0 - at) * nb + at;
+  const float* tile_d = x.tile_d + ActTileOffset(t0, nb);
+  const int32_t* tile_osum = x.tile_osum + ActTileOffset(t0, nb);
   __m512 acc[2][NT];
   for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
