@@ -84,4 +84,12 @@ void PairSumsActQ8K(ActQ8K& out, int64_t t0, int64_t t1) {
   }
 }
 
+void UnsignedActQ8K(ActQ8K& out, int64_t t0, int64_t t1) {
+  const int8_t* q = out.q + t0 * out.cols;
+  uint8_t* u = out.qu + t0 * out.cols;
+  for (int64_t i = 0; i < (t1 - t0) * out.cols; ++i) {
+    u[i] = static_cast<uint8_t>(static_cast<uint8_t>(q[i]) ^ 0x80u);
+  }
+}
+
 }  // namespace kvserve

@@ -49,6 +49,10 @@ struct ActQ8K {
   // the 32-value sums s_j = b_2j + b_2j+1 of its 8 sub-blocks in 4 int32, each the int16 pair
   // (s_2p, s_2p+1) in memory order. [num_tokens, cols / 256 * 4], filled by PairSumsActQ8K.
   int32_t* sum32_pairs = nullptr;
+  // Optional, for the packed Q6_K kernels' pair tiles: q + 128 as unsigned bytes (q ^ 0x80),
+  // the dpbusd's unsigned operand where the weights are the signed one. [num_tokens, cols],
+  // filled by UnsignedActQ8K.
+  uint8_t* qu = nullptr;
 };
 
 // REQUIRES: cols % 32 == 0 (ActQ8_0), cols % 256 == 0 (ActQ8K); buffers sized as above.
@@ -60,5 +64,7 @@ void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1);
 void TileActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1, int32_t offset);
 // Fills out.sum32_pairs for tokens [t0, t1) from out.bsum.
 void PairSumsActQ8K(ActQ8K& out, int64_t t0, int64_t t1);
+// Fills out.qu for tokens [t0, t1) from out.q.
+void UnsignedActQ8K(ActQ8K& out, int64_t t0, int64_t t1);
 
 }  // namespace kvserve

@@ -236,13 +236,18 @@ bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, bool packed, cons
   thread_local std::vector<float> d;
   thread_local std::vector<int16_t> bsum;
   thread_local std::vector<int32_t> pairs;
+  thread_local std::vector<uint8_t> unsigned_q;
   ActQ8K act{ScratchOf(q, num_tokens * w.cols), ScratchOf(d, num_tokens * nsb),
              ScratchOf(bsum, num_tokens * nsb * 16), w.cols};
   if (packed) act.sum32_pairs = ScratchOf(pairs, num_tokens * nsb * 4);
+  // Q6_K's pair tiles multiply signed weights by unsigned activations.
+  const bool flip = packed && w.type == GgmlType::kQ6_K && num_tokens >= packed::kKPairChunk;
+  if (flip) act.qu = ScratchOf(unsigned_q, num_tokens * w.cols);
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
     ActQ8K part{act.q + t0 * w.cols, act.d + t0 * nsb, act.bsum + t0 * nsb * 16, w.cols};
     QuantizeActQ8K(x + t0 * w.cols, t1 - t0, part);
     if (packed) PairSumsActQ8K(act, t0, t1);
+    if (flip) UnsignedActQ8K(act, t0, t1);
   });
   const kernels::PanelArgs args{&w, num_tokens, y};
   pool.ParallelFor(

@@ -426,30 +426,39 @@ inline __m512i SliceDot(const __m512i (&w)[8], const int8_t* xq) {
 
 // The end of super-block s for NT tokens of one group whose exact int32 sums S are in sum: the
 // float steps of the arithmetic above into acc (with the mins for Q4_K / Q5_K, the -32 offset for
-// Q6_K).
-template <typename F, int NT>
+// Q6_K; or, kCorrected, Q6_K's sums of signed values whose correction is the vector at
+// `correction`, see UnpackKGroup).
+template <typename F, int NT, bool kCorrected = false>
 __attribute__((always_inline)) inline void KSuperEnd(const uint8_t* sb, const ActQ8K& x, int64_t t0,
                                                      int64_t nsb, int64_t s, const __m512i* sum,
-                                                     __m512* acc) {
+                                                     __m512* acc,
+                                                     const uint8_t* correction = nullptr) {
   if constexpr (std::is_same_v<F, packed::Q6K>) {
-    __m512i pairs[8];
-    for (int p = 0; p < 8; ++p) {
-      pairs[p] = _mm512_cvtepi8_epi16(
-          _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kScales + 32 * p)));
-    }
     const __m512 d =
         _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kD)));
-    for (int t = 0; t < NT; ++t) {
-      const int16_t* b = x.bsum + ((t0 + t) * nsb + s) * 16;
-      __m512i off = _mm512_setzero_si512();
-      for (int p = 0; p < 8; ++p) {
-        int32_t two;  // the token's sums of sub-blocks 2p, 2p + 1
-        std::memcpy(&two, b + 2 * p, sizeof two);
-        off = _mm512_dpwssd_epi32(off, pairs[p], _mm512_set1_epi32(two));
-      }
-      const __m512i total = _mm512_sub_epi32(sum[t], _mm512_slli_epi32(off, 5));
+    auto step = [&](int t, __m512i total) {
       const __m512 dx = _mm512_set1_ps(x.d[(t0 + t) * nsb + s]);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), acc[t]);
+    };
+    if constexpr (kCorrected) {
+      const __m512i c = _mm512_load_si512(correction);
+      for (int t = 0; t < NT; ++t) step(t, _mm512_sub_epi32(sum[t], c));
+    } else {
+      __m512i pairs[8];
+      for (int p = 0; p < 8; ++p) {
+        pairs[p] = _mm512_cvtepi8_epi16(
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(sb + F::kScales + 32 * p)));
+      }
+      for (int t = 0; t < NT; ++t) {
+        const int16_t* b = x.bsum + ((t0 + t) * nsb + s) * 16;
+        __m512i off = _mm512_setzero_si512();
+        for (int p = 0; p < 8; ++p) {
+          int32_t two;  // the token's sums of sub-blocks 2p, 2p + 1
+          std::memcpy(&two, b + 2 * p, sizeof two);
+          off = _mm512_dpwssd_epi32(off, pairs[p], _mm512_set1_epi32(two));
+        }
+        step(t, _mm512_sub_epi32(sum[t], _mm512_slli_epi32(off, 5)));
+      }
     }
   } else {
     __m512i mins[4];
@@ -513,11 +522,18 @@ __attribute__((noinline)) void PackedKTile(const uint8_t* group, int64_t nsb, co
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * y_stride, rows, acc[t]);
 }
 
-// The K-quants' pair tiles read their slices unpacked: a group's super-blocks as the unsigned
-// bytes the dpbusd take, 64 vectors of 16 rows x 4 bytes per super-block (32 values j, then
-// slice m), written once per token chunk for all its tiles (unpacked per tile, the pair tiles
-// measured no faster than PackedKTile: each slice would be unpacked for 4 tokens, not 8).
-constexpr int64_t kUnpackedSuperBytes = 64 * 64;
+// The K-quants' pair tiles read their slices unpacked: a group's super-blocks as the bytes the
+// dpbusd take, 64 vectors of 16 rows x 4 bytes per super-block (32 values j, then slice m),
+// written once per token chunk for all its tiles (unpacked per tile, the pair tiles measured no
+// faster than PackedKTile: each slice would be unpacked for 4 tokens, not 8). Q4_K / Q5_K keep
+// their unsigned values. Q6_K's are stored signed, q - 32, for the token's unsigned bytes
+// x + 128 (ActQ8K::qu), and a 65th vector holds each row's correction
+// C = 128 * sum_j scale_j * sum_k (q_jk - 32) over the super-block's 16-value sub-blocks j:
+// sum_j scale_j * sum_k (q_jk - 32) * (x_k + 128) - C is the same exact int32 as
+// PackedKTile's sum_j scale_j * sum_k q_jk * x_k - 32 * sum_j scale_j * sum_k x_k (|C| < 2^28,
+// each sum below 2^29), without the per-token offset products.
+constexpr int64_t kUnpackedSuperBytes = 65 * 64;
+constexpr int64_t kCorrection = 64 * 64;  // Q6_K's correction vector in the unpacked super-block
 
 template <typename F>
 void UnpackKGroup(const uint8_t* group, int64_t nsb, uint8_t* out) {
@@ -525,10 +541,30 @@ void UnpackKGroup(const uint8_t* group, int64_t nsb, uint8_t* out) {
     const uint8_t* sb = group + s * F::kSuperBytes;
     packed::PrefetchSuperAhead<F>(group, s);
     uint8_t* o = out + s * kUnpackedSuperBytes;
-    Unrolled<8>([&](auto j) {
-      constexpr int J = decltype(j)::value;
-      for (int m = 0; m < 8; ++m) _mm512_store_si512(o + (J * 8 + m) * 64, KSliceOf<F, J>(sb, m));
-    });
+    if constexpr (std::is_same_v<F, packed::Q6K>) {
+      const __m512i ones = _mm512_set1_epi8(1), offset = _mm512_set1_epi8(32);
+      __m512i correction = _mm512_setzero_si512();
+      Unrolled<8>([&](auto j) {
+        constexpr int J = decltype(j)::value;
+        __m512i scale[2];
+        Q6KScales(sb, J, scale[0], scale[1]);
+        for (int e = 0; e < 2; ++e) {
+          __m512i sum = _mm512_setzero_si512();  // each row's sum of its 16 values q - 32
+          for (int m = 4 * e; m < 4 * e + 4; ++m) {
+            const __m512i w = _mm512_sub_epi8(Q6KSlice<J>(sb, m), offset);
+            _mm512_store_si512(o + (J * 8 + m) * 64, w);
+            sum = _mm512_dpbusd_epi32(sum, ones, w);
+          }
+          correction = _mm512_add_epi32(correction, _mm512_mullo_epi32(sum, scale[e]));
+        }
+      });
+      _mm512_store_si512(o + kCorrection, _mm512_slli_epi32(correction, 7));
+    } else {
+      Unrolled<8>([&](auto j) {
+        constexpr int J = decltype(j)::value;
+        for (int m = 0; m < 8; ++m) _mm512_store_si512(o + (J * 8 + m) * 64, KSlice<F, J>(sb, m));
+      });
+    }
   }
 }
 
@@ -540,7 +576,8 @@ void PackedKPairTile(const uint8_t* g0, const uint8_t* g1, const uint8_t* u0, co
                      int64_t nsb, const ActQ8K& x, int64_t t0, float* y, int64_t y_stride,
                      __mmask16 rows0, __mmask16 rows1) {
   // Scales per 32 values (Q6_K: one per 16), and the slices each covers.
-  constexpr int kParts = std::is_same_v<F, packed::Q6K> ? 2 : 1, kPartSlices = 8 / kParts;
+  constexpr bool kQ6K = std::is_same_v<F, packed::Q6K>;
+  constexpr int kParts = kQ6K ? 2 : 1, kPartSlices = 8 / kParts;
   __m512 acc[2][NT];
   for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
@@ -554,13 +591,25 @@ void PackedKPairTile(const uint8_t* g0, const uint8_t* g1, const uint8_t* u0, co
         __m512i dot[2][NT];
         for (int t = 0; t < NT; ++t) dot[0][t] = dot[1][t] = _mm512_setzero_si512();
         for (int m = e * kPartSlices; m < (e + 1) * kPartSlices; ++m) {
-          const __m512i w0 = _mm512_load_si512(us[0] + (j * 8 + m) * 64);
-          const __m512i w1 = _mm512_load_si512(us[1] + (j * 8 + m) * 64);
+          __m512i w0 = _mm512_load_si512(us[0] + (j * 8 + m) * 64);
+          __m512i w1 = _mm512_load_si512(us[1] + (j * 8 + m) * 64);
+          if constexpr (kQ6K) {
+            // Loaded once for the NT tokens: as dpbusd's second operand the compiler would
+            // otherwise fold the load into each of them.
+            asm("" : "+v"(w0), "+v"(w1));
+          }
           for (int t = 0; t < NT; ++t) {
-            const int8_t* xq = x.q + (t0 + t) * x.cols + s * 256 + 32 * j + 4 * m;
-            const __m512i xb = _mm512_set1_epi32(packed::Slice4(xq));
-            dot[0][t] = _mm512_dpbusd_epi32(dot[0][t], w0, xb);
-            dot[1][t] = _mm512_dpbusd_epi32(dot[1][t], w1, xb);
+            const int64_t at = (t0 + t) * x.cols + s * 256 + 32 * j + 4 * m;
+            if constexpr (kQ6K) {  // unsigned activations, signed weights
+              const __m512i xb =
+                  _mm512_set1_epi32(packed::Slice4(reinterpret_cast<const int8_t*>(x.qu + at)));
+              dot[0][t] = _mm512_dpbusd_epi32(dot[0][t], xb, w0);
+              dot[1][t] = _mm512_dpbusd_epi32(dot[1][t], xb, w1);
+            } else {
+              const __m512i xb = _mm512_set1_epi32(packed::Slice4(x.q + at));
+              dot[0][t] = _mm512_dpbusd_epi32(dot[0][t], w0, xb);
+              dot[1][t] = _mm512_dpbusd_epi32(dot[1][t], w1, xb);
+            }
           }
         }
         for (int i = 0; i < 2; ++i) {
@@ -571,8 +620,9 @@ void PackedKPairTile(const uint8_t* g0, const uint8_t* g1, const uint8_t* u0, co
         }
       });
     }
-    KSuperEnd<F, NT>(sb[0], x, t0, nsb, s, sum[0], acc[0]);
-    KSuperEnd<F, NT>(sb[1], x, t0, nsb, s, sum[1], acc[1]);
+    for (int i = 0; i < 2; ++i) {
+      KSuperEnd<F, NT, kQ6K>(sb[i], x, t0, nsb, s, sum[i], acc[i], us[i] + kCorrection);
+    }
   }
   for (int t = 0; t < NT; ++t) {
     _mm512_mask_storeu_ps(y + t * y_stride, rows0, acc[0][t]);
@@ -586,7 +636,7 @@ void PackedKPairTile(const uint8_t* g0, const uint8_t* g1, const uint8_t* u0, co
 // tiles, kPairTokens tokens each), a last odd group and smaller chunks one group at a time
 // (tiles of kPackedTokens). Act is ActQ8_0 or, for the K-quants, ActQ8K.
 constexpr int kPairTokens = 4;
-constexpr int64_t kKPairChunk = 32;
+using packed::kKPairChunk;
 
 template <typename F, typename Act>
 void PackedPanelAvx512(const PanelArgs& a, const Act& x, int64_t r0, int64_t r1) {

@@ -166,6 +166,9 @@ const uint16_t* BlockScales(const uint8_t* group, int64_t b) {
 
 // The kernels walk tokens in chunks whose activations stay in L2 while the groups pass.
 constexpr int64_t kTokenChunk = 64;
+// The AVX-512 K-quant kernels take groups in pairs in chunks of this many tokens or more (which
+// pay for unpacking the pair's values first); Q6_K's pairs then read ActQ8K::qu.
+constexpr int64_t kKPairChunk = 32;
 
 // The walk of every packed kernel over rows [r0, r1) (whole groups) and tokens
 // [0, num_tokens): fn(group, r, rows, c0, c1) for each chunk [c0, c1) of kTokenChunk tokens
