@@ -533,13 +533,13 @@ TEST_P(PackedMatMulTest, MatchesReferenceOverShapesTokensAndThreads) {
 }
 
 TEST_P(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
-  // Token tiles of 8 and their remainders, 64-token chunks, a thread's groups taken two at a
-  // time (4-token tiles; one thread takes all the rows, two threads one group each here) with
-  // a last odd group alone, and with AMX 16-token tiles with VNNI for the rest: a token alone
-  // and in any batch gives the same bits.
+  // Token tiles of 8 and their remainders, token chunks (256 with AVX-512), a thread's groups
+  // taken two at a time (4-token tiles; one thread takes all the rows, two threads one group each
+  // here) with a last odd group alone, and with AMX 16-token tiles with VNNI for the rest: a token
+  // alone and in any batch gives the same bits.
   const std::vector<const char*> isas = PackedIsas(GetParam());
   if (isas.empty()) GTEST_SKIP() << "needs AVX-512 VNNI";
-  const int64_t cols = 9 * Traits(GetParam()).block_elems, tokens = 83;
+  const int64_t cols = 9 * Traits(GetParam()).block_elems, tokens = 300;
   std::mt19937 rng(3);
   std::vector<float> x(tokens * cols);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -554,7 +554,7 @@ TEST_P(PackedMatMulTest, ATokensResultDoesNotDependOnTheRestOfTheBatch) {
         for (int64_t t = 0; t < tokens; ++t) {
           MatMul(p.q.w, x.data() + t * cols, 1, alone.data() + t * rows, pool);
         }
-        for (const int64_t n : {2, 7, 8, 9, 16, 17, 31, 32, 65, 83}) {
+        for (const int64_t n : {2, 7, 8, 9, 16, 17, 31, 32, 65, 83, 257, 300}) {
           std::vector<float> batched(n * rows);
           MatMul(p.q.w, x.data(), n, batched.data(), pool);
           for (int64_t i = 0; i < n * rows; ++i) {
