@@ -69,6 +69,11 @@ void QuantizeActQ8K(const float* x, int64_t num_tokens, ActQ8K& out) {
       }
     }
   }
+  if (out.qu != nullptr) {
+    for (int64_t i = 0; i < num_tokens * out.cols; ++i) {
+      out.qu[i] = static_cast<uint8_t>(static_cast<uint8_t>(out.q[i]) ^ 0x80u);
+    }
+  }
 }
 
 void PairSumsActQ8K(ActQ8K& out, int64_t t0, int64_t t1) {
@@ -81,14 +86,6 @@ void PairSumsActQ8K(ActQ8K& out, int64_t t0, int64_t t1) {
                                static_cast<int16_t>(b[4 * p + 2] + b[4 * p + 3])};
       std::memcpy(out.sum32_pairs + i * 4 + p, pair, sizeof pair);
     }
-  }
-}
-
-void UnsignedActQ8K(ActQ8K& out, int64_t t0, int64_t t1) {
-  const int8_t* q = out.q + t0 * out.cols;
-  uint8_t* u = out.qu + t0 * out.cols;
-  for (int64_t i = 0; i < (t1 - t0) * out.cols; ++i) {
-    u[i] = static_cast<uint8_t>(static_cast<uint8_t>(q[i]) ^ 0x80u);
   }
 }
 

@@ -51,7 +51,7 @@ struct ActQ8K {
   int32_t* sum32_pairs = nullptr;
   // Optional, for the packed Q6_K kernels' pair tiles: q + 128 as unsigned bytes (q ^ 0x80),
   // the dpbusd's unsigned operand where the weights are the signed one. [num_tokens, cols],
-  // filled by UnsignedActQ8K.
+  // filled by QuantizeActQ8K when set.
   uint8_t* qu = nullptr;
 };
 
@@ -64,7 +64,5 @@ void SumActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1);
 void TileActQ8_0(ActQ8_0& out, int64_t t0, int64_t t1, int32_t offset);
 // Fills out.sum32_pairs for tokens [t0, t1) from out.bsum.
 void PairSumsActQ8K(ActQ8K& out, int64_t t0, int64_t t1);
-// Fills out.qu for tokens [t0, t1) from out.q.
-void UnsignedActQ8K(ActQ8K& out, int64_t t0, int64_t t1);
 
 }  // namespace kvserve

@@ -126,6 +126,14 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t num_tokens, float
 
 std::string_view MatMulIsa() { return Table().isa; }
 
+void QuantizeActQ8_0ForIsa(const float* x, int64_t num_tokens, ActQ8_0& out) {
+  Table().quantize_q8_0(x, num_tokens, out);
+}
+
+void QuantizeActQ8KForIsa(const float* x, int64_t num_tokens, ActQ8K& out) {
+  Table().quantize_q8k(x, num_tokens, out);
+}
+
 bool SetMatMulIsa(std::string_view isa) {
   if (isa != "generic" && isa != "avx2" && isa != "avx512" && isa != "amx" && isa != "best") {
     return false;
@@ -179,7 +187,7 @@ ActQ8_0 QuantizeForPanels(const WeightMatrix& w, const float* x, int64_t num_tok
   }
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
     ActQ8_0 part{act.q + t0 * w.cols, act.d + t0 * nb, w.cols};
-    QuantizeActQ8_0(x + t0 * w.cols, t1 - t0, part);
+    k.quantize_q8_0(x + t0 * w.cols, t1 - t0, part);
     if (paired) k.q8_0_prepare(act, t0, t1);
     if (sums) SumActQ8_0(act, t0, t1);
     if (tiled) TileActQ8_0(act, t0, t1, tile_offset);
@@ -245,9 +253,9 @@ bool MatMulQ8K(const WeightMatrix& w, kernels::Q8KPanel panel, bool packed, cons
   if (flip) act.qu = ScratchOf(unsigned_q, num_tokens * w.cols);
   pool.ParallelFor(num_tokens, [&](int64_t t0, int64_t t1) {
     ActQ8K part{act.q + t0 * w.cols, act.d + t0 * nsb, act.bsum + t0 * nsb * 16, w.cols};
-    QuantizeActQ8K(x + t0 * w.cols, t1 - t0, part);
+    if (flip) part.qu = act.qu + t0 * w.cols;
+    Table().quantize_q8k(x + t0 * w.cols, t1 - t0, part);
     if (packed) PairSumsActQ8K(act, t0, t1);
-    if (flip) UnsignedActQ8K(act, t0, t1);
   });
   const kernels::PanelArgs args{&w, num_tokens, y};
   pool.ParallelFor(

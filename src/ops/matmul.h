@@ -15,6 +15,9 @@
 
 namespace kvserve {
 
+struct ActQ8_0;  // ops/act_quant.h
+struct ActQ8K;
+
 // A 2-D weight as GGUF stores it: `rows` rows of `cols` elements (GGUF dims [cols, rows]),
 // each row `row_bytes` long, rows contiguous.
 struct WeightMatrix {
@@ -72,6 +75,11 @@ std::string_view MatMulIsa();
 // Switches the kernels ("generic", "avx2", "avx512", "amx", "best"); false if the CPU lacks
 // it. For tests and benchmarks; not thread-safe against running matmuls.
 bool SetMatMulIsa(std::string_view isa);
+
+// The activation quantization MatMul runs under the chosen kernels: act_quant.h's, or a vector
+// version that writes the same bytes (tests check it).
+void QuantizeActQ8_0ForIsa(const float* x, int64_t num_tokens, ActQ8_0& out);
+void QuantizeActQ8KForIsa(const float* x, int64_t num_tokens, ActQ8K& out);
 
 // Reference: dequantize every row and take plain dot products (tests compare against it).
 void MatMulReference(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y);

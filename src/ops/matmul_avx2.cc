@@ -364,10 +364,86 @@ void PackedQ4PanelAvx2(const PanelArgs& a, const ActQ8_0& x, int64_t r0, int64_t
 
 }  // namespace
 
+// --- Activation quantization ------------------------------------------------------------------
+// act_quant.h's arithmetic 8 values at a time, the same bytes (as the AVX-512 version: the
+// product rounded on its own, kept from fusing by the empty asm, +-0.5 by its sign, truncated).
+
+inline __m256i RoundToInt(__m256 x, __m256 id) {
+  __m256 v = _mm256_mul_ps(x, id);
+  asm("" : "+x"(v));
+  const __m256 nonnegative = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GE_OQ);
+  const __m256 half = _mm256_blendv_ps(_mm256_set1_ps(-0.5f), _mm256_set1_ps(0.5f), nonnegative);
+  return _mm256_cvttps_epi32(_mm256_add_ps(v, half));
+}
+
+// The scale d of n values (a multiple of 8) and the inverse the values are multiplied by.
+inline float BlockScaleOf(const float* x, int n, float& id) {
+  const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_and_ps(abs, _mm256_loadu_ps(x + i)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float d = _mm_cvtss_f32(h) / 127.f;
+  id = d > 0.f ? 1.f / d : 0.f;
+  return d;
+}
+
+// 32 values from four vectors of int32 (each in [-127, 127]) as bytes in order.
+inline __m256i NarrowToBytes(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline int32_t SumOf(__m256i v) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+  return _mm_cvtsi128_si32(h);
+}
+
+void QuantizeActQ8_0Avx2(const float* x, int64_t num_tokens, ActQ8_0& out) {
+  const int64_t nb = out.cols / 32;
+  for (int64_t i = 0; i < num_tokens * nb; ++i) {  // block i of the batch
+    const float* xb = x + i * 32;
+    float id;
+    out.d[i] = BlockScaleOf(xb, 32, id);
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) q[k] = RoundToInt(_mm256_loadu_ps(xb + 8 * k), idv);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q + i * 32),
+                        NarrowToBytes(q[0], q[1], q[2], q[3]));
+  }
+}
+
+void QuantizeActQ8KAvx2(const float* x, int64_t num_tokens, ActQ8K& out) {
+  const int64_t nsb = out.cols / 256;
+  for (int64_t i = 0; i < num_tokens * nsb; ++i) {  // super-block i of the batch
+    const float* xs = x + i * 256;
+    float id;
+    out.d[i] = BlockScaleOf(xs, 256, id);
+    const __m256 idv = _mm256_set1_ps(id);
+    for (int k = 0; k < 8; ++k) {  // 32 values: sub-blocks 2k, 2k + 1 of 16
+      __m256i q[4];
+      for (int v = 0; v < 4; ++v) q[v] = RoundToInt(_mm256_loadu_ps(xs + 32 * k + 8 * v), idv);
+      const __m256i bytes = NarrowToBytes(q[0], q[1], q[2], q[3]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q + i * 256 + 32 * k), bytes);
+      out.bsum[i * 16 + 2 * k] = static_cast<int16_t>(SumOf(_mm256_add_epi32(q[0], q[1])));
+      out.bsum[i * 16 + 2 * k + 1] = static_cast<int16_t>(SumOf(_mm256_add_epi32(q[2], q[3])));
+      if (out.qu != nullptr) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.qu + i * 256 + 32 * k),
+                            _mm256_xor_si256(bytes, _mm256_set1_epi8(static_cast<char>(0x80))));
+      }
+    }
+  }
+}
+
 bool InitAvx2(KernelTable& table) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
   table.isa = "avx2";
+  table.quantize_q8_0 = &QuantizeActQ8_0Avx2;
+  table.quantize_q8k = &QuantizeActQ8KAvx2;
   table.q8_0 = &block32::Panel<block32::Q8_0, MaddubsDot>;
   table.q4_0 = &block32::Panel<block32::Q4_0, MaddubsDot>;
   table.q5_0 = &block32::Panel<block32::Q5_0, MaddubsDot>;

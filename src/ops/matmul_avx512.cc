@@ -942,6 +942,64 @@ struct VnniDot {
 
 }  // namespace
 
+// --- Activation quantization ------------------------------------------------------------------
+// act_quant.h's arithmetic 16 values at a time, the same bytes: the block's absolute maximum
+// (exact in any order), d and 1 / d in scalar as QuantizeBlock has them, then per value the
+// product rounded on its own (the empty asm keeps the compiler from fusing it into the add, which
+// the scalar code, compiled without FMA, never does), +-0.5 by its sign, truncated.
+
+inline __m512i RoundToInt(__m512 x, __m512 id) {
+  __m512 v = _mm512_mul_ps(x, id);
+  asm("" : "+v"(v));
+  const __mmask16 nonnegative = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GE_OQ);
+  const __m512 half =
+      _mm512_mask_blend_ps(nonnegative, _mm512_set1_ps(-0.5f), _mm512_set1_ps(0.5f));
+  return _mm512_cvttps_epi32(_mm512_add_ps(v, half));
+}
+
+// The scale d of n values (a multiple of 16) and the inverse the values are multiplied by.
+inline float BlockScaleOf(const float* x, int n, float& id) {
+  __m512 m = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  const float d = _mm512_reduce_max_ps(m) / 127.f;
+  id = d > 0.f ? 1.f / d : 0.f;
+  return d;
+}
+
+void QuantizeActQ8_0Avx512(const float* x, int64_t num_tokens, ActQ8_0& out) {
+  const int64_t nb = out.cols / 32;
+  for (int64_t i = 0; i < num_tokens * nb; ++i) {  // block i of the batch
+    const float* xb = x + i * 32;
+    float id;
+    out.d[i] = BlockScaleOf(xb, 32, id);
+    const __m512 idv = _mm512_set1_ps(id);
+    for (int h = 0; h < 2; ++h) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q + i * 32 + 16 * h),
+                       _mm512_cvtepi32_epi8(RoundToInt(_mm512_loadu_ps(xb + 16 * h), idv)));
+    }
+  }
+}
+
+void QuantizeActQ8KAvx512(const float* x, int64_t num_tokens, ActQ8K& out) {
+  const int64_t nsb = out.cols / 256;
+  for (int64_t i = 0; i < num_tokens * nsb; ++i) {  // super-block i of the batch
+    const float* xs = x + i * 256;
+    float id;
+    out.d[i] = BlockScaleOf(xs, 256, id);
+    const __m512 idv = _mm512_set1_ps(id);
+    for (int j = 0; j < 16; ++j) {
+      const __m512i q = RoundToInt(_mm512_loadu_ps(xs + 16 * j), idv);
+      const __m128i bytes = _mm512_cvtepi32_epi8(q);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out.q + i * 256 + 16 * j), bytes);
+      out.bsum[i * 16 + j] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+      if (out.qu != nullptr) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out.qu + i * 256 + 16 * j),
+                         _mm_xor_si128(bytes, _mm_set1_epi8(static_cast<char>(0x80))));
+      }
+    }
+  }
+}
+
 bool InitAvx512(KernelTable& table) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
@@ -950,6 +1008,8 @@ bool InitAvx512(KernelTable& table) {
     return false;
   }
   table.isa = "avx512-vnni";
+  table.quantize_q8_0 = &QuantizeActQ8_0Avx512;
+  table.quantize_q8k = &QuantizeActQ8KAvx512;
   table.q8_0 = &Q8_0PanelAvx512;
   table.q8_0_prepare = &Q8_0PrepareAvx512;
   table.q8_0_prepare_min_tokens = kPairedMinTokens;

@@ -31,9 +31,16 @@ using F16RowToF32 = void (*)(const uint16_t* src, float* dst, int64_t n);
 // the decode path (weights converted in registers) and the prefill path (weights converted
 // once per panel into per-thread scratch) do the same arithmetic, bit for bit.
 using HalfPanel = void (*)(const PanelArgs& a, const float* x, int64_t r0, int64_t r1);
+// Activation quantization: act_quant.h's functions, or vector versions that write the same bytes
+// (the same float operations per value: the product x * (1 / d) rounded on its own, then the
+// +-0.5 added and truncated).
+using QuantizeQ8_0 = void (*)(const float* x, int64_t num_tokens, ActQ8_0& out);
+using QuantizeQ8K = void (*)(const float* x, int64_t num_tokens, ActQ8K& out);
 
 struct KernelTable {
   const char* isa = "generic";
+  QuantizeQ8_0 quantize_q8_0 = &QuantizeActQ8_0;
+  QuantizeQ8K quantize_q8k = &QuantizeActQ8K;
   Q8_0Panel q8_0 = nullptr;  // Q8_0 weights x ActQ8_0
   // When set, MatMul prepares ActQ8_0's paired layout for q8_0 for batches of
   // [q8_0_prepare_min_tokens, q8_0_prepare_max_tokens] tokens.

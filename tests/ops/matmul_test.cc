@@ -614,5 +614,73 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                                            GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kMXFP4),
                          [](const auto& p) { return std::string(Traits(p.param).name); });
 
+// --- Activation quantization ------------------------------------------------------------------
+
+// Tokens of 512 values that exercise the rounding: random, all zero, halfway cases (a block
+// maximum of 127 makes 1 / d exactly 1, so k + 0.5 and the float just below 0.5 reach the
+// rounding as they are), tiny and huge magnitudes, and signed zeros.
+std::vector<float> QuantizationInputs(int64_t cols, int64_t& tokens) {
+  tokens = 5;
+  std::vector<float> x(tokens * cols, 0.f);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n(0.f, 1.f);
+  for (int64_t i = 0; i < cols; ++i) x[i] = n(rng);  // token 0; token 1 stays zero
+  float* ties = x.data() + 2 * cols;
+  for (int64_t i = 0; i < cols; ++i) ties[i] = static_cast<float>(i % 254) - 126.5f;
+  for (int64_t b = 0; b < cols; b += 32) {
+    ties[b] = 127.f;
+    ties[b + 1] = 0.49999997f;
+    ties[b + 2] = -0.49999997f;
+    ties[b + 3] = -0.f;
+    ties[b + 4] = -0.5f;
+  }
+  for (int64_t i = 0; i < cols; ++i) x[3 * cols + i] = n(rng) * 1e-30f;
+  for (int64_t i = 0; i < cols; ++i) x[4 * cols + i] = (i % 7 == 0 ? -0.f : n(rng) * 1e30f);
+  return x;
+}
+
+TEST(ActivationQuantizationTest, VectorVersionsWriteTheScalarBytes) {
+  const int64_t cols = 512;
+  int64_t tokens = 0;
+  const std::vector<float> x = QuantizationInputs(cols, tokens);
+  std::vector<int8_t> q0(tokens * cols), k0(tokens * cols);
+  std::vector<float> d0(tokens * cols / 32), kd0(tokens * cols / 256);
+  std::vector<int16_t> bsum0(tokens * cols / 16);
+  std::vector<uint8_t> qu0(tokens * cols);
+  ActQ8_0 a0{q0.data(), d0.data(), cols};
+  QuantizeActQ8_0(x.data(), tokens, a0);
+  ActQ8K b0{k0.data(), kd0.data(), bsum0.data(), cols};
+  b0.qu = qu0.data();
+  QuantizeActQ8K(x.data(), tokens, b0);
+  int checked = 0;
+  for (const char* isa : {"avx2", "avx512"}) {
+    if (!SetMatMulIsa(isa)) continue;
+    SCOPED_TRACE(isa);
+    ++checked;
+    std::vector<int8_t> q(tokens * cols, 1), k(tokens * cols, 1);
+    std::vector<float> d(d0.size(), -1.f), kd(kd0.size(), -1.f);
+    std::vector<int16_t> bsum(bsum0.size(), -1);
+    std::vector<uint8_t> qu(tokens * cols, 1);
+    ActQ8_0 a{q.data(), d.data(), cols};
+    QuantizeActQ8_0ForIsa(x.data(), tokens, a);
+    EXPECT_EQ(q, q0);
+    EXPECT_EQ(0, std::memcmp(d.data(), d0.data(), d.size() * sizeof(float)));
+    ActQ8K b{k.data(), kd.data(), bsum.data(), cols};
+    b.qu = qu.data();
+    QuantizeActQ8KForIsa(x.data(), tokens, b);
+    EXPECT_EQ(k, k0);
+    EXPECT_EQ(0, std::memcmp(kd.data(), kd0.data(), kd.size() * sizeof(float)));
+    EXPECT_EQ(bsum, bsum0);
+    EXPECT_EQ(qu, qu0);
+  }
+  SetMatMulIsa("best");
+  // The scalar reference itself: halfway cases round away from zero (-0.5, -121.5, -120.5).
+  EXPECT_EQ(d0[2 * cols / 32], 1.f);
+  EXPECT_EQ(q0[2 * cols + 4], -1);
+  EXPECT_EQ(q0[2 * cols + 5], -122);
+  EXPECT_EQ(q0[2 * cols + 6], -121);
+  if (checked == 0) GTEST_SKIP() << "needs AVX2";
+}
+
 }  // namespace
 }  // namespace kvserve
