@@ -655,17 +655,20 @@ void PackedPanelAvx512(const PanelArgs& a, const Act& x, int64_t r0, int64_t r1)
   struct alignas(64) Line {
     uint8_t bytes[64];
   };
+  // Q6_K's pairs read the tokens' unsigned bytes, which MatMulQ8K writes for them.
+  bool can_pair = true;
+  if constexpr (std::is_same_v<F, packed::Q6K>) can_pair = x.qu != nullptr;
   thread_local std::vector<Line> unpacked;  // K-quants: the pair's two groups
   uint8_t* u0 = nullptr;
   uint8_t* u1 = nullptr;
-  if (packed::kIsKQuant<F> && a.num_tokens >= min_pair_chunk) {
+  if (packed::kIsKQuant<F> && can_pair && a.num_tokens >= min_pair_chunk) {
     unpacked.resize(static_cast<size_t>(2 * nb * kUnpackedSuperBytes / 64));
     u0 = unpacked.data()->bytes;
     u1 = u0 + nb * kUnpackedSuperBytes;
   }
   for (int64_t c0 = 0; c0 < a.num_tokens; c0 += kAvx512Chunk) {
     const int64_t c1 = std::min(c0 + kAvx512Chunk, a.num_tokens);
-    const bool pairs = c1 - c0 >= min_pair_chunk;
+    const bool pairs = can_pair && c1 - c0 >= min_pair_chunk;
     for (int64_t r = r0; r < r1;) {
       const uint8_t* g0 = packed::Group<F>(w, r / kRows);
       if (pairs && r + kRows < r1) {
