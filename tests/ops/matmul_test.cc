@@ -616,11 +616,23 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
 
 // --- Activation quantization ------------------------------------------------------------------
 
+// Whether x * id rounded to float, then +-0.5 added, truncates to another integer than the
+// product and the add fused into one rounding (the double holds both exactly).
+bool FusedRoundingDiffers(float x, float id) {
+  const float v = x * id;
+  const float half = v >= 0.f ? 0.5f : -0.5f;
+  const float fused = static_cast<float>(static_cast<double>(x) * id + half);
+  return static_cast<int>(v + half) != static_cast<int>(fused);
+}
+
 // Tokens of 512 values that exercise the rounding: random, all zero, halfway cases (a block
 // maximum of 127 makes 1 / d exactly 1, so k + 0.5 and the float just below 0.5 reach the
-// rounding as they are), tiny and huge magnitudes, and signed zeros.
+// rounding as they are), tiny and huge magnitudes, signed zeros, and values whose x * (1 / d)
+// lands next to +-0.5 where rounding the product before the add (the scalar code) and fusing
+// the two give different bytes (searched for; each super-block of 256 one maximum, so the 32-
+// and 256-value blocks share d).
 std::vector<float> QuantizationInputs(int64_t cols, int64_t& tokens) {
-  tokens = 5;
+  tokens = 6;
   std::vector<float> x(tokens * cols, 0.f);
   std::mt19937 rng(11);
   std::normal_distribution<float> n(0.f, 1.f);
@@ -636,6 +648,26 @@ std::vector<float> QuantizationInputs(int64_t cols, int64_t& tokens) {
   }
   for (int64_t i = 0; i < cols; ++i) x[3 * cols + i] = n(rng) * 1e-30f;
   for (int64_t i = 0; i < cols; ++i) x[4 * cols + i] = (i % 7 == 0 ? -0.f : n(rng) * 1e30f);
+  float* near_half = x.data() + 5 * cols;
+  float amax = 100.f;
+  for (int64_t s = 0; s < cols / 256; ++s) {
+    std::vector<float> found;
+    for (int tries = 0; found.empty() && tries < 100000;
+         ++tries, amax = std::nextafter(amax, 200.f)) {
+      const float d = amax / 127.f, id = 1.f / d;
+      for (const float sign : {1.f, -1.f}) {
+        float v = sign * 0.5f * d;
+        for (int k = 0; k < 64; ++k) v = std::nextafter(v, 0.f);
+        for (int k = 0; k < 128; ++k, v = std::nextafter(v, sign * 2.f)) {
+          if (FusedRoundingDiffers(v, id)) found.push_back(v);
+        }
+      }
+      if (found.empty()) continue;
+      for (int64_t i = 0; i < 256; ++i) {
+        near_half[s * 256 + i] = i % 32 == 0 ? amax : found[static_cast<size_t>(i) % found.size()];
+      }
+    }
+  }
   return x;
 }
 
@@ -674,6 +706,14 @@ TEST(ActivationQuantizationTest, VectorVersionsWriteTheScalarBytes) {
     EXPECT_EQ(qu, qu0);
   }
   SetMatMulIsa("best");
+  // Token 5 holds values where fusing the product into the add would change the bytes.
+  int fused_differs = 0;
+  for (int64_t i = 0; i < cols; ++i) {
+    const float amax = x[5 * cols + i / 32 * 32];
+    if (amax == 0.f) continue;  // a super-block the search left empty
+    fused_differs += FusedRoundingDiffers(x[5 * cols + i], 1.f / (amax / 127.f)) ? 1 : 0;
+  }
+  EXPECT_GT(fused_differs, 0);
   // The scalar reference itself: halfway cases round away from zero (-0.5, -121.5, -120.5).
   EXPECT_EQ(d0[2 * cols / 32], 1.f);
   EXPECT_EQ(q0[2 * cols + 4], -1);
