@@ -640,7 +640,7 @@ using packed::kKPairChunk;
 // Longer than packed::kTokenChunk: each chunk reads the thread's groups again (and the K-quants
 // unpack each pair again). 256 tokens against 64, Zen 5, 2 threads, 8192 x 2048 and
 // 2048 x 8192 at 100 to 1024 tokens: Q8_0 2-4%, Q4_K and Q6_K 4-8% faster (medians of three
-// alternating rounds); 512 no faster than 256.
+// alternating rounds); 512 within noise of 256 (4% faster for one of four shapes).
 constexpr int64_t kAvx512Chunk = 256;
 
 template <typename F, typename Act>
